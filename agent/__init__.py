@@ -1,0 +1,1 @@
+"""The crawler agent (issue #4)."""

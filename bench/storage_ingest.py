@@ -1,0 +1,171 @@
+"""Storage ingest benchmark: pages/s and MB/s from one agent-like gRPC client, against the targets."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from storage.client import GrpcStorageClient, make_batch  # noqa: E402
+from storage.testing import fetch_result, synthetic_html  # noqa: E402
+from wancrawl.warcrecords import build_capture  # noqa: E402
+
+TARGET_PAGES_PER_CORE_S = 3000.0
+TARGET_RATIO = 4.0
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _build_range(args):
+    start, stop, seed = args
+    rng = random.Random(seed * 1_000_003 + start)
+    hosts = [f"site{i}.lab.example" for i in range(20)]
+    caps, html_bytes = [], 0
+    for i in range(start, stop):
+        host = hosts[i % len(hosts)]
+        body = synthetic_html(rng, rng.randint(10_000, 60_000), host)
+        html_bytes += len(body)
+        caps.append(build_capture(fetch_result(f"http://{host}/page/{i}.html", body, at=1_700_000_000.0 + i,
+                                               agent_id=f"agent-{i % 3}")))
+    return caps, html_bytes
+
+
+def build_pages(n: int, seed: int, workers: int):
+    """Build captures as agents would, on every core (this is agent work, not storage work)."""
+    import multiprocessing as mp
+
+    step = 250
+    chunks = [(i, min(i + step, n), seed) for i in range(0, n, step)]
+    t0 = time.perf_counter()
+    with mp.get_context("fork").Pool(workers) as pool:
+        parts = pool.map(_build_range, chunks)
+    elapsed = time.perf_counter() - t0
+    caps = [c for part, _ in parts for c in part]
+    return caps, sum(h for _, h in parts), elapsed * workers
+
+
+def start_storage(cfg: Path):
+    proc = subprocess.Popen([sys.executable, "-m", "storage.cli", "serve", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("storage serving on "):
+        proc.kill()
+        raise SystemExit(f"storage did not start: {line}{proc.stderr.read()}")
+    return proc, line.split()[-1]
+
+
+async def send_all(addr: str, batches, per_stream: int, streams: int):
+    client = GrpcStorageClient(addr, timeout=300)
+    groups = [batches[i:i + per_stream] for i in range(0, len(batches), per_stream)]
+    queue = list(groups)
+    stored = dup = 0
+
+    async def worker():
+        nonlocal stored, dup
+        while queue:
+            g = queue.pop(0)
+            ack = await client.send(g)
+            assert not ack.rejected, ack.rejected[:3]
+            stored += ack.stored
+            dup += ack.duplicates
+
+    await asyncio.gather(*(worker() for _ in range(streams)))
+    stats = await client.stats()
+    await client.close()
+    return stored, dup, stats
+
+
+def storage_side_compression_cost(caps, sample: int = 300) -> float:
+    """Seconds per page if storage gzipped the records itself (the design we did not choose)."""
+    raws = [zlib.decompress(c.response + c.request + c.metadata, 31) for c in caps[:sample]]
+    # Three members per page, as storage would have to write them.
+    t0 = time.perf_counter()
+    for r in raws:
+        comp = zlib.compressobj(6, zlib.DEFLATED, 31)
+        comp.compress(r)
+        comp.flush()
+    return (time.perf_counter() - t0) / len(raws)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--pages", type=int, default=10000)
+    p.add_argument("--batch", type=int, default=100, help="pages per PageBatch")
+    p.add_argument("--per-stream", type=int, default=5, help="batches per Ingest stream")
+    p.add_argument("--streams", type=int, default=2, help="concurrent Ingest calls from the one client")
+    p.add_argument("--fsync", choices=["always", "os"], default="always")
+    p.add_argument("--index", default="", help="SQLAlchemy URL (default SQLite in the temp dir)")
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args(argv)
+
+    print(f"building {args.pages} pages (10-60 KB HTML) as agents would ...", flush=True)
+    caps, html_bytes, build_s = build_pages(args.pages, args.seed, os.cpu_count() or 1)
+    batches = [make_batch(caps[i:i + args.batch]) for i in range(0, len(caps), args.batch)]
+    wire_bytes = sum(b.ByteSize() for b in batches)
+
+    with tempfile.TemporaryDirectory(prefix="wancrawl-bench-") as tmp:
+        cfg = Path(tmp) / "storage.toml"
+        index = f'[index]\nurl = "{args.index}"\n' if args.index else ""
+        cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n[ingest]\nfsync = "{args.fsync}"\n{index}')
+        proc, addr = start_storage(cfg)
+        try:
+            cpu0 = cpu_seconds(proc.pid)
+            t0 = time.perf_counter()
+            stored, dup, stats = asyncio.run(send_all(addr, batches, args.per_stream, args.streams))
+            wall = time.perf_counter() - t0
+            cpu = cpu_seconds(proc.pid) - cpu0
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        disk = sum(f.stat().st_size for f in (Path(tmp) / "data" / "warcs").glob("*.warc.gz"))
+
+    assert stored == args.pages, (stored, dup)
+    pages_wall = stored / wall
+    pages_core = stored / cpu if cpu > 0 else float("inf")
+    mb_wall = html_bytes / wall / 1e6
+    ratio = stats.compression_ratio
+    html_ratio = html_bytes / disk
+    compress_cost = storage_side_compression_cost(caps)
+
+    print()
+    print(f"pages: {stored} ({html_bytes / 1e6:.1f} MB of HTML, {wire_bytes / 1e6:.1f} MB on the wire), "
+          f"batch {args.batch}, {args.per_stream} batches/stream, {args.streams} streams, fsync={args.fsync}, "
+          f"index={'SQLite' if not args.index else args.index.split(':')[0]}")
+    print(f"storage process: {wall:.2f} s wall, {cpu:.2f} s CPU ({cpu / wall * 100:.0f}% of one core)")
+    print()
+    print(f"{'figure':44} {'measured':>12} {'target':>10} {'ratio':>7}")
+    rows = [
+        ("ingest pages/s per storage core (CPU time)", pages_core, TARGET_PAGES_PER_CORE_S),
+        ("ingest pages/s wall clock", pages_wall, TARGET_PAGES_PER_CORE_S),
+        ("compression ratio (raw records / stored)", ratio, TARGET_RATIO),
+        ("compression ratio (HTML payload / WARC on disk)", html_ratio, TARGET_RATIO),
+    ]
+    for name, val, target in rows:
+        print(f"{name:44} {val:12.2f} {target:10.2f} {val / target:6.2f}x  {'OK' if val >= target else 'BELOW'}")
+    print(f"{'ingest MB/s of HTML, wall clock':44} {mb_wall:12.1f}")
+    print(f"{'ingest MB/s on the wire (compressed)':44} {wire_bytes / wall / 1e6:12.1f}")
+    print()
+    print("design check: agents compress, storage appends")
+    print(f"  agent-side build (warcio + gzip -6): {args.pages / build_s:8.0f} pages/s per agent core")
+    print(f"  storage CPU per page, append-only design: {cpu / stored * 1e6:8.0f} us")
+    print(f"  extra CPU per page if storage compressed instead: {compress_cost * 1e6:8.0f} us "
+          f"(-> at most {1 / (cpu / stored + compress_cost):.0f} pages/s per core)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Rendezvous (highest random weight) hashing, plain and capacity-weighted."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from consultant.partition.base import AgentView, Placement, Scored, Site, hrw_scores, key64, register
+from consultant.settings import HashOptions, WeightedOptions
+
+_TWO64 = float(1 << 64)
+
+
+class HashPlacement:
+    """Owner = the agent with the highest mix(host_key ^ agent_key); backups follow in order.
+
+    Removing an agent changes no other agent's score, so only its hosts move, each to its
+    first backup; a new agent takes about 1/(N+1) of the hosts.
+    """
+
+    def __init__(self, agents: Sequence[AgentView], salt: str):
+        self.agents = list(agents)
+        self.salt = salt
+        self.keys = [key64(a.agent_id, salt) for a in self.agents]
+        # Ties in a 64-bit score are practically impossible; the id breaks them anyway.
+        self._tiebreak = [a.agent_id for a in self.agents]
+
+    def scores(self, site: Site) -> list[int]:
+        return hrw_scores(key64(site.host, self.salt), self.keys)
+
+    def rank(self, site: Site, k: int) -> list[int]:
+        s = self.scores(site)
+        if k == 1 and s:
+            return [max(range(len(s)), key=s.__getitem__)]
+        return heapq.nlargest(k, range(len(s)), key=lambda i: (s[i], self._tiebreak[i]))
+
+    def explain(self, site: Site) -> list[Scored]:
+        s = self.scores(site)
+        order = self.rank(site, len(s))
+        return [Scored(i, s[i] / _TWO64, f"rendezvous weight {s[i] / _TWO64:.6f}") for i in order]
+
+
+@register("hash")
+class HashPartitioner:
+    needs = frozenset()
+
+    def __init__(self, options: HashOptions | None = None, **_: Any):
+        self.options = options or HashOptions()
+
+    def bind(self, agents: Sequence[AgentView]) -> Placement:
+        return HashPlacement(agents, self.options.salt)
+
+
+class WeightedPlacement(HashPlacement):
+    """Weighted rendezvous: score = -w / ln(u), u uniform in (0,1) from the HRW hash.
+
+    An agent of weight w owns w / sum(w) of the hosts in expectation (Schindelhauer and
+    Schomaker's weighted distributed hash tables); equal weights reduce to plain HRW.
+    """
+
+    def __init__(self, agents: Sequence[AgentView], salt: str, weights: Sequence[float]):
+        super().__init__(agents, salt)
+        self.weights = list(weights)
+
+    def wscores(self, site: Site) -> list[float]:
+        raw = self.scores(site)
+        # (x + 0.5) / 2^64 is strictly inside (0, 1), so the log is finite and negative.
+        return [-w / math.log((x + 0.5) / _TWO64) for x, w in zip(raw, self.weights)]
+
+    def rank(self, site: Site, k: int) -> list[int]:
+        s = self.wscores(site)
+        return heapq.nlargest(k, range(len(s)), key=lambda i: (s[i], self._tiebreak[i]))
+
+    def explain(self, site: Site) -> list[Scored]:
+        s = self.wscores(site)
+        order = self.rank(site, len(s))
+        return [Scored(i, s[i], f"weight {self.weights[i]:g}, weighted score {s[i]:.4f}") for i in order]
+
+
+@register("weighted")
+class WeightedPartitioner:
+    needs = frozenset()
+
+    def __init__(self, options: WeightedOptions | None = None, **_: Any):
+        self.options = options or WeightedOptions()
+
+    def weight_of(self, agent: AgentView) -> float:
+        if self.options.source == "config":
+            return self.options.weights.get(agent.agent_id, self.options.default_weight)
+        return agent.weight if agent.weight > 0 else self.options.default_weight
+
+    def bind(self, agents: Sequence[AgentView]) -> Placement:
+        return WeightedPlacement(agents, "", [self.weight_of(a) for a in agents])

@@ -1,0 +1,343 @@
+"""The consultant's application layer: membership writes, epoch sync, resolve and explain."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from consultant.directory import Directory, Ranked
+from consultant.locator import SiteLocator
+from consultant.membership import AgentRecord, Snapshot
+from consultant.partition import Partitioner, Site, create
+from consultant.settings import ConsultantSettings
+from consultant.sitedb import AsnDB, CityDB, shipped_city_db
+from consultant.store import Store
+from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
+from wancrawl.hostres import HostResolver, parse_hosts_file
+from wancrawl.urls import canonical_host, ip_literal
+
+log = logging.getLogger("consultant")
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+
+
+@dataclass
+class HostResult:
+    host: str
+    agents: tuple[int, ...]
+    error: str = ""
+
+
+@dataclass
+class Resolution:
+    epoch: int
+    directory: Directory
+    results: list[HostResult]
+
+
+@dataclass
+class Explanation:
+    host: str
+    site: Site
+    strategy: str
+    epoch: int
+    ranked: list[Ranked]
+    override_agent: str
+    notes: list[str]
+    ttl: int
+
+
+def build_partitioner(settings: ConsultantSettings) -> Partitioner:
+    extra: dict[str, Any] = {}
+    if settings.strategy == "asn":
+        extra["fallback_options"] = settings.strategy_options(settings.asn.fallback)
+    return create(settings.strategy, settings.strategy_options(), **extra)
+
+
+def strategy_fingerprint(settings: ConsultantSettings) -> str:
+    """Everything that decides who owns a host besides membership; a change bumps the epoch."""
+    parts: dict[str, Any] = {
+        "strategy": settings.strategy,
+        "options": asdict(settings.strategy_options()) if settings.strategy_options() else {},
+        "preference_length": settings.preference_length,
+    }
+    if settings.strategy == "asn":
+        parts["fallback"] = asdict(settings.strategy_options(settings.asn.fallback) or {}) if settings.asn.fallback else {}
+    if settings.strategy in ("geo", "asn"):
+        parts["databases"] = asdict(settings.databases)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16] + ":" + settings.strategy
+
+
+def open_databases(settings: ConsultantSettings, needs: frozenset[str]) -> tuple[CityDB | None, AsnDB | None]:
+    """Open the City and ASN DBs. A DB the strategy needs must open (ConfigError names the
+    file and key); one it does not need is used when it opens, for Explain and locations."""
+    city = asn = None
+    try:
+        city = CityDB(settings.databases.city_db or shipped_city_db())
+    except ConfigError as exc:
+        if "geo" in needs:
+            raise ConfigError(f"strategy {settings.strategy!r} needs a City database: {exc}") from None
+        log.warning("no City DB (%s); Explain and agent locations will lack cities", exc)
+    if settings.databases.asn_db or settings.databases.pyasn_file or "asn" in needs:
+        try:
+            asn = AsnDB(settings.databases.asn_db, settings.databases.pyasn_file)
+        except ConfigError as exc:
+            if "asn" in needs:
+                raise ConfigError(f"strategy {settings.strategy!r} needs an ASN database: {exc}") from None
+            log.warning("ASN DB unusable (%s)", exc)
+    return city, asn
+
+
+def validate_agent_id(agent_id: str) -> str:
+    if not _AGENT_ID.match(agent_id or ""):
+        raise InvalidArgument(
+            f"agent_id {agent_id!r} is invalid: 1-200 characters of letters, digits and ._:@- starting with a letter or digit"
+        )
+    return agent_id
+
+
+def validate_address(address: str) -> str:
+    host, sep, port = (address or "").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgument(f"address {address!r} is invalid: expected host:port")
+    try:
+        canonical_host(host)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"address {address!r}: {exc}") from None
+    return address
+
+
+class ConsultantService:
+    """Owns the store, the current Directory and the background loops.
+
+    Invariant: `self.directory.epoch` is the newest epoch this process has read from the
+    store; every write reloads it, and `_sync_loop` picks up writes made by replicas.
+    """
+
+    def __init__(self, settings: ConsultantSettings, clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.clock = clock
+        self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consultant-db")
+        self._tasks: list[asyncio.Task] = []
+        self._reload_lock = asyncio.Lock()
+        self.partitioner = build_partitioner(settings)
+        self.city_db, self.asn_db = open_databases(settings, self.partitioner.needs)
+        hosts = parse_hosts_file(settings.dns.hosts_file) if settings.dns.hosts_file else {}
+        d = settings.dns
+        self.resolver = HostResolver(
+            hosts, system_dns=d.system_dns, timeout=d.timeout, ttl=d.cache_ttl,
+            negative_ttl=d.negative_ttl, max_concurrency=d.max_concurrency,
+        )
+        self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.asn.isps)
+        self.store = Store(settings.state_url)
+        self.directory = self._directory(Snapshot(0))
+        self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0}
+
+    def _directory(self, snap: Snapshot) -> Directory:
+        return Directory(
+            snap, self.partitioner, preference_length=self.settings.preference_length,
+            isps=self.settings.asn.isps, cache_size=self.settings.answer_cache_size,
+        )
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        # Agents get one lease period after a (re)start to heartbeat before being declared dead.
+        await self._run(self.store.extend_leases, self.clock() + self.settings.lease_seconds)
+        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", strategy_fingerprint(self.settings))
+        if changed:
+            log.info("strategy is now %s: epoch %d", self.settings.strategy, epoch)
+        await self.refresh()
+        self._tasks = [asyncio.create_task(self._sweep_loop()), asyncio.create_task(self._sync_loop())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._run(self.store.close)
+        self._db.shutdown(wait=True)
+        if self.city_db:
+            self.city_db.close()
+        if self.asn_db:
+            self.asn_db.close()
+
+    async def reload(self, settings: ConsultantSettings) -> None:
+        """Swap the strategy and its options (SIGHUP). A bad config is reported and the
+        running one kept."""
+        partitioner = build_partitioner(settings)
+        city, asn = open_databases(settings, partitioner.needs)
+        self.settings = settings
+        self.partitioner = partitioner
+        self.city_db, self.asn_db = city, asn
+        self.locator = SiteLocator(self.resolver, city, asn, settings.asn.isps)
+        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", strategy_fingerprint(settings))
+        await self.refresh(force=True)
+        log.info("reloaded: strategy %s, epoch %d%s", settings.strategy, epoch, "" if changed else " (unchanged)")
+
+    async def refresh(self, force: bool = False) -> None:
+        async with self._reload_lock:
+            snap = await self._run(self.store.snapshot)
+            if force or snap.epoch != self.directory.epoch or self.directory.partitioner is not self.partitioner:
+                if snap.epoch != self.directory.epoch:
+                    self.counters["epoch_changes"] += 1
+                self.directory = self._directory(snap)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sweep_interval)
+            try:
+                expired, epoch = await self._run(self.store.expire, self.clock())
+                if expired:
+                    log.warning("lease expired: %s are dead (epoch %d)", ", ".join(expired), epoch)
+                    await self.refresh()
+            except Exception:  # noqa: BLE001 - keep sweeping after a DB hiccup
+                log.exception("lease sweep failed")
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sync_interval)
+            try:
+                if await self._run(self.store.epoch) != self.directory.epoch:
+                    await self.refresh()
+            except Exception:  # noqa: BLE001
+                log.exception("state sync failed")
+
+    # -- membership --------------------------------------------------------------------------
+    def locate_agent(self, rec: AgentRecord) -> AgentRecord:
+        """Fill in a missing city/coordinates/ASN from the agent's IP through the DBs."""
+        ip = ip_literal(rec.source_ip) if rec.source_ip else None
+        if ip is None:
+            ip = ip_literal(rec.address.rpartition(":")[0].strip("[]"))
+        if ip is None:
+            ip = self.resolver.static(rec.address.rpartition(":")[0])
+        if ip is None:
+            return rec
+        changes: dict[str, Any] = {}
+        if rec.lat is None and self.city_db is not None:
+            g = self.city_db.lookup(ip)
+            if g is not None:
+                changes.update(lat=g.lat, lon=g.lon, city=rec.city or g.city, country=rec.country or g.country)
+        if not rec.asn and self.asn_db is not None:
+            changes["asn"] = self.asn_db.lookup(ip)
+        return AgentRecord(**{**asdict(rec), **changes}) if changes else rec
+
+    async def register(self, rec: AgentRecord) -> tuple[int, AgentRecord]:
+        validate_agent_id(rec.agent_id)
+        validate_address(rec.address)
+        if rec.source_ip and ip_literal(rec.source_ip) is None:
+            raise InvalidArgument(f"source_ip {rec.source_ip!r} is not an IP address")
+        if rec.lat is not None and not (-90 <= rec.lat <= 90 and -180 <= (rec.lon or 0) <= 180):
+            raise InvalidArgument(f"location lat/lon ({rec.lat}, {rec.lon}) out of range")
+        if rec.capacity < 0:
+            raise InvalidArgument("capacity must be >= 0")
+        rec = self.locate_agent(rec)
+        if rec.capacity > 0:
+            rec = AgentRecord(**{**asdict(rec), "weight": rec.capacity})
+        epoch, bumped = await self._run(self.store.register, rec, self.clock(), self.settings.lease_seconds)
+        if bumped:
+            log.info("agent %s registered at %s (%s, AS%d): epoch %d", rec.agent_id, rec.address, rec.city or "?", rec.asn, epoch)
+            await self.refresh()
+        return epoch, rec
+
+    async def heartbeat(self, agent_id: str, load: dict) -> int:
+        validate_agent_id(agent_id)
+        w = self.settings.weighted
+        threshold = w.reweight_threshold if self.settings.strategy == "weighted" and w.source == "heartbeat" else None
+        capacity = float(load.get("capacity") or 0) or None
+        epoch, bumped = await self._run(
+            self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity, threshold
+        )
+        if bumped:
+            await self.refresh()
+        return epoch
+
+    async def deregister(self, agent_id: str) -> int:
+        validate_agent_id(agent_id)
+        epoch = await self._run(self.store.deregister, agent_id, self.clock())
+        log.info("agent %s deregistered: epoch %d", agent_id, epoch)
+        await self.refresh()
+        return epoch
+
+    async def set_override(self, host: str, agent_id: str) -> int:
+        host = canonical_host(host)
+        validate_agent_id(agent_id)
+        epoch = await self._run(self.store.set_override, host, agent_id, self.clock())
+        await self.refresh()
+        return epoch
+
+    async def clear_override(self, host: str) -> int:
+        epoch = await self._run(self.store.clear_override, canonical_host(host))
+        await self.refresh()
+        return epoch
+
+    async def snapshot(self) -> Snapshot:
+        return await self._run(self.store.snapshot)
+
+    # -- answers -----------------------------------------------------------------------------
+    async def resolve(self, hosts: list[str]) -> Resolution:
+        if not hosts:
+            raise InvalidArgument("hosts is empty: send 1 to max_batch host names")
+        if len(hosts) > self.settings.max_batch:
+            raise InvalidArgument(f"{len(hosts)} hosts in one request; at most {self.settings.max_batch}")
+        d = self.directory
+        if d.empty:
+            raise FailedPrecondition("no live agents: none is registered with a valid lease")
+        self.counters["resolve_requests"] += 1
+        self.counters["hosts_resolved"] += len(hosts)
+        results: list[HostResult | None] = [None] * len(hosts)
+        missing: dict[str, list[int]] = {}
+        cache = d.cache
+        for i, raw in enumerate(hosts):
+            try:
+                h = canonical_host(raw)
+            except InvalidArgument as exc:
+                results[i] = HostResult(raw, (), f"hosts[{i}]: {exc}")
+                continue
+            hit = cache.get(h)
+            if hit is not None:
+                results[i] = HostResult(h, hit)
+            else:
+                missing.setdefault(h, []).append(i)
+        self.counters["cache_hits"] += len(hosts) - sum(len(v) for v in missing.values())
+        if missing:
+            sites = await self.locator.sites(missing, d.needs())
+            for h, idxs in missing.items():
+                ranked = d.answer(sites[h])
+                for i in idxs:
+                    results[i] = HostResult(h, ranked)
+        return Resolution(d.epoch, d, results)  # type: ignore[arg-type]
+
+    async def explain(self, host: str) -> Explanation:
+        h = canonical_host(host)
+        d = self.directory
+        ip = await self.resolver.resolve(h)
+        site = self.locator.site(h, ip, frozenset({"ip", "geo", "asn"}))
+        notes: list[str] = []
+        needs = d.needs()
+        if ip is None:
+            notes.append("IP unknown (not in the hosts file, DNS failed or disabled)")
+        if "geo" in needs and site.lat is None:
+            notes.append("site location unknown: ranked by rendezvous hash")
+        if "asn" in needs and not site.asn:
+            notes.append("site ASN unknown: ranked by the fallback strategy")
+        if d.empty:
+            notes.append("no live agents")
+        pinned = d.snapshot.overrides.get(h, "")
+        if pinned and pinned not in d.index:
+            notes.append(f"override to {pinned} ignored: that agent is not alive")
+        # Explain uses the real ranking inputs: the site as the strategy sees it.
+        strat_site = self.locator.site(h, ip, needs)
+        ranked = d.explain(strat_site)
+        return Explanation(h, site, self.settings.strategy, d.epoch, ranked, pinned if pinned in d.index else "", notes, self.settings.ttl_seconds)

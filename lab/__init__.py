@@ -1,0 +1,1 @@
+"""The emulated WAN lab: address plan, geo/ASN databases, synthetic web, link model (issue #3)."""

@@ -1,0 +1,1 @@
+"""The manager CLI (issue #6)."""

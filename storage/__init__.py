@@ -1,0 +1,1 @@
+"""The storage service: WARC files and an SQL index (issue #5)."""

@@ -1,0 +1,118 @@
+"""What an agent needs to ship captures to storage: the StorageClient interface and its gRPC implementation."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import grpc
+
+from wancrawl import grpcutil
+from wancrawl.errors import InvalidArgument, NotFound, Unavailable
+from wancrawl.v1 import storage_pb2, storage_pb2_grpc
+from wancrawl.warcrecords import Capture
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Storage's answer for what was sent. Everything sent and not in `rejected` is durable."""
+
+    batches: int
+    stored: int
+    revisits: int
+    duplicates: int
+    bytes_written: int
+    rejected: list[tuple[str, int, str, str]] = field(default_factory=list)  # (batch_id, index, record_id, reason)
+
+    @classmethod
+    def from_proto(cls, m: storage_pb2.IngestAck) -> "Ack":
+        return cls(m.batches, m.stored, m.revisits, m.duplicates, m.bytes_written,
+                   [(r.batch_id, r.index, r.record_id, r.reason) for r in m.rejected])
+
+
+def to_proto(c: Capture) -> storage_pb2.Capture:
+    return storage_pb2.Capture(
+        record_id=c.record_id, url=c.url, agent_id=c.agent_id, fetched_at=c.fetched_at,
+        warc_date=c.warc_date, status=c.status, content_type=c.content_type,
+        payload_digest=c.payload_digest, payload_length=c.payload_length, ip=c.ip,
+        truncated=c.truncated, response=c.response, request=c.request, metadata=c.metadata,
+        http_headers=c.http_headers, raw_length=c.raw_length,
+    )
+
+
+def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> storage_pb2.PageBatch:
+    """A PageBatch from warcrecords captures. Serialize it (SerializeToString) to spool it: a
+    resent batch keeps its record ids, so storage stores it once."""
+    return storage_pb2.PageBatch(batch_id=batch_id or uuid.uuid4().hex, captures=[to_proto(c) for c in captures])
+
+
+@runtime_checkable
+class StorageClient(Protocol):
+    """The agent's view of storage. A test fake implements these two methods."""
+
+    async def send(self, batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch]) -> Ack:
+        """Deliver one or more batches; return once storage has made them durable.
+
+        Raises Unavailable when storage cannot be reached or fails (keep the batches spooled
+        and retry: resending is safe) and InvalidArgument for a request storage refuses whole.
+        """
+        ...
+
+    async def close(self) -> None: ...
+
+
+class GrpcStorageClient:
+    """StorageClient over gRPC: one client-streaming Ingest call per send()."""
+
+    def __init__(self, target: str, *, timeout: float = 60.0):
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpcutil.channel(target)
+        self._stub = storage_pb2_grpc.StorageStub(self._channel)
+
+    async def send(self, batches) -> Ack:
+        if isinstance(batches, storage_pb2.PageBatch):
+            batches = [batches]
+
+        async def gen():
+            for b in batches:
+                yield b
+
+        try:
+            ack = await self._stub.Ingest(gen(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _domain_error(exc, f"storage {self.target}: Ingest") from None
+        return Ack.from_proto(ack)
+
+    async def get(self, url: str = "", at: float | None = None, record_id: str = "") -> storage_pb2.GetResponse:
+        req = storage_pb2.GetRequest(url=url, record_id=record_id, has_at=at is not None, at=at or 0.0)
+        try:
+            return await self._stub.Get(req, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _domain_error(exc, f"storage {self.target}: Get") from None
+
+    async def stats(self, top: int = 20) -> storage_pb2.StatsResponse:
+        try:
+            return await self._stub.Stats(storage_pb2.StatsRequest(top=top), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _domain_error(exc, f"storage {self.target}: Stats") from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> "GrpcStorageClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+def _domain_error(exc: grpc.aio.AioRpcError, what: str) -> Exception:
+    code, detail = exc.code(), exc.details()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgument(f"{what}: {detail}")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFound(f"{what}: {detail}")
+    return Unavailable(f"{what}: {code.name}: {detail}")

@@ -1,0 +1,210 @@
+"""The SQL index of captures and WARC files (SQLAlchemy Core; SQLite by default, PostgreSQL in production)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from wancrawl.errors import Unavailable
+
+
+def make_tables(schema: str | None = None) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    md = sa.MetaData(schema=schema)
+    captures = sa.Table(
+        "storage_captures", md,
+        sa.Column("record_id", sa.String(100), primary_key=True),
+        sa.Column("url", sa.Text, nullable=False),
+        sa.Column("canonical_url", sa.Text, nullable=False),
+        sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("agent_id", sa.String(128), nullable=False),
+        sa.Column("fetched_at", sa.Float, nullable=False),  # epoch seconds
+        sa.Column("warc_date", sa.String(40), nullable=False),
+        sa.Column("status", sa.Integer, nullable=False),
+        sa.Column("content_type", sa.String(255), nullable=False),
+        sa.Column("payload_digest", sa.String(64), nullable=False),
+        sa.Column("payload_length", sa.BigInteger, nullable=False),
+        sa.Column("record_type", sa.String(16), nullable=False),  # response | revisit
+        sa.Column("refers_to", sa.String(100)),
+        sa.Column("truncated", sa.String(32), nullable=False, default=""),
+        sa.Column("ip", sa.String(64), nullable=False, default=""),
+        sa.Column("warc_file", sa.String(255), nullable=False),
+        sa.Column("warc_offset", sa.BigInteger, nullable=False),
+        sa.Column("warc_length", sa.BigInteger, nullable=False),  # the response/revisit record
+        sa.Column("group_length", sa.BigInteger, nullable=False),  # response + request + metadata
+        sa.Column("raw_length", sa.BigInteger, nullable=False),
+        sa.Index("ix_storage_captures_url_time", "canonical_url", "fetched_at"),
+        sa.Index("ix_storage_captures_digest", "payload_digest"),
+        sa.Index("ix_storage_captures_host", "host"),
+        sa.Index("ix_storage_captures_agent", "agent_id"),
+        sa.Index("ix_storage_captures_file", "warc_file", "warc_offset"),
+    )
+    files = sa.Table(
+        "storage_warc_files", md,
+        sa.Column("name", sa.String(255), primary_key=True),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("warcinfo_length", sa.BigInteger, nullable=False),
+    )
+    return md, captures, files
+
+
+@dataclass(frozen=True)
+class Row:
+    record_id: str
+    url: str
+    canonical_url: str
+    host: str
+    agent_id: str
+    fetched_at: float
+    warc_date: str
+    status: int
+    content_type: str
+    payload_digest: str
+    payload_length: int
+    record_type: str
+    refers_to: str | None
+    truncated: str
+    ip: str
+    warc_file: str
+    warc_offset: int
+    warc_length: int
+    group_length: int
+    raw_length: int
+
+
+ROW_FIELDS = tuple(Row.__dataclass_fields__)
+
+
+class Index:
+    """Reads and writes the capture index; every method is blocking (call it off the event loop)."""
+
+    def __init__(self, url: str, *, schema: str | None = None, durable: bool = True):
+        self.url = url
+        self.schema = schema
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        try:
+            self.engine = sa.create_engine(url, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - bad URLs raise many types
+            raise Unavailable(f"index {url!r}: {exc}") from None
+        if self.engine.dialect.name == "sqlite":
+            sync = "FULL" if durable else "NORMAL"
+
+            @event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn, _record):  # WAL lets readers work while the writer commits
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={sync}")
+                cur.close()
+
+        self.metadata, self.captures, self.files = make_tables(schema)
+        try:
+            with self.engine.begin() as conn:
+                if schema and self.engine.dialect.name == "postgresql":
+                    conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+                self.metadata.create_all(conn)
+        except sa.exc.OperationalError as exc:
+            raise Unavailable(f"index database unavailable ({url}): {exc.orig}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- writes ---------------------------------------------------------------------------
+    def commit(self, rows: Sequence[dict], new_files: Sequence[dict] = ()) -> None:
+        """Insert capture rows and new WARC file rows in one transaction."""
+        with self.engine.begin() as conn:
+            if new_files:
+                conn.execute(self.files.insert(), list(new_files))
+            if rows:
+                conn.execute(self.captures.insert(), list(rows))
+
+    # -- lookups used by ingest ---------------------------------------------------------
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        found: set[str] = set()
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(ids, 500):
+                found.update(conn.execute(sa.select(c.record_id).where(c.record_id.in_(chunk))).scalars())
+        return found
+
+    def originals(self, digests: Iterable[str]) -> dict[str, tuple[str, str, str]]:
+        """digest -> (record_id, url, warc_date) of the earliest stored response with that payload."""
+        digests = list(digests)
+        out: dict[str, tuple[str, str, str]] = {}
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(digests, 500):
+                q = (sa.select(c.payload_digest, c.record_id, c.url, c.warc_date)
+                     .where(c.payload_digest.in_(chunk), c.record_type == "response", c.truncated == "")
+                     .order_by(c.fetched_at))
+                for d, rid, url, date in conn.execute(q):
+                    out.setdefault(d, (rid, url, date))
+        return out
+
+    # -- reads -------------------------------------------------------------------------------
+    def get(self, record_id: str) -> Row | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(sa.select(self.captures).where(self.captures.c.record_id == record_id)).first()
+        return Row(**r._mapping) if r else None
+
+    def find(self, canonical_url: str, at: float | None = None) -> Row | None:
+        c = self.captures.c
+        q = sa.select(self.captures).where(c.canonical_url == canonical_url)
+        q = q.order_by(c.fetched_at.desc()) if at is None else q.order_by(sa.func.abs(c.fetched_at - at), c.fetched_at.desc())
+        with self.engine.connect() as conn:
+            r = conn.execute(q.limit(1)).first()
+        return Row(**r._mapping) if r else None
+
+    def iter_rows(self, order_by_url: bool = False, batch: int = 2000) -> Iterator[Row]:
+        c = self.captures.c
+        q = sa.select(self.captures).order_by(*( (c.canonical_url, c.fetched_at) if order_by_url else (c.warc_file, c.warc_offset)))
+        with self.engine.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=batch).execute(q)
+            for r in result:
+                yield Row(**r._mapping)
+
+    def file_rows(self) -> dict[str, tuple[float, int]]:
+        with self.engine.connect() as conn:
+            return {n: (t, w) for n, t, w in conn.execute(sa.select(self.files.c.name, self.files.c.created_at, self.files.c.warcinfo_length))}
+
+    def file_ends(self) -> dict[str, int]:
+        """Per WARC file, where its last indexed capture ends (what recovery keeps)."""
+        c = self.captures.c
+        q = sa.select(c.warc_file, sa.func.max(c.warc_offset + c.group_length)).group_by(c.warc_file)
+        with self.engine.connect() as conn:
+            return {f: int(end) for f, end in conn.execute(q)}
+
+    def stats(self, top: int = 20) -> dict[str, Any]:
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            pages, raw, stored, revisits, hosts, agents = conn.execute(sa.select(
+                sa.func.count(), sa.func.coalesce(sa.func.sum(c.raw_length), 0),
+                sa.func.coalesce(sa.func.sum(c.group_length), 0),
+                sa.func.coalesce(sa.func.sum(sa.case((c.record_type == "revisit", 1), else_=0)), 0),
+                sa.func.count(sa.distinct(c.host)), sa.func.count(sa.distinct(c.agent_id)),
+            )).one()
+
+            def per(col):
+                q = (sa.select(col, sa.func.count().label("n"), sa.func.sum(c.group_length))
+                     .group_by(col).order_by(sa.desc("n"), col).limit(top))
+                return [(k, int(n), int(b or 0)) for k, n, b in conn.execute(q)]
+
+            per_host, per_agent = per(c.host), per(c.agent_id)
+            files = conn.execute(sa.select(sa.func.count()).select_from(self.files)).scalar_one()
+        return {
+            "pages": int(pages), "revisits": int(revisits), "responses": int(pages) - int(revisits),
+            "raw_bytes": int(raw), "stored_bytes": int(stored),
+            "compression_ratio": (int(raw) / int(stored)) if stored else 0.0,
+            "warc_files": int(files), "hosts": int(hosts), "agents": int(agents),
+            "per_host": per_host, "per_agent": per_agent,
+        }
+
+
+def _chunks(seq: list, n: int) -> Iterator[list]:
+    for i in range(0, len(seq), n):
+        yield seq[i:i + n]

@@ -1,0 +1,170 @@
+"""The Storage gRPC service: a thin shell over storage.store.Store with one writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from wancrawl import grpcutil
+from wancrawl.errors import InvalidArgument
+from wancrawl.v1 import storage_pb2, storage_pb2_grpc
+
+from storage.config import StorageSettings
+from storage.index import Row
+from storage.store import BatchResult, Store
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["Storage"].full_name
+
+
+class GroupCommitter:
+    """Queues batches from every stream; the writer thread takes all that are waiting at once, so
+    concurrent agents share one fsync and one index transaction."""
+
+    def __init__(self, store: Store, executor: ThreadPoolExecutor, max_queue: int, max_group: int = 64):
+        self.store = store
+        self.executor = executor
+        self.queue: asyncio.Queue[tuple[storage_pb2.PageBatch, asyncio.Future]] = asyncio.Queue(max_queue)
+        self.max_group = max_group
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def submit(self, batch: storage_pb2.PageBatch) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        await self.queue.put((batch, fut))
+        return fut
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            items = [await self.queue.get()]
+            while not self.queue.empty() and len(items) < self.max_group:
+                items.append(self.queue.get_nowait())
+            try:
+                results = await loop.run_in_executor(self.executor, self.store.ingest, [b for b, _ in items])
+            except Exception as exc:  # noqa: BLE001 - every waiter gets the error
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), res in zip(items, results):
+                if not fut.done():
+                    fut.set_result(res)
+
+    async def stop(self) -> None:
+        # Let queued batches finish: their clients are still waiting for an ack.
+        while not self.queue.empty():
+            await asyncio.sleep(0.01)
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+
+def capture_info(row: Row) -> storage_pb2.CaptureInfo:
+    return storage_pb2.CaptureInfo(
+        record_id=row.record_id, url=row.url, canonical_url=row.canonical_url, host=row.host,
+        agent_id=row.agent_id, fetched_at=row.fetched_at, status=row.status,
+        content_type=row.content_type, payload_digest=row.payload_digest,
+        record_type=row.record_type, refers_to=row.refers_to or "", warc_file=row.warc_file,
+        offset=row.warc_offset, length=row.warc_length, truncated=row.truncated, ip=row.ip,
+    )
+
+
+def stats_message(s: dict) -> storage_pb2.StatsResponse:
+    return storage_pb2.StatsResponse(
+        pages=s["pages"], responses=s["responses"], revisits=s["revisits"], raw_bytes=s["raw_bytes"],
+        stored_bytes=s["stored_bytes"], compression_ratio=s["compression_ratio"],
+        warc_files=s["warc_files"], hosts=s["hosts"], agents=s["agents"],
+        per_host=[storage_pb2.Count(key=k, pages=n, stored_bytes=b) for k, n, b in s["per_host"]],
+        per_agent=[storage_pb2.Count(key=k, pages=n, stored_bytes=b) for k, n, b in s["per_agent"]],
+    )
+
+
+class StorageServicer(storage_pb2_grpc.StorageServicer):
+    def __init__(self, store: Store, committer: GroupCommitter, executor: ThreadPoolExecutor):
+        self.store = store
+        self.committer = committer
+        self.executor = executor
+
+    async def Ingest(self, request_iterator, context):
+        # Batches are submitted as they arrive (pipelined); the ack waits for all of them.
+        pending: list[asyncio.Future] = []
+        async for batch in request_iterator:
+            pending.append(await self.committer.submit(batch))
+        ack = storage_pb2.IngestAck(batches=len(pending))
+        results: list[BatchResult] = await asyncio.gather(*pending)
+        for r in results:
+            ack.stored += r.stored
+            ack.revisits += r.revisits
+            ack.duplicates += r.duplicates
+            ack.bytes_written += r.bytes_written
+            for i, rid, reason in r.rejected:
+                ack.rejected.add(batch_id=r.batch_id, index=i, record_id=rid, reason=reason)
+        return ack
+
+    async def Get(self, request, context):
+        if not request.url and not request.record_id:
+            raise InvalidArgument("Get needs url or record_id")
+        at = request.at if request.has_at else None
+        loop = asyncio.get_running_loop()
+        # Reads use the default pool: they must not queue behind ingest on the writer thread.
+        row, head, body = await loop.run_in_executor(None, self.store.get, request.url, at, request.record_id)
+        return storage_pb2.GetResponse(capture=capture_info(row), http_headers=head, body=body)
+
+    async def Stats(self, request, context):
+        top = request.top or 20
+        s = await asyncio.get_running_loop().run_in_executor(None, self.store.stats, top)
+        return stats_message(s)
+
+
+class StorageService:
+    """Server plus the things that must stop with it (writer, store)."""
+
+    def __init__(self, settings: StorageSettings):
+        self.settings = settings
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage-writer")
+        self.store = Store(settings)
+        self.server, self.health = grpcutil.new_server([SERVICE_NAME])
+        self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
+        storage_pb2_grpc.add_StorageServicer_to_server(StorageServicer(self.store, self.committer, self.executor), self.server)
+        self.port = grpcutil.bind(self.server, settings.listen)
+        self.address = grpcutil.host_port(settings.listen, self.port)
+
+    async def start(self) -> None:
+        self.committer.start()
+        await self.server.start()
+        await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await grpcutil.mark_not_serving(self.health)
+        await self.server.stop(grace)
+        await self.committer.stop()
+        self.executor.shutdown(wait=True)
+        self.store.close()
+
+
+def create_server(settings: StorageSettings) -> tuple[StorageService, int]:
+    """Build the service (opens the store, binds the port); call `await svc.start()` to serve."""
+    svc = StorageService(settings)
+    return svc, svc.port
+
+
+async def serve(settings: StorageSettings, on_ready=None) -> None:
+    svc, port = create_server(settings)
+
+    async def start():
+        await svc.start()
+        if on_ready is not None:
+            on_ready(svc.address)
+
+    await grpcutil.run_until_signalled(start, svc.stop)

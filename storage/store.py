@@ -1,0 +1,315 @@
+"""The storage core: validate, deduplicate, append and index captures; read them back. Blocking; no gRPC."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from warcio.archiveiterator import ArchiveIterator
+
+from wancrawl import urls, warcrecords
+from wancrawl.errors import InvalidArgument, NotFound, Unavailable
+from wancrawl.v1 import storage_pb2
+
+from storage.config import StorageSettings
+from storage.index import Index, Row
+from storage.warcfile import SUFFIX, WarcWriter, recover
+
+log = logging.getLogger(__name__)
+
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+@dataclass
+class BatchResult:
+    batch_id: str
+    stored: int = 0
+    revisits: int = 0
+    duplicates: int = 0
+    bytes_written: int = 0
+    rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (index, record_id, reason)
+
+
+def check_member(data: bytes, what: str, full: bool) -> None:
+    """Raise InvalidArgument unless `data` is one gzip member holding a WARC record."""
+    if data[:3] != _GZIP_MAGIC:
+        raise InvalidArgument(f"{what} is not a gzip member")
+    d = zlib.decompressobj(31)
+    try:
+        if full:
+            head = d.decompress(data)
+            if not d.eof or d.unused_data:
+                raise InvalidArgument(f"{what} is not exactly one complete gzip member")
+        else:
+            head = d.decompress(data, 16)
+    except zlib.error as exc:
+        raise InvalidArgument(f"{what}: corrupt gzip data ({exc})") from None
+    if not head.startswith(b"WARC/1."):
+        raise InvalidArgument(f"{what} does not start a WARC record")
+
+
+def validate(c: storage_pb2.Capture, full: bool = False) -> tuple[str, str]:
+    """Check one capture's fields; return (canonical_url, host) or raise InvalidArgument."""
+    if not c.record_id or len(c.record_id) > 100:
+        raise InvalidArgument("record_id must be 1..100 characters")
+    if not c.agent_id or len(c.agent_id) > 128:
+        raise InvalidArgument("agent_id must be 1..128 characters")
+    canonical = urls.canonicalize(c.url)
+    host = urls.host_of(canonical)
+    if not c.payload_digest or ":" not in c.payload_digest or len(c.payload_digest) > 64:
+        raise InvalidArgument(f"payload_digest {c.payload_digest!r} is not 'algorithm:value'")
+    if not c.warc_date:
+        raise InvalidArgument("warc_date is empty")
+    if not 100 <= c.status <= 999:
+        raise InvalidArgument(f"status {c.status} out of range")
+    if not c.response:
+        raise InvalidArgument("response record is empty")
+    check_member(c.response, "response", full)
+    if c.request:
+        check_member(c.request, "request", full)
+    if c.metadata:
+        check_member(c.metadata, "metadata", full)
+    return canonical, host
+
+
+def surt(url: str) -> str:
+    """The SURT key pywb sorts CDXJ lines by: reversed host, ')' and the path with query."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if host.startswith("www.") and host.count(".") > 1:
+        host = host[4:]
+    key = ",".join(reversed(host.split("."))) if not urls.ip_literal(host) else host
+    if parts.port and parts.port != urls.DEFAULT_PORTS.get(parts.scheme):
+        key += f":{parts.port}"
+    path = (parts.path or "/").lower()
+    query = "&".join(sorted(parts.query.split("&"))).lower() if parts.query else ""
+    return f"{key}){path}" + (f"?{query}" if query else "")
+
+
+def timestamp14(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y%m%d%H%M%S")
+
+
+class Store:
+    """Owns the WARC directory and the index. Not thread-safe for writes: one writer thread."""
+
+    def __init__(self, settings: StorageSettings, *, readonly: bool = False):
+        # readonly: for CLI reads beside a running server; no recovery (it would cut the
+        # server's file being written) and no writer.
+        self.settings = settings
+        self.readonly = readonly
+        self.warc_dir = settings.warc_dir()
+        self.warc_dir.mkdir(parents=True, exist_ok=True)
+        if not settings.index.url:
+            Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        durable = settings.ingest.fsync == "always"
+        self.index = Index(settings.index_url(), schema=settings.index.schema, durable=durable)
+        if readonly:
+            self.recovery: list[str] = []
+            self.writer = None
+            return
+        self.recovery = recover(self.warc_dir, self.index.file_rows(), self.index.file_ends())
+        self.writer = WarcWriter(self.warc_dir, settings.warc.prefix, settings.warc.max_file_bytes, fsync=durable)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.index.close()
+
+    # -- ingest --------------------------------------------------------------------------------
+    def ingest(self, batches: Sequence[storage_pb2.PageBatch]) -> list[BatchResult]:
+        """Store a group of batches: one append run, one fsync, one index transaction."""
+        if self.writer is None:
+            raise Unavailable("store opened read-only")
+        cfg = self.settings.ingest
+        results = [BatchResult(b.batch_id) for b in batches]
+        todo: list[tuple[BatchResult, storage_pb2.Capture, str, str]] = []
+        for b, res in zip(batches, results):
+            for i, c in enumerate(b.captures):
+                try:
+                    canonical, host = validate(c, cfg.validate == "full")
+                except InvalidArgument as exc:
+                    res.rejected.append((i, c.record_id, f"batch {b.batch_id!r} capture {i} ({c.url!r}): {exc}"))
+                    continue
+                todo.append((res, c, canonical, host))
+        if not todo:
+            return results
+
+        existing = self.index.existing_ids(c.record_id for _, c, _, _ in todo)
+        eligible = [c.payload_digest for _, c, _, _ in todo if self._dedupable(c)]
+        originals = self.index.originals(set(eligible)) if eligible else {}
+
+        rows: list[dict] = []
+        self.writer.begin()
+        try:
+            for res, c, canonical, host in todo:
+                if c.record_id in existing:
+                    res.duplicates += 1
+                    continue
+                existing.add(c.record_id)
+                orig = originals.get(c.payload_digest) if self._dedupable(c) else None
+                if orig is not None and c.http_headers:
+                    first, first_raw = warcrecords.build_revisit(
+                        record_id=c.record_id, url=c.url, warc_date_str=c.warc_date,
+                        payload_digest=c.payload_digest, http_headers=c.http_headers,
+                        refers_to_id=orig[0], refers_to_url=orig[1], refers_to_date=orig[2], ip=c.ip,
+                    )
+                    record_type, refers_to = "revisit", orig[0]
+                    res.revisits += 1
+                else:
+                    first, record_type, refers_to = c.response, "response", None
+                    if self._dedupable(c):
+                        originals.setdefault(c.payload_digest, (c.record_id, c.url, c.warc_date))
+                group = first + c.request + c.metadata
+                name, offset = self.writer.append(group)
+                res.stored += 1
+                res.bytes_written += len(group)
+                rows.append({
+                    "record_id": c.record_id, "url": c.url, "canonical_url": canonical, "host": host,
+                    "agent_id": c.agent_id, "fetched_at": c.fetched_at, "warc_date": c.warc_date,
+                    "status": c.status, "content_type": c.content_type[:255],
+                    "payload_digest": c.payload_digest, "payload_length": c.payload_length,
+                    "record_type": record_type, "refers_to": refers_to, "truncated": c.truncated[:32],
+                    "ip": c.ip[:64], "warc_file": name, "warc_offset": offset, "warc_length": len(first),
+                    "group_length": len(group), "raw_length": c.raw_length,
+                })
+            new_files = self.writer.sync()
+            self.index.commit(rows, new_files)
+        except Exception as exc:
+            self.writer.rollback()
+            if isinstance(exc, (InvalidArgument, Unavailable)):
+                raise
+            raise Unavailable(f"storing {len(rows)} captures failed, nothing acknowledged: {exc}") from exc
+        return results
+
+    def _dedupable(self, c: storage_pb2.Capture) -> bool:
+        cfg = self.settings.ingest
+        return cfg.dedup and not c.truncated and c.payload_length >= cfg.dedup_min_bytes
+
+    # -- reads ----------------------------------------------------------------------------------
+    def find(self, url: str = "", at: float | None = None, record_id: str = "") -> Row:
+        if record_id:
+            row = self.index.get(record_id)
+            if row is None:
+                raise NotFound(f"no capture with record id {record_id!r}")
+            return row
+        canonical = urls.canonicalize(url)
+        row = self.index.find(canonical, at)
+        if row is None:
+            raise NotFound(f"no capture of {canonical}")
+        return row
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        path = self.warc_dir / name
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(length)
+        except FileNotFoundError:
+            raise NotFound(f"WARC file {name} named by the index is missing") from None
+        if len(data) != length:
+            raise NotFound(f"{name}: record at {offset} is cut short ({len(data)} of {length} bytes)")
+        return data
+
+    def get(self, url: str = "", at: float | None = None, record_id: str = "") -> tuple[Row, bytes, bytes]:
+        """(index row, HTTP head bytes, payload) of a capture; a revisit's payload comes from its original."""
+        row = self.find(url, at, record_id)
+        head, body = self._load(row)
+        if row.record_type == "revisit" and row.refers_to:
+            orig = self.index.get(row.refers_to)
+            if orig is None:
+                raise NotFound(f"revisit {row.record_id} refers to {row.refers_to}, which is not indexed")
+            _, body = self._load(orig)
+        return row, head, body
+
+    def _load(self, row: Row) -> tuple[bytes, bytes]:
+        data = self.read_range(row.warc_file, row.warc_offset, row.warc_length)
+        for rec in ArchiveIterator(io.BytesIO(data)):
+            head = rec.http_headers.to_bytes() if rec.http_headers else b""
+            return head, rec.content_stream().read()
+        raise NotFound(f"{row.warc_file}@{row.warc_offset}: no WARC record there")
+
+    def stats(self, top: int = 20) -> dict[str, Any]:
+        return self.index.stats(top)
+
+    # -- export and verification ---------------------------------------------------------------------
+    def cdxj_lines(self) -> list[str]:
+        lines = []
+        for r in self.index.iter_rows():
+            mime = "warc/revisit" if r.record_type == "revisit" else (r.content_type.split(";")[0].strip() or "unk")
+            digest = r.payload_digest.split(":", 1)[1] if ":" in r.payload_digest else r.payload_digest
+            fields = {"url": r.url, "mime": mime, "status": str(r.status), "digest": digest,
+                      "length": str(r.warc_length), "offset": str(r.warc_offset), "filename": r.warc_file}
+            lines.append(f"{surt(r.canonical_url)} {timestamp14(r.fetched_at)} {json.dumps(fields)}")
+        lines.sort()
+        return lines
+
+    def export_cdxj(self, out: IO[str]) -> int:
+        lines = self.cdxj_lines()
+        for line in lines:
+            out.write(line + "\n")
+        return len(lines)
+
+    def verify(self) -> dict[str, Any]:
+        """Re-read every WARC file; check each record's digests and that the files hold exactly
+        the records the index names (warcinfo, then per capture response/revisit, request, metadata)."""
+        by_file: dict[str, dict[int, Row]] = {}
+        for r in self.index.iter_rows():
+            by_file.setdefault(r.warc_file, {})[r.warc_offset] = r
+        files = self.index.file_rows()
+        problems: list[str] = []
+        checked = records = 0
+        for name in sorted(set(files) | set(by_file)):
+            path = self.warc_dir / name
+            expect = by_file.get(name, {})
+            if not path.exists():
+                problems.append(f"{name}: missing ({len(expect)} captures indexed)")
+                continue
+            seen: set[int] = set()
+            group_end = 0
+            with open(path, "rb") as fh:
+                it = ArchiveIterator(fh, check_digests=True)
+                try:
+                    for rec in it:
+                        rec.content_stream().read()
+                        offset = it.get_record_offset()
+                        records += 1
+                        rid = (rec.rec_headers.get_header("WARC-Record-ID") or "").strip("<>")
+                        if rec.digest_checker.passed is False:
+                            problems.append(f"{name}@{offset}: {rec.rec_type} {rid}: {'; '.join(rec.digest_checker.problems)}")
+                        row = expect.get(offset)
+                        if row is not None:
+                            seen.add(offset)
+                            checked += 1
+                            group_end = offset + row.group_length
+                            if rid != row.record_id or rec.rec_type != row.record_type:
+                                problems.append(f"{name}@{offset}: index says {row.record_type} {row.record_id}, file has {rec.rec_type} {rid}")
+                            if rec.rec_headers.get_header("WARC-Payload-Digest") != row.payload_digest:
+                                problems.append(f"{name}@{offset}: payload digest differs from the index")
+                        elif offset == 0 and rec.rec_type == "warcinfo":
+                            pass
+                        elif offset >= group_end:
+                            problems.append(f"{name}@{offset}: {rec.rec_type} record not named by the index")
+                except Exception as exc:  # noqa: BLE001 - a corrupt file must not stop the check
+                    problems.append(f"{name}: unreadable after {records} records: {type(exc).__name__}: {exc}")
+            for off in sorted(set(expect) - seen):
+                problems.append(f"{name}@{off}: indexed capture {expect[off].record_id} not found in the file")
+        return {"files": len(set(files) | set(by_file)), "records": records, "captures_checked": checked,
+                "problems": problems, "ok": not problems}
+
+
+def list_warc_files(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob(f"*{SUFFIX}"))
+
+
+def row_dict(row: Row) -> dict[str, Any]:
+    return {k: getattr(row, k) for k in Row.__dataclass_fields__}
+

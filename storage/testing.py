@@ -1,0 +1,188 @@
+"""Test and benchmark support: synthetic HTML pages, fetch results, a fake StorageClient, PostgreSQL discovery."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from wancrawl.v1 import storage_pb2
+from wancrawl.warcrecords import FetchResult
+
+from storage.client import Ack
+
+_SYLLABLES = "ba be bi bo bu ca ce ci co da de di do fa fe fi ga ge go ha he hi ka ke ki la le li lo lu ma me mi mo na ne ni no pa pe pi po ra re ri ro sa se si so ta te ti to va ve vi wa we ya yo za".split()
+
+
+def _vocabulary(rng: random.Random, n: int = 3000) -> list[str]:
+    return ["".join(rng.choices(_SYLLABLES, k=rng.choice((1, 2, 2, 3, 3, 4)))) for _ in range(n)]
+
+
+_VOCAB = _vocabulary(random.Random(12345))
+# Zipf-like word frequencies, as in natural text: a few words are very common.
+_WEIGHTS = [1.0 / (i + 1) for i in range(len(_VOCAB))]
+_CUM = list(__import__("itertools").accumulate(_WEIGHTS))
+
+
+def _words(rng: random.Random, k: int) -> str:
+    return " ".join(rng.choices(_VOCAB, cum_weights=_CUM, k=k))
+
+
+def synthetic_html(rng: random.Random, size: int, host: str = "site.example") -> bytes:
+    """A realistic HTML page of about `size` bytes: head with inline CSS/JS, navigation, article
+    cards with class-heavy markup, paragraphs of Zipf-distributed text, and a footer.
+
+    The mix (about half markup, half text) follows typical news and shop pages; the benchmark's
+    compression ratio depends on it, so docs/storage.md reports the ratio of the payload alone too.
+    """
+    # Sites use a small design system: a few colours and spacing steps, reused by every rule.
+    palette = [f"#{rng.randrange(16**6):06x}" for _ in range(6)]
+    css = "".join(f".c{i}{{margin:{rng.choice((0, 4, 8, 12, 16, 24))}px;padding:{rng.choice((0, 4, 8, 16))}px;color:{rng.choice(palette)};font-size:{rng.choice((12, 14, 16, 18, 24))}px}}\n" for i in range(rng.randint(20, 60)))
+    js = "".join(f"window.cfg{i}={{id:{rng.randint(0, 10**6)},path:'/{_words(rng, 1)}/{rng.randint(0, 999)}',on:{str(rng.random() < .5).lower()}}};\n" for i in range(rng.randint(10, 40)))
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        f"<title>{_words(rng, 6).title()} | {host}</title>\n",
+        f"<meta name=\"description\" content=\"{_words(rng, 20)}\">\n",
+        f"<link rel=\"canonical\" href=\"http://{host}/\">\n<link rel=\"stylesheet\" href=\"/static/site.css?v={rng.randint(1, 99)}\">\n",
+        f"<style>\n{css}</style>\n<script>\n{js}</script>\n</head>\n<body class=\"page\">\n",
+        "<header class=\"site-header\"><nav class=\"main-nav\"><ul class=\"nav-list\">\n",
+        *(f"  <li class=\"nav-item\"><a class=\"nav-link\" href=\"/{w}/\">{w.title()}</a></li>\n" for w in _words(rng, 12).split()),
+        "</ul></nav></header>\n<main id=\"content\" class=\"container\">\n",
+    ]
+    total = sum(len(p) for p in parts)
+    n = 0
+    while total < size - 200:
+        kind = rng.random()
+        if kind < 0.40:
+            p = f"<p class=\"text\">{_words(rng, rng.randint(15, 70)).capitalize()}.</p>\n"
+        elif kind < 0.85:
+            slug = "-".join(_words(rng, 4).split())
+            href = f"http://{host}/{slug}-{rng.randint(0, 10**6)}.html" if rng.random() < 0.8 else f"http://other{rng.randint(0, 50)}.example/{slug}"
+            p = (f"<article class=\"card card--{rng.choice(('news', 'shop', 'blog'))}\" data-id=\"{rng.randint(0, 10**7)}\">\n"
+                 f"  <div class=\"card__media\"><img class=\"card__img\" src=\"/img/{rng.randint(0, 10**5)}.jpg\" alt=\"{_words(rng, 3)}\" loading=\"lazy\" width=\"320\" height=\"180\"></div>\n"
+                 f"  <div class=\"card__body\"><h3 class=\"card__title\"><a href=\"{href}\">{_words(rng, 6).title()}</a></h3>\n"
+                 f"  <p class=\"card__summary\">{_words(rng, rng.randint(8, 25))}</p>\n"
+                 f"  <div class=\"card__meta\"><time datetime=\"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}\">{rng.randint(1, 28)} {rng.choice(('Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun'))}</time>"
+                 f"<span class=\"card__author\">{_words(rng, 2).title()}</span></div></div>\n</article>\n")
+        else:
+            p = f"<h2 class=\"section-title\" id=\"s{n}\">{_words(rng, 5).title()}</h2>\n"
+        parts.append(p)
+        total += len(p)
+        n += 1
+    parts.append("</main>\n<footer class=\"site-footer\"><p>&copy; 2024 wancrawl lab</p></footer>\n</body>\n</html>\n")
+    return "".join(parts).encode("utf-8")
+
+
+def fetch_result(url: str, body: bytes, *, agent_id: str = "agent-1", at: float = 1_700_000_000.0,
+                 status: int = 200, truncated: str | None = None, ip: str = "127.1.1.10",
+                 content_type: str = "text/html; charset=utf-8") -> FetchResult:
+    return FetchResult(
+        url=url, status=status, reason="OK" if status == 200 else "", body=body, agent_id=agent_id,
+        response_headers=[("Content-Type", content_type), ("Content-Length", str(len(body))), ("Server", "lab")],
+        request_headers=[("User-Agent", "wancrawl/0.1"), ("Accept", "*/*"), ("Host", url.split("/")[2])],
+        started_at=at, ended_at=at + 0.042, ip=ip, truncated=truncated,
+    )
+
+
+class FakeStorageClient:
+    """An in-memory StorageClient for agent tests: idempotent by record id, can be told to fail."""
+
+    def __init__(self) -> None:
+        self.captures: dict[str, storage_pb2.Capture] = {}
+        self.fail_next = 0
+        self.sent_batches = 0
+
+    async def send(self, batches) -> Ack:
+        from wancrawl.errors import Unavailable
+
+        if isinstance(batches, storage_pb2.PageBatch):
+            batches = [batches]
+        if self.fail_next:
+            self.fail_next -= 1
+            raise Unavailable("fake storage: told to fail")
+        stored = dup = 0
+        for b in batches:
+            self.sent_batches += 1
+            for c in b.captures:
+                if c.record_id in self.captures:
+                    dup += 1
+                else:
+                    self.captures[c.record_id] = c
+                    stored += 1
+        return Ack(len(batches), stored, 0, dup, 0)
+
+    async def close(self) -> None:
+        pass
+
+
+def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def postgres_schema() -> Iterator[tuple[str, str]]:
+    """(SQLAlchemy URL, fresh schema name) on a reachable PostgreSQL; the schema is dropped after.
+
+    Order: $WANCRAWL_TEST_PG_URL, 127.0.0.1:5432 database `test`, then testcontainers when a
+    Docker engine exists. Raises RuntimeError saying why when none is available.
+    """
+    import sqlalchemy as sa
+
+    url = os.environ.get("WANCRAWL_TEST_PG_URL")
+    container = None
+    reasons = []
+    if not url:
+        if _port_open("127.0.0.1", 5432):
+            for user in ("postgres", "root"):
+                candidate = f"postgresql+psycopg://{user}@127.0.0.1:5432/test"
+                try:
+                    eng = sa.create_engine(candidate)
+                    with eng.connect() as c:
+                        c.execute(sa.text("select 1"))
+                    eng.dispose()
+                    url = candidate
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    reasons.append(f"{candidate}: {type(exc).__name__}")
+        else:
+            reasons.append("nothing listens on 127.0.0.1:5432")
+    if not url:
+        if os.path.exists("/var/run/docker.sock") or os.environ.get("DOCKER_HOST"):
+            try:
+                from testcontainers.postgres import PostgresContainer
+
+                container = PostgresContainer("postgres:16-alpine", driver="psycopg")
+                container.start()
+                url = container.get_connection_url()
+            except Exception as exc:  # noqa: BLE001
+                reasons.append(f"testcontainers: {type(exc).__name__}: {exc}")
+        else:
+            reasons.append("no Docker engine for testcontainers")
+    if not url:
+        raise RuntimeError("no PostgreSQL: " + "; ".join(reasons))
+    schema = f"wc_storage_test_{uuid.uuid4().hex[:10]}"
+    try:
+        yield url, schema
+    finally:
+        eng = sa.create_engine(url)
+        with eng.begin() as c:
+            c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        eng.dispose()
+        if container is not None:
+            container.stop()
+
+
+def pages(n: int, *, seed: int = 1, hosts: Sequence[str] = ("a.example", "b.example", "c.example"),
+          min_size: int = 10_000, max_size: int = 60_000) -> Iterator[tuple[str, bytes]]:
+    rng = random.Random(seed)
+    for i in range(n):
+        host = hosts[i % len(hosts)]
+        yield f"http://{host}/page/{i}.html", synthetic_html(rng, rng.randint(min_size, max_size), host)

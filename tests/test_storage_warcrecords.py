@@ -1,0 +1,83 @@
+"""wancrawl.warcrecords: agent-built gzip-member WARC/1.1 records that standard tools read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from storage.testing import fetch_result
+from wancrawl.errors import InvalidArgument
+from wancrawl.warcrecords import FetchResult, build_capture, build_revisit, sha1_digest
+
+
+def read_all(data: bytes):
+    out = []
+    for rec in ArchiveIterator(io.BytesIO(data), check_digests="raise"):
+        out.append((rec, rec.content_stream().read()))
+    return out
+
+
+def test_capture_is_three_gzip_members_warcio_reads():
+    body = b"<html>" + b"x" * 5000 + b"</html>"
+    c = build_capture(fetch_result("http://a.example/p?q=1", body, ip="127.3.2.1", truncated="length"))
+    for member in (c.response, c.request, c.metadata):
+        d = zlib.decompressobj(31)
+        d.decompress(member)
+        assert d.eof and not d.unused_data  # exactly one member each
+    recs = read_all(c.response + c.request + c.metadata)
+    (resp, payload), (req, _), (meta, meta_body) = recs
+    assert [r.rec_type for r, _ in recs] == ["response", "request", "metadata"]
+    assert resp.rec_headers.protocol == "WARC/1.1"
+    assert payload == body and c.payload_digest == sha1_digest(body)
+    assert resp.rec_headers.get_header("WARC-Payload-Digest") == c.payload_digest
+    assert resp.rec_headers.get_header("WARC-IP-Address") == "127.3.2.1"
+    assert resp.rec_headers.get_header("WARC-Truncated") == "length"
+    assert resp.rec_headers.get_header("WARC-Record-ID") == f"<{c.record_id}>"
+    assert req.rec_headers.get_header("WARC-Concurrent-To") == f"<{c.record_id}>"
+    assert req.http_headers.protocol == "GET" and req.http_headers.get_header("User-Agent") == "wancrawl/0.1"
+    assert meta.rec_headers.get_header("Content-Type") == "application/warc-fields"
+    assert b"agent-id: agent-1\r\n" in meta_body and b"fetch-time-ms: 42.000" in meta_body
+    assert b"truncated-reason: length" in meta_body
+    assert c.raw_length == len(gzip.decompress(c.response + c.request + c.metadata))
+    assert c.content_type == "text/html; charset=utf-8" and c.status == 200
+
+
+def test_decoded_body_gets_honest_headers():
+    f = FetchResult(url="http://a.example/", status=200, body=b"hello", agent_id="a", started_at=1.0, ended_at=2.0,
+                    response_headers=[("Content-Encoding", "gzip"), ("Content-Length", "25"), ("Transfer-Encoding", "chunked")],
+                    body_decoded=True)
+    (resp, payload), *_ = read_all(build_capture(f).response)
+    h = resp.http_headers
+    assert payload == b"hello" and h.get_header("Content-Length") == "5"
+    assert h.get_header("Content-Encoding") is None and h.get_header("X-Wancrawl-Orig-Content-Encoding") == "gzip"
+    assert h.get_header("Transfer-Encoding") is None
+
+
+def test_revisit_built_from_headers():
+    c = build_capture(fetch_result("http://a.example/", b"y" * 1000))
+    member, raw_len = build_revisit(record_id="urn:uuid:r", url=c.url, warc_date_str=c.warc_date,
+                                    payload_digest=c.payload_digest, http_headers=c.http_headers,
+                                    refers_to_id=c.record_id, refers_to_url=c.url, refers_to_date=c.warc_date)
+    (rec, payload), = read_all(member)
+    assert rec.rec_type == "revisit" and payload == b""
+    assert rec.http_headers.get_statuscode() == "200"
+    assert rec.rec_headers.get_header("WARC-Refers-To") == f"<{c.record_id}>"
+    assert raw_len == len(gzip.decompress(member))
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(url="ftp://a.example/"), "absolute http"),
+    (dict(status=42), "status"),
+    (dict(agent_id=""), "agent_id"),
+    (dict(truncated="because"), "truncated"),
+    (dict(ended_at=0.5), "before"),
+])
+def test_bad_fetch_results_are_refused(kw, msg):
+    base = dict(url="http://a.example/", status=200, response_headers=[], body=b"", agent_id="a", started_at=1.0, ended_at=2.0)
+    base.update(kw)
+    with pytest.raises(InvalidArgument, match=msg):
+        build_capture(FetchResult(**base))

@@ -1,0 +1,130 @@
+"""Typed TOML settings: dataclasses with defaults, strict keys, validation and CLI overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from wancrawl.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error becomes a ConfigError naming it."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {p}: {exc}") from None
+
+
+def build(cls: type[T], data: dict[str, Any] | None, *, where: str = "", source: str = "config") -> T:
+    """Build dataclass `cls` from a dict, checking every key and type.
+
+    `where` is the dotted prefix of this table (for messages), `source` the file name.
+    Unknown keys are errors that name the key and list the known ones.
+    """
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        attr = key.replace("-", "_")
+        if attr not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{source}: unknown key '{where}{key}' (known keys here: {known})")
+        kwargs[attr] = _coerce(hints[attr], value, f"{where}{key}", source)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {where or 'top level'}: {exc}") from None
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key, source)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{key}' must be a table, got {type(value).__name__}")
+        return build(tp, value, where=f"{key}.", source=source)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: '{key}' must be a list, got {type(value).__name__}")
+        item_tp = args[0] if args else Any
+        items = [_coerce(item_tp, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{key}' must be a table, got {type(value).__name__}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(vt, v, f"{key}.{k}", source) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{source}: '{key}' must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{source}: '{key}' must be an integer, got {value!r}")
+        try:
+            return int(value) if not isinstance(value, float) or value.is_integer() else _bad(key, value, "an integer", source)
+        except (TypeError, ValueError):
+            _bad(key, value, "an integer", source)
+    if tp is float:
+        if isinstance(value, bool):
+            _bad(key, value, "a number", source)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            _bad(key, value, "a number", source)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            _bad(key, value, "a string", source)
+        return str(value)
+    return value
+
+
+def _bad(key: str, value: Any, want: str, source: str) -> Any:
+    raise ConfigError(f"{source}: '{key}' must be {want}, got {value!r}")
+
+
+def override(settings: T, dotted: str, value: Any, *, source: str = "command line", _where: str = "") -> T:
+    """Return a copy of `settings` with the dotted key set (CLI flags beat the file)."""
+    head, _, rest = dotted.partition(".")
+    attr = head.replace("-", "_")
+    names = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+    if attr not in names:
+        raise ConfigError(f"{source}: unknown key '{_where}{dotted}'")
+    current = getattr(settings, attr)
+    if rest:
+        new = override(current, rest, value, source=source, _where=f"{_where}{head}.")
+    else:
+        tp = typing.get_type_hints(type(settings))[attr]
+        new = _coerce(tp, value, dotted, source)
+    try:
+        return dataclasses.replace(settings, **{attr: new})  # type: ignore[type-var]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {dotted}: {exc}") from None
+
+
+def to_dict(settings: Any) -> dict[str, Any]:
+    """The settings as plain data (for fingerprints and --print-config)."""
+    return dataclasses.asdict(settings)

@@ -1,0 +1,117 @@
+"""Host name to IP: a hosts file first, then (optionally) DNS, with caching of answers and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from wancrawl.errors import ConfigError
+from wancrawl.urls import canonical_host, ip_literal
+
+
+def parse_hosts_file(path: str | Path) -> dict[str, str]:
+    """An /etc/hosts-format file as {canonical host: first IP}. Bad lines name their number."""
+    mapping: dict[str, str] = {}
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"hosts file {p} not found") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) < 2 or ip_literal(fields[0]) is None:
+            raise ConfigError(f"hosts file {p} line {n}: expected 'IP name...', got {line!r}")
+        for name in fields[1:]:
+            try:
+                mapping.setdefault(canonical_host(name), fields[0])
+            except Exception as exc:  # noqa: BLE001
+                raise ConfigError(f"hosts file {p} line {n}: {exc}") from None
+    return mapping
+
+
+class HostResolver:
+    """Resolves canonical host names to one IP each (IPv4 preferred).
+
+    Invariant: `_cache[host] = (ip or None, expires_at)`; None is a cached failure, kept
+    `negative_ttl` seconds so a dead name is not asked again on every batch.
+    """
+
+    def __init__(
+        self,
+        hosts: dict[str, str] | None = None,
+        *,
+        system_dns: bool = True,
+        timeout: float = 2.0,
+        ttl: float = 300.0,
+        negative_ttl: float = 60.0,
+        max_concurrency: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.hosts = dict(hosts or {})
+        self.system_dns = system_dns
+        self.timeout = timeout
+        self.ttl = ttl
+        self.negative_ttl = negative_ttl
+        self.clock = clock
+        self._cache: dict[str, tuple[str | None, float]] = {}
+        self._sem = asyncio.Semaphore(max_concurrency)
+        self.lookups = 0
+        self.failures = 0
+
+    def static(self, host: str) -> str | None:
+        """The IP if the host is a literal or in the hosts file, else None."""
+        return ip_literal(host) or self.hosts.get(host)
+
+    def cached(self, host: str) -> tuple[bool, str | None]:
+        """(known, ip): known is False when DNS must be asked."""
+        ip = self.static(host)
+        if ip is not None:
+            return True, ip
+        hit = self._cache.get(host)
+        if hit is not None and hit[1] > self.clock():
+            return True, hit[0]
+        if not self.system_dns:
+            return True, None
+        return False, None
+
+    async def resolve(self, host: str) -> str | None:
+        known, ip = self.cached(host)
+        if known:
+            return ip
+        async with self._sem:
+            self.lookups += 1
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), timeout=self.timeout
+                )
+            except (OSError, asyncio.TimeoutError, UnicodeError):
+                infos = []
+        addrs = [i[4][0] for i in infos]
+        v4 = [a for a in addrs if ":" not in a]
+        ip = (v4 or addrs or [None])[0]
+        if ip is None:
+            self.failures += 1
+        self._cache[host] = (ip, self.clock() + (self.ttl if ip else self.negative_ttl))
+        return ip
+
+    async def resolve_many(self, hosts: Iterable[str]) -> dict[str, str | None]:
+        hosts = list(dict.fromkeys(hosts))
+        out: dict[str, str | None] = {}
+        ask = []
+        for h in hosts:
+            known, ip = self.cached(h)
+            if known:
+                out[h] = ip
+            else:
+                ask.append(h)
+        if ask:
+            ips = await asyncio.gather(*(self.resolve(h) for h in ask))
+            out.update(zip(ask, ips))
+        return out

@@ -1,0 +1,53 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Location(_message.Message):
+    __slots__ = ("city", "country", "lat", "lon", "has_coordinates", "asn", "isp")
+    CITY_FIELD_NUMBER: _ClassVar[int]
+    COUNTRY_FIELD_NUMBER: _ClassVar[int]
+    LAT_FIELD_NUMBER: _ClassVar[int]
+    LON_FIELD_NUMBER: _ClassVar[int]
+    HAS_COORDINATES_FIELD_NUMBER: _ClassVar[int]
+    ASN_FIELD_NUMBER: _ClassVar[int]
+    ISP_FIELD_NUMBER: _ClassVar[int]
+    city: str
+    country: str
+    lat: float
+    lon: float
+    has_coordinates: bool
+    asn: int
+    isp: str
+    def __init__(self, city: _Optional[str] = ..., country: _Optional[str] = ..., lat: _Optional[float] = ..., lon: _Optional[float] = ..., has_coordinates: _Optional[bool] = ..., asn: _Optional[int] = ..., isp: _Optional[str] = ...) -> None: ...
+
+class LoadReport(_message.Message):
+    __slots__ = ("queue_length", "in_flight", "pages_per_second", "errors", "hosts_owned", "capacity", "load_level", "pages_fetched", "spool_pages")
+    QUEUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    PAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_OWNED_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    LOAD_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FETCHED_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_PAGES_FIELD_NUMBER: _ClassVar[int]
+    queue_length: int
+    in_flight: int
+    pages_per_second: float
+    errors: int
+    hosts_owned: int
+    capacity: float
+    load_level: float
+    pages_fetched: int
+    spool_pages: int
+    def __init__(self, queue_length: _Optional[int] = ..., in_flight: _Optional[int] = ..., pages_per_second: _Optional[float] = ..., errors: _Optional[int] = ..., hosts_owned: _Optional[int] = ..., capacity: _Optional[float] = ..., load_level: _Optional[float] = ..., pages_fetched: _Optional[int] = ..., spool_pages: _Optional[int] = ...) -> None: ...
+
+class AgentRef(_message.Message):
+    __slots__ = ("agent_id", "address")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    address: str
+    def __init__(self, agent_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,179 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Capture(_message.Message):
+    __slots__ = ("record_id", "url", "agent_id", "fetched_at", "warc_date", "status", "content_type", "payload_digest", "payload_length", "ip", "truncated", "response", "request", "metadata", "http_headers", "raw_length")
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    WARC_DATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    HTTP_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    RAW_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    url: str
+    agent_id: str
+    fetched_at: float
+    warc_date: str
+    status: int
+    content_type: str
+    payload_digest: str
+    payload_length: int
+    ip: str
+    truncated: str
+    response: bytes
+    request: bytes
+    metadata: bytes
+    http_headers: bytes
+    raw_length: int
+    def __init__(self, record_id: _Optional[str] = ..., url: _Optional[str] = ..., agent_id: _Optional[str] = ..., fetched_at: _Optional[float] = ..., warc_date: _Optional[str] = ..., status: _Optional[int] = ..., content_type: _Optional[str] = ..., payload_digest: _Optional[str] = ..., payload_length: _Optional[int] = ..., ip: _Optional[str] = ..., truncated: _Optional[str] = ..., response: _Optional[bytes] = ..., request: _Optional[bytes] = ..., metadata: _Optional[bytes] = ..., http_headers: _Optional[bytes] = ..., raw_length: _Optional[int] = ...) -> None: ...
+
+class PageBatch(_message.Message):
+    __slots__ = ("batch_id", "captures")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    captures: _containers.RepeatedCompositeFieldContainer[Capture]
+    def __init__(self, batch_id: _Optional[str] = ..., captures: _Optional[_Iterable[_Union[Capture, _Mapping]]] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ("batch_id", "index", "record_id", "reason")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    index: int
+    record_id: str
+    reason: str
+    def __init__(self, batch_id: _Optional[str] = ..., index: _Optional[int] = ..., record_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class IngestAck(_message.Message):
+    __slots__ = ("batches", "stored", "revisits", "duplicates", "rejected", "bytes_written")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REVISITS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    batches: int
+    stored: int
+    revisits: int
+    duplicates: int
+    rejected: _containers.RepeatedCompositeFieldContainer[Rejection]
+    bytes_written: int
+    def __init__(self, batches: _Optional[int] = ..., stored: _Optional[int] = ..., revisits: _Optional[int] = ..., duplicates: _Optional[int] = ..., rejected: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., bytes_written: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("url", "has_at", "at", "record_id")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    HAS_AT_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    has_at: bool
+    at: float
+    record_id: str
+    def __init__(self, url: _Optional[str] = ..., has_at: _Optional[bool] = ..., at: _Optional[float] = ..., record_id: _Optional[str] = ...) -> None: ...
+
+class CaptureInfo(_message.Message):
+    __slots__ = ("record_id", "url", "canonical_url", "host", "agent_id", "fetched_at", "status", "content_type", "payload_digest", "record_type", "refers_to", "warc_file", "offset", "length", "truncated", "ip")
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    CANONICAL_URL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RECORD_TYPE_FIELD_NUMBER: _ClassVar[int]
+    REFERS_TO_FIELD_NUMBER: _ClassVar[int]
+    WARC_FILE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    IP_FIELD_NUMBER: _ClassVar[int]
+    record_id: str
+    url: str
+    canonical_url: str
+    host: str
+    agent_id: str
+    fetched_at: float
+    status: int
+    content_type: str
+    payload_digest: str
+    record_type: str
+    refers_to: str
+    warc_file: str
+    offset: int
+    length: int
+    truncated: str
+    ip: str
+    def __init__(self, record_id: _Optional[str] = ..., url: _Optional[str] = ..., canonical_url: _Optional[str] = ..., host: _Optional[str] = ..., agent_id: _Optional[str] = ..., fetched_at: _Optional[float] = ..., status: _Optional[int] = ..., content_type: _Optional[str] = ..., payload_digest: _Optional[str] = ..., record_type: _Optional[str] = ..., refers_to: _Optional[str] = ..., warc_file: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., truncated: _Optional[str] = ..., ip: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("capture", "http_headers", "body")
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
+    HTTP_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    capture: CaptureInfo
+    http_headers: bytes
+    body: bytes
+    def __init__(self, capture: _Optional[_Union[CaptureInfo, _Mapping]] = ..., http_headers: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ("top",)
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    top: int
+    def __init__(self, top: _Optional[int] = ...) -> None: ...
+
+class Count(_message.Message):
+    __slots__ = ("key", "pages", "stored_bytes")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    pages: int
+    stored_bytes: int
+    def __init__(self, key: _Optional[str] = ..., pages: _Optional[int] = ..., stored_bytes: _Optional[int] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("pages", "responses", "revisits", "raw_bytes", "stored_bytes", "compression_ratio", "warc_files", "hosts", "agents", "per_host", "per_agent")
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    REVISITS_FIELD_NUMBER: _ClassVar[int]
+    RAW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WARC_FILES_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    PER_HOST_FIELD_NUMBER: _ClassVar[int]
+    PER_AGENT_FIELD_NUMBER: _ClassVar[int]
+    pages: int
+    responses: int
+    revisits: int
+    raw_bytes: int
+    stored_bytes: int
+    compression_ratio: float
+    warc_files: int
+    hosts: int
+    agents: int
+    per_host: _containers.RepeatedCompositeFieldContainer[Count]
+    per_agent: _containers.RepeatedCompositeFieldContainer[Count]
+    def __init__(self, pages: _Optional[int] = ..., responses: _Optional[int] = ..., revisits: _Optional[int] = ..., raw_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., compression_ratio: _Optional[float] = ..., warc_files: _Optional[int] = ..., hosts: _Optional[int] = ..., agents: _Optional[int] = ..., per_host: _Optional[_Iterable[_Union[Count, _Mapping]]] = ..., per_agent: _Optional[_Iterable[_Union[Count, _Mapping]]] = ...) -> None: ...

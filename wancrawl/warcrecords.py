@@ -1,0 +1,229 @@
+"""Agent-side WARC/1.1 record building: one fetch becomes gzip-member records that storage only appends."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from io import BytesIO
+
+from warcio.recordbuilder import RecordBuilder
+from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
+from warcio.warcwriter import BufferWARCWriter
+
+from wancrawl.errors import InvalidArgument
+
+WARC_VERSION = "1.1"
+# Level 6 compresses HTML within a few percent of level 9 at about half the CPU (bench/storage_ingest.py).
+DEFAULT_LEVEL = 6
+TRUNCATED_REASONS = ("length", "time", "disconnect", "unspecified")
+REVISIT_PROFILE = RecordBuilder.REVISIT_PROFILE_1_1
+# Bodies reach us de-chunked (and maybe decoded), so these headers would lie about the stored payload.
+_HOP_HEADERS = ("transfer-encoding",)
+
+Headers = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What the agent knows about one HTTP exchange."""
+
+    url: str
+    status: int
+    response_headers: Headers
+    body: bytes
+    agent_id: str
+    started_at: float  # epoch seconds; becomes WARC-Date
+    ended_at: float
+    method: str = "GET"
+    request_headers: Headers = ()
+    reason: str = ""
+    http_version: str = "HTTP/1.1"
+    ip: str = ""  # peer address; WARC-IP-Address
+    truncated: str | None = None  # one of TRUNCATED_REASONS when the agent cut the body
+    body_decoded: bool = False  # True when Content-Encoding was already undone (httpx .content)
+    extra_metadata: Sequence[tuple[str, str]] = ()
+
+
+@dataclass
+class Capture:
+    """One capture ready for storage: gzip members plus the few fields storage indexes."""
+
+    record_id: str  # "urn:uuid:..." of the response record; the idempotency key
+    url: str
+    agent_id: str
+    fetched_at: float
+    warc_date: str
+    status: int
+    content_type: str
+    payload_digest: str  # "sha1:BASE32", as in WARC-Payload-Digest
+    payload_length: int
+    ip: str
+    truncated: str
+    response: bytes  # gzip member holding the response record
+    request: bytes  # gzip member holding the request record
+    metadata: bytes  # gzip member holding the metadata record
+    http_headers: bytes  # raw status line + headers, so storage can write a revisit instead
+    raw_length: int  # uncompressed bytes of the three records
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def sha1_digest(data: bytes) -> str:
+    """A WARC digest value: "sha1:" and the base32 SHA-1."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
+def warc_date(ts: float) -> str:
+    """WARC/1.1 date with microseconds, UTC."""
+    dt = datetime.fromtimestamp(ts, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def gzip_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+    comp = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return comp.compress(data) + comp.flush()
+
+
+def _record_bytes(record) -> bytes:
+    writer = BufferWARCWriter(gzip=False, warc_version=WARC_VERSION)
+    writer.write_record(record)
+    return writer.get_contents()
+
+
+def _clean_headers(headers: Headers, body_decoded: bool, body_len: int) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, value in headers:
+        low = name.lower()
+        if low in _HOP_HEADERS or (body_decoded and low == "content-encoding"):
+            out.append((f"X-Wancrawl-Orig-{name}", value))
+        elif body_decoded and low == "content-length":
+            out.append((f"X-Wancrawl-Orig-{name}", value))
+        else:
+            out.append((name, value))
+    if body_decoded:
+        out.append(("Content-Length", str(body_len)))
+    return out
+
+
+def _check(fetch: FetchResult) -> None:
+    if not fetch.url or not fetch.url.startswith(("http://", "https://")):
+        raise InvalidArgument(f"fetch url must be absolute http(s), got {fetch.url!r}")
+    if not 100 <= fetch.status <= 999:
+        raise InvalidArgument(f"{fetch.url}: HTTP status {fetch.status} out of range")
+    if not fetch.agent_id:
+        raise InvalidArgument(f"{fetch.url}: agent_id is empty")
+    if fetch.truncated is not None and fetch.truncated not in TRUNCATED_REASONS:
+        raise InvalidArgument(f"{fetch.url}: truncated must be one of {TRUNCATED_REASONS}, got {fetch.truncated!r}")
+    if fetch.ended_at < fetch.started_at:
+        raise InvalidArgument(f"{fetch.url}: ended_at is before started_at")
+
+
+def build_capture(fetch: FetchResult, *, level: int = DEFAULT_LEVEL, record_id: str | None = None) -> Capture:
+    """Build the response, request and metadata records of one fetch as separate gzip members.
+
+    The request and metadata records name the response with WARC-Concurrent-To, so a revisit
+    that storage writes under the same record id keeps those links valid.
+    """
+    _check(fetch)
+    rid = record_id or f"urn:uuid:{uuid.uuid4()}"
+    date = warc_date(fetch.started_at)
+    builder = RecordBuilder(warc_version=WARC_VERSION)
+
+    headers = _clean_headers(fetch.response_headers, fetch.body_decoded, len(fetch.body))
+    status_line = f"{fetch.status} {fetch.reason}".rstrip()
+    http = StatusAndHeaders(status_line, headers, protocol=fetch.http_version)
+    http_head = http.to_bytes()
+    content_type = http.get_header("Content-Type") or ""
+    payload_digest = sha1_digest(fetch.body)
+
+    warc_headers = {"WARC-Record-ID": f"<{rid}>", "WARC-Date": date, "WARC-Payload-Digest": payload_digest}
+    if fetch.ip:
+        warc_headers["WARC-IP-Address"] = fetch.ip
+    if fetch.truncated:
+        warc_headers["WARC-Truncated"] = fetch.truncated
+    resp = builder.create_warc_record(
+        fetch.url, "response", payload=BytesIO(fetch.body), length=len(fetch.body),
+        http_headers=http, warc_headers_dict=warc_headers,
+    )
+    response_raw = _record_bytes(resp)
+
+    req_http = StatusAndHeaders(
+        f"{fetch.method} {_request_target(fetch.url)} {fetch.http_version}",
+        list(fetch.request_headers), is_http_request=True,
+    )
+    req_headers = {"WARC-Date": date, "WARC-Concurrent-To": f"<{rid}>"}
+    if fetch.ip:
+        req_headers["WARC-IP-Address"] = fetch.ip
+    req = builder.create_warc_record(fetch.url, "request", http_headers=req_http, warc_headers_dict=req_headers)
+    request_raw = _record_bytes(req)
+
+    fields = [
+        ("agent-id", fetch.agent_id),
+        ("fetch-start", warc_date(fetch.started_at)),
+        ("fetch-end", warc_date(fetch.ended_at)),
+        ("fetch-time-ms", f"{(fetch.ended_at - fetch.started_at) * 1000:.3f}"),
+        ("payload-length", str(len(fetch.body))),
+    ]
+    if fetch.truncated:
+        fields.append(("truncated-reason", fetch.truncated))
+    fields.extend(fetch.extra_metadata)
+    meta_body = "".join(f"{k}: {v}\r\n" for k, v in fields).encode("utf-8")
+    meta = builder.create_warc_record(
+        fetch.url, "metadata", payload=BytesIO(meta_body), length=len(meta_body),
+        warc_content_type="application/warc-fields",
+        warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": f"<{rid}>"},
+    )
+    meta.http_headers = None
+    metadata_raw = _record_bytes(meta)
+
+    return Capture(
+        record_id=rid, url=fetch.url, agent_id=fetch.agent_id, fetched_at=fetch.started_at,
+        warc_date=date, status=fetch.status, content_type=content_type,
+        payload_digest=payload_digest, payload_length=len(fetch.body), ip=fetch.ip,
+        truncated=fetch.truncated or "",
+        response=gzip_member(response_raw, level), request=gzip_member(request_raw, level),
+        metadata=gzip_member(metadata_raw, level), http_headers=http_head,
+        raw_length=len(response_raw) + len(request_raw) + len(metadata_raw),
+    )
+
+
+def _request_target(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def build_revisit(
+    *, record_id: str, url: str, warc_date_str: str, payload_digest: str, http_headers: bytes,
+    refers_to_id: str, refers_to_url: str, refers_to_date: str, ip: str = "", level: int = DEFAULT_LEVEL,
+) -> tuple[bytes, int]:
+    """The gzip member of a revisit record (identical-payload-digest profile) and its raw length.
+
+    Storage calls this when a capture's payload is already archived; it reuses the capture's
+    record id so the request and metadata records' WARC-Concurrent-To still resolve.
+    """
+    builder = RecordBuilder(warc_version=WARC_VERSION)
+    parsed = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/2.0", "HTTP/3"]).parse(BytesIO(http_headers))
+    headers = {"WARC-Record-ID": f"<{record_id}>", "WARC-Date": warc_date_str, "WARC-Refers-To": f"<{refers_to_id}>"}
+    if ip:
+        headers["WARC-IP-Address"] = ip
+    rec = builder.create_revisit_record(url, payload_digest, refers_to_url, refers_to_date,
+                                        http_headers=parsed, warc_headers_dict=headers)
+    raw = _record_bytes(rec)
+    return gzip_member(raw, level), len(raw)
+
+
+def warcinfo_member(filename: str, info: dict[str, str]) -> bytes:
+    """The gzip member of a warcinfo record that opens each WARC file."""
+    builder = RecordBuilder(warc_version=WARC_VERSION)
+    rec = builder.create_warcinfo_record(filename, info)
+    return gzip_member(_record_bytes(rec))
+
+
+def members(capture: Capture) -> Iterable[bytes]:
+    return (m for m in (capture.response, capture.request, capture.metadata) if m)
