@@ -1,0 +1,197 @@
+"""The `lab` command: plan, geodb, web, truth; `up`/`down` come with issue #6."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import asyncio
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+
+from lab import geodb, topology
+from lab.web import Web
+from wancrawl.errors import WancrawlError
+
+
+def _topo(args: argparse.Namespace) -> topology.Topology:
+    return topology.load(args.topology)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    t = _topo(args)
+    print(f"# topology {t.spec.name} ({t.source})")
+    for b in t.blocks:
+        i = t.isp(b.isp)
+        print(f"block {b.network}\t{b.name}\tAS{i.asn}\tagents {t.agent_address(b.isp, b.city, 0)}-{t.agent_address(b.isp, b.city, 7)}")
+    for s in t.sites:
+        print(f"site {s.ip}:{s.port}\t{s.host}\t{s.isp}\t{s.city}\t{s.kind}")
+    return 0
+
+
+def cmd_geodb(args: argparse.Namespace) -> int:
+    paths = geodb.write_all(_topo(args), args.out)
+    for p in paths.values():
+        print(p)
+    return 0
+
+
+def _serve_worker(args: argparse.Namespace, reuse_port: bool, log_path: str | None) -> None:
+    from lab.server import run
+
+    web = Web(_topo(args), args.seed, time_scale=args.time_scale, cache_pages=args.cache_pages)
+    parent = os.getppid() if reuse_port else None
+    try:
+        asyncio.run(run(web, port=args.port, zero_latency=args.zero_latency, log_path=log_path, keep_log=False, reuse_port=reuse_port, parent_pid=parent))
+    except KeyboardInterrupt:
+        pass
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    t = _topo(args)
+    if args.workers > 1 and not args.zero_latency:
+        # Interconnect buckets are shared state; across processes they would each grant the full rate.
+        print("lab web: --workers > 1 needs --zero-latency (the link model lives in one process)", file=sys.stderr)
+        return 2
+    port = args.port or t.spec.sites.port
+    args.port = port
+    print(
+        f"lab web: {len(t.sites)} sites on {len(t.site_ips)} addresses, port {port}, seed {args.seed}, "
+        f"time scale {args.time_scale}{', zero latency' if args.zero_latency else ''}, {args.workers} worker(s)",
+        file=sys.stderr,
+    )
+    if args.workers <= 1:
+        _serve_worker(args, False, args.log)
+        return 0
+    procs = [multiprocessing.Process(target=_serve_worker, args=(args, True, args.log), daemon=True) for _ in range(args.workers)]
+    for p in procs:
+        p.start()
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(5)
+    return 0
+
+
+def cmd_truth(args: argparse.Namespace) -> int:
+    from lab.truth import Scope, Truth, read_seeds
+
+    seeds, errors = read_seeds(Path(args.seeds).read_text(encoding="utf-8"))
+    for e in errors:
+        print(f"{args.seeds}: {e}", file=sys.stderr)
+    web = Web(_topo(args), args.seed, time_scale=args.time_scale)
+    if args.port:
+        web = web.with_port(args.port)
+    scope = Scope(
+        max_depth=args.max_depth, allow_domains=[d.lower().strip(".") for d in args.allow_domain],
+        respect_robots=args.respect_robots, user_agent=args.user_agent, sort_query=args.sort_query,
+        max_urls=args.max_urls,
+    )
+    out = sys.stdout
+    for r in Truth(web, scope).reachable(seeds):
+        out.write(f"{r.status}\t{r.depth}\t{r.url}\n" if args.status else r.url + "\n")
+    return 0
+
+
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    from lab.loadgen import run_load
+
+    t = _topo(args)
+    if args.port:
+        t = topology.Topology(dataclasses.replace(t.spec, sites=dataclasses.replace(t.spec.sites, port=args.port)), source=t.source)
+    web = Web(t, args.seed)
+    urls = web.all_page_urls()
+    r = asyncio.run(run_load(t, urls, connections=args.connections, duration=args.duration, source=args.source))
+    print(f"{r.requests} requests in {r.seconds:.2f} s: {r.rps:.0f} pages/s, {r.mbps:.0f} Mbit/s, {r.errors} errors")
+    return 0
+
+
+def cmd_not_yet(args: argparse.Namespace) -> int:
+    print(f"lab {args.cmd}: not built yet (issue #6)", file=sys.stderr)
+    return 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lab", description="wancrawl's emulated WAN: address plan, geo DBs, synthetic web, truth.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def topo_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--topology", metavar="FILE", help="topology TOML (default: seed 002's world)")
+
+    sp = sub.add_parser("plan", help="print the address plan: blocks, agent addresses, sites")
+    topo_arg(sp)
+    sp.set_defaults(func=cmd_plan)
+
+    sp = sub.add_parser("geodb", help="write city.mmdb, asn.mmdb, ipasn.dat and hosts for the plan")
+    sp.add_argument("--out", required=True, metavar="DIR")
+    topo_arg(sp)
+    sp.set_defaults(func=cmd_geodb)
+
+    sp = sub.add_parser("web", help="serve every site of the synthetic web")
+    topo_arg(sp)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--port", type=int, default=None, help="default: the topology's sites.port (8080)")
+    sp.add_argument("--time-scale", type=float, default=1.0, help="model seconds per wall second (60: an hour in a minute)")
+    sp.add_argument("--zero-latency", action="store_true", help="no link model: for throughput benchmarks")
+    sp.add_argument("--workers", type=int, default=1, help="processes sharing the sockets (needs --zero-latency)")
+    sp.add_argument("--log", metavar="FILE", help="append a JSONL request log here")
+    sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~22 KB each)")
+    sp.set_defaults(func=cmd_web)
+
+    sp = sub.add_parser("truth", help="print the canonical URLs reachable from seeds (BFS over the generator)")
+    sp.add_argument("--seeds", required=True, metavar="FILE")
+    sp.add_argument("--max-depth", type=int, default=None)
+    sp.add_argument("--allow-domain", action="append", default=[], metavar="DOMAIN")
+    sp.add_argument("--respect-robots", action="store_true")
+    sp.add_argument("--user-agent", default="wancrawl")
+    sp.add_argument("--sort-query", action="store_true", help="canonicalize with sorted query (match the crawler)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--time-scale", type=float, default=1.0)
+    sp.add_argument("--max-urls", type=int, default=1_000_000)
+    sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
+    sp.add_argument("--status", action="store_true", help="print status, depth and URL")
+    topo_arg(sp)
+    sp.set_defaults(func=cmd_truth)
+
+    sp = sub.add_parser("loadgen", help="measure a running `lab web` with keep-alive GETs of every page")
+    topo_arg(sp)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--port", type=int, default=None)
+    sp.add_argument("--connections", type=int, default=64)
+    sp.add_argument("--duration", type=float, default=5.0)
+    sp.add_argument("--source", metavar="IP", help="bind this source address (e.g. an agent address)")
+    sp.set_defaults(func=cmd_loadgen)
+
+    for name in ("up", "down"):
+        sp = sub.add_parser(name, help="(issue #6) run the whole topology as local processes")
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=cmd_not_yet)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if argv is None:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `lab plan | head` should just stop
+    try:
+        return args.func(args)
+    except WancrawlError as exc:
+        print(f"lab {args.cmd}: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"lab {args.cmd}: {exc.args[0]}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""The lab's address plan: ISPs, cities, 127.ISP.CITY.0/24 blocks, agent addresses and sites."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from wancrawl.config import build, read_toml
+from wancrawl.errors import ConfigError
+
+AGENT_FIRST = 2  # .2-.9 are agent source addresses
+AGENT_SLOTS = 8
+SITE_FIRST = 10  # normal sites from .10 up to .239, then shared as virtual hosts
+SITE_LAST = 239
+HOSTILE_FIRST = 240  # hostile sites from .240 to .254
+HOSTILE_LAST = 254
+EARTH_RADIUS_KM = 6371.0
+
+HOSTILE_KINDS = (
+    "redirect-loop",
+    "redirect-chain",
+    "calendar",
+    "slow-drip",
+    "never",
+    "huge",
+    "gzip-bomb",
+    "wrong-type",
+    "throttle",
+    "server-error",
+    "malformed",
+    "bad-schemes",
+    "long-urls",
+    "gbk",
+)
+
+
+@dataclass
+class IspSpec:
+    name: str
+    slug: str
+    asn: int
+    org: str = ""
+
+
+@dataclass
+class CitySpec:
+    name: str
+    slug: str
+    lat: float
+    lon: float
+    country: str = "CN"
+    country_name: str = "China"
+    continent: str = "AS"
+    continent_name: str = "Asia"
+    time_zone: str = "Asia/Shanghai"
+    geoname_id: int = 0
+
+
+@dataclass
+class LinkSpec:
+    """Link model parameters; times in milliseconds, rates in kilobits per second (0 = unlimited)."""
+
+    hop_ms: float = 2.0  # RTT added per hop: 1 hop in a block, +1 across cities, +1 across ISPs
+    ms_per_100km: float = 1.0  # RTT per 100 km of great-circle distance
+    inter_isp_penalty_ms: float = 30.0  # RTT added when client ISP != site ISP
+    first_request_rtts: float = 2.0  # a new connection pays the TCP handshake too
+    flow_kbps: float = 8000.0  # per connection (one flow) body pacing
+    access_kbps: float = 0.0  # per client address (an agent's access link), shared by its flows
+    interconnect_kbps: float = 4000.0  # per ISP pair, shared by every flow crossing it
+    interconnect_burst_kb: float = 32.0
+    interconnect: dict[str, float] = field(default_factory=dict)  # "telecom-unicom" = kbps override
+    chunk_bytes: int = 16384  # pacing granularity
+
+
+@dataclass
+class SitesSpec:
+    per_block: int = 8
+    blocks: dict[str, int] = field(default_factory=dict)  # "telecom-beijing" = 20 overrides per_block
+    hostile: bool = True
+    port: int = 8080
+    domain: str = "lab"
+
+
+@dataclass
+class WebSpec:
+    pages_min: int = 5
+    pages_max: int = 3000
+    pareto_alpha: float = 1.1
+    links_min: int = 10
+    links_max: int = 40
+    cross_site_ratio: float = 0.12  # share of a page's links that leave the site
+    same_city_bias: float = 4.0  # extra weight of a target site in the same city
+    same_isp_bias: float = 4.0  # extra weight of a target site in the same ISP
+    page_kb_min: float = 5.0
+    page_kb_max: float = 60.0
+    robots_disallow_ratio: float = 0.3
+    crawl_delay_ratio: float = 0.2
+    crawl_delays: list[float] = field(default_factory=lambda: [1.0, 2.0, 5.0])
+    sitemap_ratio: float = 0.1
+    hostile_link_ratio: float = 0.01  # share of normal pages with one link to a hostile site
+    huge_mb: float = 10.0
+    gzip_bomb_mb: float = 1024.0  # decoded size of the gzip bomb
+    drip_bytes: int = 64  # slow-drip: this many bytes ...
+    drip_interval_s: float = 1.0  # ... every this many (model) seconds
+    drip_total_bytes: int = 8192
+    calendar_start: str = "2009-01"
+
+
+@dataclass
+class TopologySpec:
+    name: str = "seed-002"
+    isps: list[IspSpec] = field(default_factory=list)
+    cities: list[CitySpec] = field(default_factory=list)
+    link: LinkSpec = field(default_factory=LinkSpec)
+    sites: SitesSpec = field(default_factory=SitesSpec)
+    web: WebSpec = field(default_factory=WebSpec)
+
+
+def default_spec() -> TopologySpec:
+    """Seed paper 002's world: Beijing, Harbin, Guangzhou; China Telecom, China Unicom, CERNET."""
+    return TopologySpec(
+        name="seed-002",
+        isps=[
+            IspSpec("China Telecom", "telecom", 4134, "CHINANET-BACKBONE No.31,Jin-rong Street"),
+            IspSpec("China Unicom", "unicom", 4837, "CHINA UNICOM China169 Backbone"),
+            IspSpec("CERNET", "cernet", 4538, "China Education and Research Network Center"),
+        ],
+        cities=[
+            CitySpec("Beijing", "beijing", 39.9042, 116.4074, geoname_id=1816670),
+            CitySpec("Harbin", "harbin", 45.8038, 126.5350, time_zone="Asia/Harbin", geoname_id=2037013),
+            CitySpec("Guangzhou", "guangzhou", 23.1291, 113.2644, geoname_id=1809858),
+        ],
+    )
+
+
+def great_circle_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Haversine distance in kilometres."""
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
+
+
+@dataclass(frozen=True)
+class Block:
+    isp: str  # ISP slug
+    city: str  # city slug
+    isp_index: int  # 1-based
+    city_index: int  # 1-based
+    network: str  # "127.I.C.0/24"
+
+    @property
+    def name(self) -> str:
+        return f"{self.isp}-{self.city}"
+
+
+@dataclass(frozen=True)
+class Site:
+    index: int  # global, stable for a topology: the generator's site key
+    host: str
+    ip: str
+    port: int
+    isp: str
+    city: str
+    kind: str = "normal"  # or one of HOSTILE_KINDS
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}" + ("" if self.port == 80 else f":{self.port}")
+
+    @property
+    def hostile(self) -> bool:
+        return self.kind != "normal"
+
+
+class Topology:
+    """An address plan built from a TopologySpec; pure and cheap to query."""
+
+    def __init__(self, spec: TopologySpec, *, source: str = "default"):
+        self.spec = spec
+        self.source = source
+        _validate(spec, source)
+        self._isp = {i.slug: i for i in spec.isps}
+        self._city = {c.slug: c for c in spec.cities}
+        self._isp_index = {i.slug: n for n, i in enumerate(spec.isps, 1)}
+        self._city_index = {c.slug: n for n, c in enumerate(spec.cities, 1)}
+
+    # --- ISPs, cities, blocks -------------------------------------------------------------
+    @property
+    def isps(self) -> list[IspSpec]:
+        return list(self.spec.isps)
+
+    @property
+    def cities(self) -> list[CitySpec]:
+        return list(self.spec.cities)
+
+    def isp(self, key: str | int) -> IspSpec:
+        """An ISP by slug, name, 1-based index or ASN."""
+        return self.spec.isps[self._isp_pos(key) - 1]
+
+    def city(self, key: str | int) -> CitySpec:
+        """A city by slug, name or 1-based index."""
+        return self.spec.cities[self._city_pos(key) - 1]
+
+    def _isp_pos(self, key: str | int) -> int:
+        if isinstance(key, int):
+            if 1 <= key <= len(self.spec.isps):
+                return key
+            for n, i in enumerate(self.spec.isps, 1):
+                if i.asn == key:
+                    return n
+        else:
+            k = key.lower()
+            for n, i in enumerate(self.spec.isps, 1):
+                if k in (i.slug, i.name.lower()):
+                    return n
+        raise KeyError(f"no ISP {key!r} in topology {self.source} (known: {', '.join(self._isp)})")
+
+    def _city_pos(self, key: str | int) -> int:
+        if isinstance(key, int):
+            if 1 <= key <= len(self.spec.cities):
+                return key
+        else:
+            k = key.lower()
+            for n, c in enumerate(self.spec.cities, 1):
+                if k in (c.slug, c.name.lower()):
+                    return n
+        raise KeyError(f"no city {key!r} in topology {self.source} (known: {', '.join(self._city)})")
+
+    @cached_property
+    def blocks(self) -> list[Block]:
+        return [
+            Block(i.slug, c.slug, ni, nc, f"127.{ni}.{nc}.0/24")
+            for ni, i in enumerate(self.spec.isps, 1)
+            for nc, c in enumerate(self.spec.cities, 1)
+        ]
+
+    def block(self, isp: str | int, city: str | int) -> Block:
+        ni, nc = self._isp_pos(isp), self._city_pos(city)
+        return self.blocks[(ni - 1) * len(self.spec.cities) + (nc - 1)]
+
+    def agent_address(self, isp: str | int, city: str | int, n: int = 0) -> str:
+        """The n-th (0-based) agent source address of a block: 127.I.C.(2+n)."""
+        if not 0 <= n < AGENT_SLOTS:
+            raise ValueError(f"agent slot {n} out of range 0..{AGENT_SLOTS - 1}")
+        return f"127.{self._isp_pos(isp)}.{self._city_pos(city)}.{AGENT_FIRST + n}"
+
+    def locate(self, ip: str) -> tuple[str, str] | None:
+        """(isp slug, city slug) of an address in the plan, else None."""
+        try:
+            a = ipaddress.IPv4Address(ip)
+        except ValueError:
+            return None
+        o = a.packed
+        if o[0] != 127 or not (1 <= o[1] <= len(self.spec.isps)) or not (1 <= o[2] <= len(self.spec.cities)):
+            return None
+        return self.spec.isps[o[1] - 1].slug, self.spec.cities[o[2] - 1].slug
+
+    def distance_km(self, city_a: str, city_b: str) -> float:
+        a, b = self.city(city_a), self.city(city_b)
+        return great_circle_km(a.lat, a.lon, b.lat, b.lon)
+
+    # --- sites ----------------------------------------------------------------------------
+    def sites_in_block(self, block: Block) -> int:
+        return self.spec.sites.blocks.get(block.name, self.spec.sites.per_block)
+
+    @cached_property
+    def sites(self) -> list[Site]:
+        """Normal sites block by block, then one hostile site per kind (round robin over blocks)."""
+        dom, port = self.spec.sites.domain, self.spec.sites.port
+        total = sum(self.sites_in_block(b) for b in self.blocks)
+        width = max(4, len(str(total - 1)))
+        out: list[Site] = []
+        span = SITE_LAST - SITE_FIRST + 1
+        for b in self.blocks:
+            for k in range(self.sites_in_block(b)):
+                idx = len(out)
+                ip = f"127.{b.isp_index}.{b.city_index}.{SITE_FIRST + k % span}"
+                out.append(Site(idx, f"www.s{idx:0{width}d}.{b.name}.{dom}", ip, port, b.isp, b.city))
+        if self.spec.sites.hostile:
+            per_block: dict[str, int] = {}
+            for n, kind in enumerate(HOSTILE_KINDS):
+                b = self.blocks[n % len(self.blocks)]
+                k = per_block.get(b.name, 0)
+                per_block[b.name] = k + 1
+                ip = f"127.{b.isp_index}.{b.city_index}.{HOSTILE_FIRST + k % (HOSTILE_LAST - HOSTILE_FIRST + 1)}"
+                out.append(Site(len(out), f"www.{kind}.{b.name}.{dom}", ip, port, b.isp, b.city, kind))
+        return out
+
+    @cached_property
+    def normal_sites(self) -> list[Site]:
+        return [s for s in self.sites if not s.hostile]
+
+    @cached_property
+    def hostile_sites(self) -> dict[str, Site]:
+        return {s.kind: s for s in self.sites if s.hostile}
+
+    @cached_property
+    def _by_host(self) -> dict[str, Site]:
+        return {s.host: s for s in self.sites}
+
+    def site(self, host: str) -> Site | None:
+        """The site of a host name (case-insensitive, port and trailing dot ignored)."""
+        h = host.lower().rstrip(".")
+        if ":" in h:
+            h = h.rsplit(":", 1)[0]
+        return self._by_host.get(h)
+
+    @cached_property
+    def site_ips(self) -> list[str]:
+        """Every distinct address the web server must bind, in plan order."""
+        return list(dict.fromkeys(s.ip for s in self.sites))
+
+    def sites_on(self, ip: str) -> list[Site]:
+        return [s for s in self.sites if s.ip == ip]
+
+    def hosts_file(self) -> str:
+        """/etc/hosts-format lines mapping every site's host name to its address."""
+        lines = [f"# wancrawl lab hosts for topology {self.spec.name} ({self.source})"]
+        lines += [f"{s.ip}\t{s.host}" for s in self.sites]
+        return "\n".join(lines) + "\n"
+
+
+def _validate(spec: TopologySpec, source: str) -> None:
+    if not spec.isps or not spec.cities:
+        raise ConfigError(f"{source}: a topology needs at least one [[isps]] and one [[cities]]")
+    if len(spec.isps) > 255 or len(spec.cities) > 255:
+        raise ConfigError(f"{source}: at most 255 ISPs and 255 cities fit in 127.ISP.CITY.0/24")
+    for what, items in (("isps", spec.isps), ("cities", spec.cities)):
+        slugs = [x.slug for x in items]
+        dup = {s for s in slugs if slugs.count(s) > 1}
+        if dup:
+            raise ConfigError(f"{source}: duplicate {what} slug(s): {', '.join(sorted(dup))}")
+        for x in items:
+            if not x.slug or not all(ch.isalnum() or ch == "-" for ch in x.slug) or x.slug != x.slug.lower():
+                raise ConfigError(f"{source}: {what} slug {x.slug!r} must be lower-case letters, digits and '-'")
+    for c in spec.cities:
+        if not (-90 <= c.lat <= 90 and -180 <= c.lon <= 180):
+            raise ConfigError(f"{source}: city {c.slug}: latitude/longitude out of range")
+    names = {f"{i.slug}-{c.slug}" for i in spec.isps for c in spec.cities}
+    for key in spec.sites.blocks:
+        if key not in names:
+            raise ConfigError(f"{source}: sites.blocks: unknown block {key!r} (blocks are isp-city)")
+    slugs = {i.slug for i in spec.isps}
+    for key in spec.link.interconnect:
+        a, _, b = key.partition("-")
+        if a not in slugs or b not in slugs:
+            raise ConfigError(f"{source}: link.interconnect: {key!r} is not 'isp-isp' of known ISP slugs")
+    if not 1 <= spec.sites.port <= 65535:
+        raise ConfigError(f"{source}: sites.port out of range")
+    w = spec.web
+    if w.pages_min < 1 or w.pages_max < w.pages_min:
+        raise ConfigError(f"{source}: web.pages_min/pages_max must satisfy 1 <= min <= max")
+    if w.page_kb_min <= 0 or w.page_kb_max < w.page_kb_min:
+        raise ConfigError(f"{source}: web.page_kb_min/page_kb_max must satisfy 0 < min <= max")
+
+
+def load(path: str | Path | None = None, **overrides: Any) -> Topology:
+    """The default world (path None) or a TOML topology file.
+
+    A file that omits [[isps]] or [[cities]] inherits seed 002's. Keyword overrides replace
+    sections or top-level fields (e.g. sites=SitesSpec(per_block=2)) — handy in tests.
+    """
+    if path is None:
+        spec, source = default_spec(), "default"
+    else:
+        source = str(path)
+        data = read_toml(path)
+        spec = build(TopologySpec, data, source=source)
+        base = default_spec()
+        if not spec.isps:
+            spec.isps = base.isps
+        if not spec.cities:
+            spec.cities = base.cities
+    if overrides:
+        spec = dataclasses.replace(spec, **overrides)
+    return Topology(spec, source=source)

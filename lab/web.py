@@ -1,0 +1,611 @@
+"""The synthetic web: every response is a pure function of (seed, topology, site, path, time scale)."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import random
+import re
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from lab.topology import HOSTILE_KINDS, Site, Topology
+
+WORDS = (
+    "the of and to in is for on with as by at from that this are be or an it was which will "
+    "can has have not more new all about their other its also one two first time year people "
+    "city network data service system research market report local world government public "
+    "school university student health energy water travel history science music sport film "
+    "book company business product price order support help news weather river mountain "
+    "garden bridge station library museum festival harbor winter summer spring autumn north "
+    "south east west central national regional international online digital mobile open "
+    "free best great small large early late simple quick careful modern ancient bright "
+    "quiet busy green red blue golden silver paper stone glass iron cotton silk tea rice "
+    "noodle dumpling market street road avenue square tower hall center park lake island "
+    "coast valley plain forest field farm factory office shop store hotel restaurant "
+    "kitchen recipe method result analysis model theory practice project team member "
+    "leader partner customer visitor reader writer editor teacher doctor engineer artist "
+    "farmer driver pilot captain guide review update release version feature issue guide"
+).split()
+
+# Common characters for the GBK pages (all encodable in GBK).
+HANZI = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处队南给色光门即保治北造百规热领七海口东导器压志世金增争济阶油思术极交受联什认六共权收证改清己美再采转更单风切打白教速花带安场身车例真务具万每目至达走积示议声报斗完类八离华名确才科张信马节话米整空元况今集温传土许步群广石记需段研界拉林律叫且究观越织装影算低持音众书布复容儿须际商非验连断深难近矿千周委素技备半办青省列习响约支般史感劳便团往酸历市克何除消构府称太准精值号率族维划选标写存候毛亲快效斯院查江型眼王按格养易置派层片始却专状育厂京识适属圆包火住调满县局照参红细引听该铁价严"
+
+
+@dataclass
+class Response:
+    """What the server sends; it adds Content-Length, Connection and Server itself."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    mode: str = "normal"  # "drip": send the body slowly; "never": send nothing, ever
+
+
+@dataclass(frozen=True)
+class Page:
+    """A resolved request without its body: what truth needs (status, links, redirect)."""
+
+    site: Site | None
+    target: str
+    status: int
+    kind: str  # "page", "robots", "sitemap", "not-found", "unknown-host", or "<hostile kind>:<case>"
+    page_id: int = -1
+    links: tuple[str, ...] = ()  # every a[href] exactly as written in the HTML (unescaped)
+    location: str | None = None
+    html: bool = True  # a crawler would parse the body as HTML for links
+
+
+@dataclass
+class SiteInfo:
+    pages: int
+    sections: list[str]
+    title: str
+    disallow: list[str] = field(default_factory=list)
+    crawl_delay: float | None = None
+    sitemap: bool = False
+
+
+SECTIONS = ("news", "blog", "docs", "products", "forum", "about", "help", "events")
+_PAGE_RE = re.compile(r"^/([a-z]+)/(?:[a-z]+-(\d+)\.html|item\?id=(\d+))$")
+REASONS = {
+    200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect",
+    308: "Permanent Redirect", 404: "Not Found", 414: "URI Too Long", 429: "Too Many Requests",
+    400: "Bad Request", 421: "Misdirected Request", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+}
+HTML_UTF8 = "text/html; charset=utf-8"
+CHAIN_LENGTH = 20  # redirects from the redirect-chain site's "/" to "/final"
+LONG_URL_START = 1000
+LONG_URL_MAX = 16384  # targets longer than this get 414
+MALFORMED_PAGES = 10
+GBK_PAGES = 5
+
+
+class Web:
+    """The generator. Construct once per (topology, seed, time_scale); methods are pure."""
+
+    def __init__(self, topology: Topology, seed: int = 0, *, time_scale: float = 1.0, cache_pages: int = 8192):
+        self.topology = topology
+        self.seed = seed
+        self.time_scale = time_scale
+        self.spec = topology.spec.web
+        rng = random.Random(f"{seed}/paragraphs")
+        self._paras = [_paragraph(rng) for _ in range(256)]
+        self._groups: dict[tuple[str, str], list[Site]] = {}
+        for s in topology.normal_sites:
+            self._groups.setdefault((s.isp, s.city), []).append(s)
+        self._hostile = list(topology.hostile_sites.values())
+        self.site_info = lru_cache(maxsize=None)(self._site_info)
+        self._cache_pages = cache_pages
+        self.render_page = lru_cache(maxsize=cache_pages)(self._render_page)
+        self._bomb: bytes | None = None
+        self._huge: bytes | None = None
+
+    def with_port(self, port: int) -> "Web":
+        """The same web served on another port (absolute links and redirects follow it)."""
+        if port == self.topology.spec.sites.port:
+            return self
+        spec = dataclasses.replace(self.topology.spec, sites=dataclasses.replace(self.topology.spec.sites, port=port))
+        return Web(Topology(spec, source=self.topology.source), self.seed, time_scale=self.time_scale, cache_pages=self._cache_pages)
+
+    # --- site-level facts -------------------------------------------------------------------
+    def _site_info(self, site: Site) -> SiteInfo:
+        w = self.spec
+        rng = random.Random(f"{self.seed}/{site.index}/site")
+        u = rng.random()
+        pages = int(w.pages_min * (1.0 - u) ** (-1.0 / w.pareto_alpha))
+        pages = max(w.pages_min, min(w.pages_max, pages))
+        sections = rng.sample(SECTIONS, rng.randint(2, 4))
+        title = " ".join(rng.choice(WORDS).capitalize() for _ in range(rng.randint(2, 3)))
+        info = SiteInfo(pages, sections, title)
+        if rng.random() < w.robots_disallow_ratio:
+            info.disallow = [f"/{sections[-1]}/", "/search"]
+        if rng.random() < w.crawl_delay_ratio and w.crawl_delays:
+            info.crawl_delay = rng.choice(w.crawl_delays)
+        info.sitemap = rng.random() < w.sitemap_ratio
+        return info
+
+    def pages(self, site: Site) -> int:
+        return 0 if site.hostile else self.site_info(site).pages
+
+    def page_path(self, site: Site, i: int) -> str:
+        if i == 0:
+            return "/"
+        secs = self.site_info(site).sections
+        sec = secs[(i - 1) % len(secs)]
+        if i % 5 == 4:
+            return f"/{sec}/item?id={i}"
+        word = WORDS[(i * 2654435761 + site.index * 97 + self.seed) % len(WORDS)]
+        return f"/{sec}/{word}-{i}.html"
+
+    def page_id(self, site: Site, target: str) -> int | None:
+        if target == "/":
+            return 0
+        m = _PAGE_RE.match(target)
+        if not m:
+            return None
+        i = int(m.group(2) or m.group(3))
+        if 1 <= i < self.pages(site) and self.page_path(site, i) == target:
+            return i
+        return None
+
+    def url(self, site: Site, path: str) -> str:
+        return site.base_url + path
+
+    def all_page_urls(self) -> list[str]:
+        """Every normal page's URL (in canonical form already)."""
+        return [self.url(s, self.page_path(s, i)) for s in self.topology.normal_sites for i in range(self.pages(s))]
+
+    def scaled(self, seconds: float) -> float:
+        return seconds / self.time_scale
+
+    def robots_txt(self, site: Site) -> str:
+        if site.hostile:
+            return "User-agent: *\nAllow: /\n"
+        info = self.site_info(site)
+        lines = ["User-agent: *"]
+        lines += [f"Disallow: {d}" for d in info.disallow] or ["Disallow:"]
+        if info.crawl_delay is not None:
+            lines.append(f"Crawl-delay: {_num(self.scaled(info.crawl_delay))}")
+        if info.sitemap:
+            lines.append(f"Sitemap: {site.base_url}/sitemap.xml")
+        lines += ["", "User-agent: BadBot", "Disallow: /", ""]
+        return "\n".join(lines)
+
+    def crawl_delay(self, site: Site) -> float | None:
+        """The site's robots.txt Crawl-delay in wall seconds (already time-scaled), if any."""
+        d = None if site.hostile else self.site_info(site).crawl_delay
+        return None if d is None else self.scaled(d)
+
+    # --- the link graph ---------------------------------------------------------------------
+    def links(self, site: Site, i: int) -> tuple[str, ...]:
+        """Every href of normal page i, spelled as in the HTML, in document order."""
+        return self._page_plan(site, i)[0]
+
+    def _page_plan(self, site: Site, i: int) -> tuple[tuple[str, ...], random.Random]:
+        w = self.spec
+        info = self.site_info(site)
+        n = info.pages
+        rng = random.Random(f"{self.seed}/{site.index}/{i}")
+        here = self.page_path(site, i)
+        hrefs: list[str] = []
+        # Navigation: home and the first page of each section, as root-relative paths.
+        hrefs.append("/")
+        for k in range(1, min(n, len(info.sections) + 1)):
+            hrefs.append(self.page_path(site, k))
+        # A binary tree over page ids makes every page reachable from "/".
+        targets = [c for c in (2 * i + 1, 2 * i + 2) if c < n]
+        m = rng.randint(w.links_min, w.links_max)
+        cross: list[tuple[Site, int]] = []
+        for _ in range(m):
+            if rng.random() < w.cross_site_ratio and len(self.topology.normal_sites) > 1:
+                t = self._pick_site(site, rng)
+                tp = 0 if rng.random() < 0.5 else rng.randrange(self.pages(t))
+                cross.append((t, tp))
+            else:
+                targets.append(int(n * rng.random() ** 2))  # popular (low) ids more often
+        for j in targets:
+            hrefs.append(self._spell_local(site, here, self.page_path(site, j), rng))
+        for t, tp in cross:
+            hrefs.append(self._spell_remote(t, self.page_path(t, tp), rng))
+        if self._hostile and rng.random() < w.hostile_link_ratio:
+            hrefs.append(self._hostile[rng.randrange(len(self._hostile))].base_url + "/")
+        hrefs.append(f"mailto:webmaster@{site.host}")
+        hrefs.append("javascript:void(0)")
+        return tuple(hrefs), rng
+
+    def _pick_site(self, site: Site, rng: random.Random) -> Site:
+        w = self.spec
+        keys = list(self._groups)
+        weights = [
+            len(self._groups[k]) * (1.0 + w.same_city_bias * (k[1] == site.city) + w.same_isp_bias * (k[0] == site.isp))
+            for k in keys
+        ]
+        g = self._groups[rng.choices(keys, weights)[0]]
+        t = g[rng.randrange(len(g))]
+        if t.index == site.index:
+            t = g[(g.index(t) + 1) % len(g)]
+        return t
+
+    def _spell_local(self, site: Site, here: str, path: str, rng: random.Random) -> str:
+        """One of the many ways to write the same link; they canonicalize to one URL."""
+        form = rng.randrange(8)
+        if form == 0:
+            href = site.base_url + path
+        elif form == 1:
+            href = _relative(here, path)
+        elif form == 2:
+            rel = _relative(here, path)
+            href = rel if rel.startswith(".") else "./" + rel
+        elif form == 3:
+            host = site.host.upper() if rng.random() < 0.5 else site.host.title()
+            href = f"HTTP://{host}" + ("" if site.port == 80 else f":{site.port}") + path
+        elif form == 4 and path != "/":
+            other = rng.choice(SECTIONS)
+            href = f"/{other}/..{path}" if rng.random() < 0.5 else path.replace("/", "/./", 1)
+        elif form == 5:
+            # Spell the default port out: only "default" when the lab runs on port 80.
+            href = f"http://{site.host}:80{path}" if site.port == 80 else f"//{site.host}:{site.port}{path}"
+        else:
+            href = path
+        if rng.random() < 0.15:
+            href += f"#part-{rng.randrange(1, 6)}"
+        return href
+
+    def _spell_remote(self, site: Site, path: str, rng: random.Random) -> str:
+        form = rng.randrange(4)
+        port = "" if site.port == 80 else f":{site.port}"
+        if form == 0:
+            href = f"http://{site.host.upper()}{port}{path}"
+        elif form == 1:
+            href = f"//{site.host}{port}{path}"
+        else:
+            href = f"http://{site.host}{port}{path}"
+        if rng.random() < 0.1:
+            href += "#top"
+        return href
+
+    # --- requests ---------------------------------------------------------------------------
+    def resolve(self, host: str | None, target: str, *, site: Site | None = None) -> Page:
+        """Map (Host header, request target) to a Page; no body is built."""
+        if site is None:
+            site = self.topology.site(host or "")
+        if site is None:
+            return Page(None, target, 404, "unknown-host", html=False)
+        if "/." in target or "%" in target or "#" in target:
+            target = _normalise_target(target)
+        if site.kind == "never":
+            return Page(site, target, 0, "never:hang", html=False)
+        if target == "/robots.txt":
+            return Page(site, target, 200, "robots", html=False)
+        if site.hostile:
+            return self._hostile_page(site, target)
+        if target == "/sitemap.xml" and self.site_info(site).sitemap:
+            return Page(site, target, 200, "sitemap", html=False)
+        i = self.page_id(site, target)
+        if i is None:
+            return Page(site, target, 404, "not-found", links=("/",))
+        return Page(site, target, 200, "page", i, self.links(site, i))
+
+    def respond(self, host: str | None, target: str, *, site: Site | None = None) -> Response:
+        return self.render(self.resolve(host, target, site=site))
+
+    def render(self, page: Page) -> Response:
+        kind = page.kind
+        site = page.site
+        if kind == "page":
+            assert site is not None
+            return Response(200, [("Content-Type", HTML_UTF8)], self.render_page(site, page.page_id))
+        if kind == "robots":
+            assert site is not None
+            return Response(200, [("Content-Type", "text/plain")], self.robots_txt(site).encode())
+        if kind == "sitemap":
+            assert site is not None
+            return Response(200, [("Content-Type", "application/xml")], self._sitemap(site))
+        if kind in ("not-found", "unknown-host"):
+            body = _small_html("Not found", f"<p>No page at {html.escape(page.target[:200])}.</p>", page.links)
+            return Response(404, [("Content-Type", HTML_UTF8)], body)
+        return self._render_hostile(page)
+
+    def _render_page(self, site: Site, i: int) -> bytes:
+        w = self.spec
+        hrefs, rng = self._page_plan(site, i)
+        info = self.site_info(site)
+        # Log-normal around 18 KB; the last paragraph overshoots by up to ~2 KB, hence the margin.
+        kb = min(w.page_kb_max - 2.5, max(w.page_kb_min, math.exp(rng.gauss(math.log(18), 0.6))))
+        target = int(1024 * max(kb, w.page_kb_min))
+        title = f"{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)} {rng.choice(WORDS)} - {info.title}"
+        nav_n = 1 + min(info.pages - 1, len(info.sections))
+        parts = [
+            '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
+            f"<title>{title}</title>\n",
+            f'<meta name="description" content="{info.title}: {" ".join(rng.choice(WORDS) for _ in range(8))}">\n',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n</head>\n<body>\n<header><nav>\n',
+        ]
+        for k, h in enumerate(hrefs[:nav_n]):
+            label = "Home" if k == 0 else self.page_path(site, k).split("/")[1].capitalize()
+            parts.append(f'  <a class="nav" href="{html.escape(h)}">{label}</a>\n')
+        parts.append(f"</nav></header>\n<main>\n<h1>{title}</h1>\n")
+        body_links = hrefs[nav_n:-2]
+        size = sum(map(len, parts))
+        k = 0
+        n_par = max(1, (target - size) // 700)
+        per = max(1, math.ceil(len(body_links) / n_par))
+        while size < target or k < len(body_links):
+            p = self._paras[rng.randrange(len(self._paras))]
+            links = body_links[k : k + per]
+            k += len(links)
+            extra = "".join(f' See <a href="{html.escape(h)}">{rng.choice(WORDS)} {rng.choice(WORDS)}</a>.' for h in links)
+            chunk = f"<p>{p}{extra}</p>\n"
+            if rng.random() < 0.08:
+                chunk = f"<h2>{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)}</h2>\n" + chunk
+            parts.append(chunk)
+            size += len(chunk)
+        parts.append(
+            f'</main>\n<footer><p>&copy; 2009 {info.title}. <a href="{html.escape(hrefs[-2])}">Contact</a> '
+            f'<a href="{html.escape(hrefs[-1])}">Back</a></p></footer>\n</body>\n</html>\n'
+        )
+        return "".join(parts).encode()
+
+    def _sitemap(self, site: Site) -> bytes:
+        urls = "".join(f"  <url><loc>{html.escape(self.url(site, self.page_path(site, i)))}</loc></url>\n" for i in range(self.pages(site)))
+        return (f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{urls}</urlset>\n').encode()
+
+    # --- hostile sites ----------------------------------------------------------------------
+    def _hostile_page(self, site: Site, target: str) -> Page:
+        kind = site.kind
+        nf = Page(site, target, 404, "not-found", links=("/",))
+        if kind == "redirect-loop":
+            loc = {"/": "/loop/a", "/loop/a": "/loop/b", "/loop/b": site.base_url + "/loop/a"}.get(target)
+            return Page(site, target, 302, "redirect-loop:redirect", location=loc, html=False) if loc else nf
+        if kind == "redirect-chain":
+            if target == "/":
+                return Page(site, target, 302, "redirect-chain:redirect", location="/hop/1", html=False)
+            m = re.fullmatch(r"/hop/(\d+)", target)
+            if m and 1 <= int(m.group(1)) < CHAIN_LENGTH:
+                k = int(m.group(1))
+                loc = f"/hop/{k + 1}" if k + 1 < CHAIN_LENGTH else "/final"
+                status = (301, 302, 303, 307, 308)[k % 5]
+                return Page(site, target, status, "redirect-chain:redirect", location=loc, html=False)
+            if target == "/final":
+                return Page(site, target, 200, "redirect-chain:final", links=("/",))
+            return nf
+        if kind == "calendar":
+            if target == "/":
+                return Page(site, target, 200, "calendar:index", links=(f"/cal/{self.spec.calendar_start.replace('-', '/')}",))
+            m = re.fullmatch(r"/cal/(\d{4})/(\d{2})(?:/(\d{2}))?", target)
+            if not m:
+                return nf
+            y, mo = int(m.group(1)), int(m.group(2))
+            if not (1 <= y <= 9999 and 1 <= mo <= 12):
+                return nf
+            prev = (y, mo - 1) if mo > 1 else (y - 1, 12)
+            nxt = (y, mo + 1) if mo < 12 else (y + 1, 1)
+            links = [f"/cal/{prev[0]:04d}/{prev[1]:02d}", f"/cal/{nxt[0]:04d}/{nxt[1]:02d}"]
+            links = [x for x in links if "/0000/" not in x and "/10000/" not in x]
+            if m.group(3) is None:
+                links += [f"/cal/{y:04d}/{mo:02d}/{d:02d}" for d in (1, 8, 15, 22)]
+            else:
+                links.append(f"/cal/{y:04d}/{mo:02d}")
+            return Page(site, target, 200, "calendar:month", links=tuple(links))
+        if kind == "slow-drip":
+            return Page(site, target, 200, "slow-drip:drip", html=False)
+        if kind == "huge":
+            return Page(site, target, 200, "huge:body", html=False) if target == "/" else nf
+        if kind == "gzip-bomb":
+            return Page(site, target, 200, "gzip-bomb:bomb", html=False) if target == "/" else nf
+        if kind == "wrong-type":
+            cases = {"/": ("index", True), "/binary.html": ("binary", False), "/document": ("octet-html", False), "/no-type": ("no-type", False)}
+            if target not in cases:
+                return nf
+            case, is_html = cases[target]
+            links = ("/binary.html", "/document", "/no-type") if case == "index" else ()
+            return Page(site, target, 200, f"wrong-type:{case}", links=links, html=is_html)
+        if kind == "throttle":
+            cases = {"/": 200, "/busy": 429, "/unavailable": 503, "/maintenance": 503}
+            if target not in cases:
+                return nf
+            links = ("/busy", "/unavailable", "/maintenance") if target == "/" else ()
+            return Page(site, target, cases[target], f"throttle:{target.strip('/') or 'index'}", links=links, html=target == "/")
+        if kind == "server-error":
+            cases = {"/": 200, "/error": 500, "/empty-500": 500, "/bad-gateway": 502}
+            if target not in cases:
+                return nf
+            links = ("/error", "/empty-500", "/bad-gateway") if target == "/" else ()
+            return Page(site, target, cases[target], f"server-error:{target.strip('/') or 'index'}", links=links, html=target == "/")
+        if kind == "malformed":
+            m = re.fullmatch(r"/m/(\d+)", target)
+            k = 0 if target == "/" else (int(m.group(1)) if m and int(m.group(1)) < MALFORMED_PAGES else -1)
+            if k < 0:
+                return nf
+            links = (f"/m/{(k + 1) % MALFORMED_PAGES}", f"/m/{(k * 3 + 2) % MALFORMED_PAGES}", "/")
+            return Page(site, target, 200, "malformed:page", k, links=links)
+        if kind == "bad-schemes":
+            if target == "/":
+                links = (
+                    "javascript:alert('hi')", "JavaScript:void(0)", "mailto:someone@example.lab",
+                    "data:text/html;base64,PGEgaHJlZj0iL3gxIj54PC9hPg==", "tel:+86-10-0000-0000",
+                    "ftp://files.example.lab/pub/", "about:blank", "http://", "http:///no-host",
+                    "  /ok/1  ", "/ok/2",
+                )
+                return Page(site, target, 200, "bad-schemes:index", links=links)
+            if target in ("/ok/1", "/ok/2"):
+                return Page(site, target, 200, "bad-schemes:ok", links=("/",))
+            return nf
+        if kind == "long-urls":
+            if len(target) > LONG_URL_MAX:
+                return Page(site, target, 414, "long-urls:too-long", html=False)
+            if target == "/":
+                return Page(site, target, 200, "long-urls:page", links=("/l/" + "a" * LONG_URL_START,))
+            m = re.fullmatch(r"/l/([a-z]+)", target)
+            if not m:
+                return nf
+            s = m.group(1)
+            return Page(site, target, 200, "long-urls:page", links=(f"/l/{s}{s}", f"/l/{s}?q={'z' * len(s)}"))
+        if kind == "gbk":
+            if target == "/" or re.fullmatch(r"/gb/[1-4]\.html", target):
+                k = 0 if target == "/" else int(target[4])
+                links = ("/", f"/gb/{k % 4 + 1}.html", "/latin1.html", "/mislabel.html")
+                return Page(site, target, 200, "gbk:gbk", k, links=links)
+            if target == "/latin1.html":
+                return Page(site, target, 200, "gbk:latin1", links=("/",))
+            if target == "/mislabel.html":
+                return Page(site, target, 200, "gbk:mislabel", links=("/",))
+            return nf
+        raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
+
+    def _render_hostile(self, page: Page) -> Response:
+        site = page.site
+        assert site is not None
+        kind, _, case = page.kind.partition(":")
+        if kind == "never":
+            return Response(0, [], mode="never")
+        if case == "redirect":
+            body = _small_html("Moved", f'<p>Moved to <a href="{html.escape(page.location or "")}">here</a>.</p>', ())
+            return Response(page.status, [("Location", page.location or "/"), ("Content-Type", HTML_UTF8)], body)
+        if kind == "slow-drip":
+            filler = (" ".join(self._paras[:40])).encode()
+            body = b"<!DOCTYPE html><html><head><title>Slow</title></head><body><p>" + filler
+            tail = b"</p></body></html>\n"
+            keep = max(0, self.spec.drip_total_bytes - len(tail))
+            body = body[:keep].ljust(keep, b" ") + tail
+            return Response(200, [("Content-Type", HTML_UTF8)], body, mode="drip")
+        if kind == "huge":
+            return Response(200, [("Content-Type", HTML_UTF8)], self.huge_body())
+        if kind == "gzip-bomb":
+            return Response(200, [("Content-Type", HTML_UTF8), ("Content-Encoding", "gzip")], self.gzip_bomb())
+        if kind == "wrong-type":
+            if case == "binary":
+                rng = random.Random(f"{self.seed}/binary")
+                return Response(200, [("Content-Type", HTML_UTF8)], b"\x89PNG\r\n\x1a\n" + rng.randbytes(20000))
+            body = _small_html("Wrong type", f"<p>{self._paras[1]}</p>", page.links)
+            if case == "octet-html":
+                return Response(200, [("Content-Type", "application/octet-stream")], body)
+            if case == "no-type":
+                return Response(200, [], body)
+            return Response(200, [("Content-Type", HTML_UTF8)], body)
+        if kind == "throttle":
+            headers = [("Content-Type", HTML_UTF8)]
+            if case == "busy":
+                headers.append(("Retry-After", str(max(1, math.ceil(self.scaled(10))))))
+            elif case == "unavailable":
+                headers.append(("Retry-After", str(max(1, math.ceil(self.scaled(120))))))
+            elif case == "maintenance":
+                headers.append(("Retry-After", "Wed, 21 Oct 2099 07:28:00 GMT"))
+            return Response(page.status, headers, _small_html(REASONS.get(page.status, "Throttle"), "<p>Slow down.</p>", page.links))
+        if kind == "server-error":
+            if case == "empty-500":
+                return Response(500, [("Content-Type", HTML_UTF8)], b"")
+            return Response(page.status, [("Content-Type", HTML_UTF8)], _small_html("Error", "<p>Something broke.</p>", page.links))
+        if kind == "malformed":
+            return Response(200, [("Content-Type", "text/html")], self._malformed(page))
+        if kind == "gbk":
+            return self._gbk(page)
+        if kind in ("redirect-chain", "calendar", "bad-schemes", "long-urls") or page.status == 404:
+            if page.status == 414:
+                return Response(414, [("Content-Type", HTML_UTF8)], _small_html("Too long", "<p>URI too long.</p>", ()))
+            head = f"<p>{self._paras[len(page.target) % len(self._paras)]}</p>"
+            return Response(page.status, [("Content-Type", HTML_UTF8)], _small_html(kind.capitalize(), head, page.links))
+        raise AssertionError(f"unhandled hostile page {page.kind}")  # pragma: no cover
+
+    def huge_body(self) -> bytes:
+        if self._huge is None:
+            size = int(self.spec.huge_mb * 1024 * 1024)
+            unit = ("<p>" + " ".join(self._paras[:8]) + "</p>\n").encode()
+            head = b"<!DOCTYPE html><html><head><title>Huge</title></head><body>\n"
+            body = head + unit * (size // len(unit) + 1)
+            self._huge = body[: size - 15] + b"</body></html>\n"
+        return self._huge
+
+    def gzip_bomb(self) -> bytes:
+        """A gzip stream of `gzip_bomb_mb` MiB (mostly zeros after a small HTML head)."""
+        if self._bomb is None:
+            head = b"<!DOCTYPE html><html><head><title>Bomb</title></head><body><p>"
+            zeros = b"\0" * (1 << 20)
+            c = zlib.compressobj(9, zlib.DEFLATED, -15)
+            # After a full flush the compressor forgets its window, so every further MiB of
+            # zeros compresses to the very same bytes: compress one, repeat it.
+            first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+            block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+            tail = c.flush(zlib.Z_FINISH)
+            n = int(self.spec.gzip_bomb_mb)
+            crc = zlib.crc32(head)
+            for _ in range(n):
+                crc = zlib.crc32(zeros, crc)
+            size = (len(head) + n * len(zeros)) & 0xFFFFFFFF
+            gz_head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+            self._bomb = gz_head + first + block * n + tail + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+        return self._bomb
+
+    def _malformed(self, page: Page) -> bytes:
+        a, b, home = page.links
+        p = self._paras[page.page_id % len(self._paras)]
+        # Unclosed tags, stray '<', mis-nesting, an unterminated comment at the end; the three
+        # links stay well-formed enough that every HTML5 parser finds the same hrefs.
+        return (
+            f"<html><HEAD><title>Malformed {page.page_id}</title></HEAD><body><div><p>{p}<b><i>bold italic</b></i>"
+            f"<table><tr><td>cell<td>cell2<p>3 < 4 && 5 > 2</table>"
+            f"<A HREF={a}>next page</A> <p><a href='{b}' class=x class=y>other</a>"
+            f"<ul><li>one<li>two <a href=\"{home}\">home</a></ul></div></div></span>"
+            f"<script>document.write('<a href=\"/not-a-link\">')</script>"
+            f"<!-- unterminated comment <a href=\"/commented-out\">x</a>"
+        ).encode()
+
+    def _gbk(self, page: Page) -> Response:
+        case = page.kind.partition(":")[2]
+        links = "".join(f'<a href="{html.escape(h)}">链接 {n}</a> ' for n, h in enumerate(page.links))
+        if case == "latin1":
+            body = f'<html><head><meta charset="iso-8859-1"><title>Caf\u00e9</title></head><body><p>Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e na\u00efve.</p>{links}</body></html>'
+            return Response(200, [("Content-Type", "text/html")], body.encode("iso-8859-1"))
+        rng = random.Random(f"{self.seed}/gbk/{page.page_id}/{case}")
+        text = "".join(rng.choice(HANZI) for _ in range(3000))
+        charset = "gbk" if case == "gbk" else "utf-8"
+        body = f'<html><head><meta charset="{charset}"><title>中文网页 {page.page_id}</title></head><body><p>{text}</p><p>{links}</p></body></html>'
+        return Response(200, [("Content-Type", f"text/html; charset={charset}")], body.encode("gbk"))
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.3f}".rstrip("0")
+
+
+def _paragraph(rng: random.Random) -> str:
+    sentences = []
+    for _ in range(rng.randint(3, 8)):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+        sentences.append(" ".join(words).capitalize() + rng.choice(".....?!"))
+    return " ".join(sentences)
+
+
+def _relative(here: str, path: str) -> str:
+    """A relative reference from page `here` to `path`; lab paths are at most one directory deep."""
+    d = here.rsplit("/", 1)[0] + "/"
+    if d == "/":
+        return path[1:] or "./"
+    if path.startswith(d):
+        return path[len(d) :] or "./"
+    return "../" + path[1:]
+
+
+def _normalise_target(target: str) -> str:
+    from wancrawl.urls import InvalidUrl, canonicalize
+
+    try:
+        u = canonicalize("http://x" + (target if target.startswith("/") else "/" + target))
+    except InvalidUrl:
+        return target
+    return u[len("http://x") :]
+
+
+def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:
+    a = "".join(f'<li><a href="{html.escape(h)}">{html.escape(h[:60])}</a></li>' for h in links)
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title></head>'
+        f"<body><h1>{title}</h1>{inner}<ul>{a}</ul></body></html>\n"
+    ).encode()
+
+
+def hostile_kinds() -> tuple[str, ...]:
+    return HOSTILE_KINDS

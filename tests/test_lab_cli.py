@@ -1,0 +1,89 @@
+"""The `lab` command line: truth from a seeds file, stubs for issue #6, web serving a log."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import cli
+from lab.testing import small_topology
+from lab.truth import Scope, Truth
+from lab.web import Web
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("cmd", ["up", "down"])
+def test_up_and_down_are_not_built_yet(cmd, capsys):
+    assert cli.main([cmd]) == 2
+    assert capsys.readouterr().err.strip() == f"lab {cmd}: not built yet (issue #6)"
+
+
+def test_truth_cli_matches_the_api(tmp_path, capsys):
+    from lab import topology
+
+    web = Web(topology.load(), seed=3)
+    s = web.topology.normal_sites[4]
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(f"# seeds\n{s.base_url.upper()}/./\nnot a url\n{web.topology.hostile_sites['calendar'].base_url}\n")
+    assert cli.main(["truth", "--seeds", str(seeds), "--seed", "3", "--max-depth", "3", "--allow-domain", f"{s.isp}-{s.city}.lab", "--allow-domain", "calendar.telecom-guangzhou.lab"]) == 0
+    out, err = capsys.readouterr()
+    assert "line 3" in err
+    want = Truth(web, Scope(max_depth=3, allow_domains=[f"{s.isp}-{s.city}.lab", "calendar.telecom-guangzhou.lab"])).reachable(
+        [s.base_url + "/", web.topology.hostile_sites["calendar"].base_url + "/"]
+    )
+    assert out.split() == [r.url for r in want]
+    assert any("/cal/" in u for u in out.split())
+
+
+def test_plan_lists_blocks_and_sites(capsys):
+    assert cli.main(["plan", "--topology", str(ROOT / "configs/lab/world.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "block 127.4.5.0/24\ttelecom-saopaulo\tAS4134" in out
+    assert "www.s0000.level3-newyork.lab" in out
+
+
+def test_bad_topology_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sites]\nper_blok = 3\n")
+    assert cli.main(["plan", "--topology", str(bad)]) == 2
+    assert "sites.per_blok" in capsys.readouterr().err
+
+
+def test_web_subcommand_serves_and_logs(tmp_path):
+    import random
+
+    from lab import topology
+    from lab.testing import fetch
+
+    port = random.randint(20000, 60000)
+    log = tmp_path / "log.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lab.cli", "web", "--seed", "2", "--port", str(port), "--zero-latency", "--log", str(log)],
+        cwd=ROOT, stderr=subprocess.PIPE,
+    )
+    try:
+        t = topology.load()
+        s = t.normal_sites[0]
+        for _ in range(100):
+            try:
+                r = fetch(s, port, "/", source="127.1.1.2")
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("lab web did not come up")
+        assert r.status == 200
+        assert r.body == Web(t, seed=2).with_port(port).respond(s.host, "/").body
+        time.sleep(0.4)  # the log is flushed every 0.2 s
+        from lab.checks import read_log
+
+        entries = read_log(log)
+        assert entries and entries[-1].client == "127.1.1.2" and entries[-1].host == s.host
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
