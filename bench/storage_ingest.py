@@ -30,26 +30,48 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def _lab_pages(n: int):
+    """At least n distinct lab pages (the HTML the crawler stores): the default world under
+    as many generator seeds as it takes, since one seed's web holds about 1,700 pages."""
+    from lab.topology import load
+    from lab.web import Web
+
+    topo = load()
+    pages = []
+    seed = 0
+    while len(pages) < n:
+        web = Web(topo, seed, cache_pages=0)
+        pages += [(web, s, i) for s in topo.normal_sites for i in range(web.pages(s))]
+        seed += 1
+    return pages
+
+
 def _build_range(args):
-    start, stop, seed = args
+    start, stop, seed, corpus = args
     rng = random.Random(seed * 1_000_003 + start)
-    hosts = [f"site{i}.lab.example" for i in range(20)]
     caps, html_bytes = [], 0
+    if corpus == "lab":
+        pages = _lab_pages(stop)
     for i in range(start, stop):
-        host = hosts[i % len(hosts)]
-        body = synthetic_html(rng, rng.randint(10_000, 60_000), host)
+        if corpus == "lab":
+            web, site, k = pages[i]
+            body = web._render_page(site, k)
+            url = web.url(site, web.page_path(site, k))
+        else:
+            host = f"site{i % 20}.lab.example"
+            body = synthetic_html(rng, rng.randint(10_000, 60_000), host)
+            url = f"http://{host}/page/{i}.html"
         html_bytes += len(body)
-        caps.append(build_capture(fetch_result(f"http://{host}/page/{i}.html", body, at=1_700_000_000.0 + i,
-                                               agent_id=f"agent-{i % 3}")))
+        caps.append(build_capture(fetch_result(url, body, at=1_700_000_000.0 + i, agent_id=f"agent-{i % 3}")))
     return caps, html_bytes
 
 
-def build_pages(n: int, seed: int, workers: int):
+def build_pages(n: int, seed: int, workers: int, corpus: str = "lab"):
     """Build captures as agents would, on every core (this is agent work, not storage work)."""
     import multiprocessing as mp
 
     step = 250
-    chunks = [(i, min(i + step, n), seed) for i in range(0, n, step)]
+    chunks = [(i, min(i + step, n), seed, corpus) for i in range(0, n, step)]
     t0 = time.perf_counter()
     with mp.get_context("fork").Pool(workers) as pool:
         parts = pool.map(_build_range, chunks)
@@ -110,10 +132,12 @@ def main(argv=None) -> int:
     p.add_argument("--fsync", choices=["always", "os"], default="always")
     p.add_argument("--index", default="", help="SQLAlchemy URL (default SQLite in the temp dir)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--corpus", choices=["lab", "synthetic"], default="lab",
+                   help="lab: the lab web's pages (default); synthetic: storage.testing's random HTML")
     args = p.parse_args(argv)
 
-    print(f"building {args.pages} pages (10-60 KB HTML) as agents would ...", flush=True)
-    caps, html_bytes, build_s = build_pages(args.pages, args.seed, os.cpu_count() or 1)
+    print(f"building {args.pages} pages ({args.corpus} HTML) as agents would ...", flush=True)
+    caps, html_bytes, build_s = build_pages(args.pages, args.seed, os.cpu_count() or 1, args.corpus)
     batches = [make_batch(caps[i:i + args.batch]) for i in range(0, len(caps), args.batch)]
     wire_bytes = sum(b.ByteSize() for b in batches)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import itertools
 import math
 import random
 import re
@@ -323,12 +324,17 @@ class Web:
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
             f"<title>{title}</title>\n",
             f'<meta name="description" content="{info.title}: {" ".join(rng.choice(WORDS) for _ in range(8))}">\n',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n</head>\n<body>\n<header><nav>\n',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
+            _STYLE.format(hue=site.index * 37 % 360),
+            '</head>\n<body class="page">\n<header class="site-header"><div class="site-header__inner">'
+            f'<a class="site-header__logo" href="{html.escape(hrefs[0])}">{info.title}</a>\n<nav class="site-nav"><ul class="site-nav__list">\n',
         ]
+        nav = []
         for k, h in enumerate(hrefs[:nav_n]):
             label = "Home" if k == 0 else self.page_path(site, k).split("/")[1].capitalize()
-            parts.append(f'  <a class="nav" href="{html.escape(h)}">{label}</a>\n')
-        parts.append(f"</nav></header>\n<main>\n<h1>{title}</h1>\n")
+            nav.append((h, label))
+            parts.append(f'  <li class="site-nav__item"><a class="site-nav__link nav" href="{html.escape(h)}">{label}</a></li>\n')
+        parts.append(f'</ul></nav></div></header>\n<div class="layout">\n<main class="content" role="main">\n<h1 class="content__title">{title}</h1>\n')
         body_links = hrefs[nav_n:-2]
         size = sum(map(len, parts))
         k = 0
@@ -339,13 +345,30 @@ class Web:
             links = body_links[k : k + per]
             k += len(links)
             extra = "".join(f' See <a href="{html.escape(h)}">{rng.choice(WORDS)} {rng.choice(WORDS)}</a>.' for h in links)
-            chunk = f"<p>{p}{extra}</p>\n"
+            # Real pages are mostly markup around the text (cards, meta lines, classes): that
+            # markup is what makes HTML compress 4-5x, so the lab's pages carry it too.
+            chunk = (
+                f'<article class="post-card post-card--{info.sections[k % len(info.sections)]}">'
+                f'<div class="post-card__body"><p class="post-card__text">{p}{extra}</p></div>\n'
+                f'<div class="post-card__meta"><span class="post-card__date">2009-{1 + k % 12:02d}-{1 + k % 28:02d}</span> '
+                f'<span class="post-card__tag">{info.sections[k % len(info.sections)]}</span> '
+                f'<span class="post-card__comments">{k % 17} comments</span></div>\n'
+                '<div class="post-card__actions"><button class="btn btn--like" type="button" aria-label="Like">Like</button> '
+                '<button class="btn btn--share" type="button" data-network="weibo" aria-label="Share on Weibo">Weibo</button> '
+                '<button class="btn btn--share" type="button" data-network="wechat" aria-label="Share on WeChat">WeChat</button></div></article>\n'
+            )
             if rng.random() < 0.08:
-                chunk = f"<h2>{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)}</h2>\n" + chunk
+                chunk = f'<h2 class="content__section">{rng.choice(WORDS).capitalize()} {rng.choice(WORDS)}</h2>\n' + chunk
             parts.append(chunk)
             size += len(chunk)
+        parts.append('</main>\n<aside class="sidebar"><section class="widget"><h3 class="widget__title">Sections</h3><ul class="widget-list">\n')
+        parts.extend(
+            f'<li class="widget-list__item"><a class="widget-list__link" href="{html.escape(h)}">{label}</a></li>\n'
+            for h, label in nav
+        )
+        parts.append('</ul></section></aside>\n</div>\n')
         parts.append(
-            f'</main>\n<footer><p>&copy; 2009 {info.title}. <a href="{html.escape(hrefs[-2])}">Contact</a> '
+            f'<footer class="site-footer"><p class="site-footer__text">&copy; 2009 {info.title}. <a href="{html.escape(hrefs[-2])}">Contact</a> '
             f'<a href="{html.escape(hrefs[-1])}">Back</a></p></footer>\n</body>\n</html>\n'
         )
         return "".join(parts).encode()
@@ -567,14 +590,31 @@ class Web:
         return Response(200, [("Content-Type", f"text/html; charset={charset}")], body.encode("gbk"))
 
 
+_STYLE = """<style>
+body.page{{margin:0;font-family:Helvetica,Arial,sans-serif;color:#222;background:#fafafa}}
+.site-header{{background:hsl({hue},45%,30%);color:#fff}}.site-header__inner{{max-width:960px;margin:0 auto;padding:12px}}
+.site-header__logo{{color:#fff;font-weight:bold;text-decoration:none}}.site-nav__list{{list-style:none;margin:0;padding:0}}
+.site-nav__item{{display:inline-block;margin-right:12px}}.site-nav__link{{color:#fff;text-decoration:none}}
+.layout{{max-width:960px;margin:0 auto;display:flex}}.content{{flex:3;padding:12px}}.sidebar{{flex:1;padding:12px}}
+.post-card{{border-bottom:1px solid #ddd;padding:8px 0}}.post-card__meta{{font-size:12px;color:#777}}
+.widget-list{{list-style:none;padding:0}}.site-footer{{text-align:center;font-size:12px;color:#777}}
+</style>
+"""
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3f}".rstrip("0")
+
+
+# Word frequencies in real text follow Zipf's law (the list above is roughly in frequency
+# order); uniform choice would make the lab's prose less compressible than any real page's.
+_ZIPF_CUM = list(itertools.accumulate(1.0 / (r + 1) for r in range(len(WORDS))))
 
 
 def _paragraph(rng: random.Random) -> str:
     sentences = []
     for _ in range(rng.randint(3, 8)):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+        words = rng.choices(WORDS, cum_weights=_ZIPF_CUM, k=rng.randint(6, 18))
         sentences.append(" ".join(words).capitalize() + rng.choice(".....?!"))
     return " ".join(sentences)
 

@@ -46,9 +46,10 @@ def test_html_links_are_exactly_the_graph_and_canonicalize_to_served_pages(web):
         for i in rng.sample(range(web.pages(s)), min(4, web.pages(s))):
             path = web.page_path(s, i)
             r = web.respond(s.host, path)
-            assert r.status == 200 and b"<title>" in r.body and b"<nav>" in r.body
+            assert r.status == 200 and b"<title>" in r.body and b"<nav" in r.body
             page = web.resolve(s.host, path)
-            assert _hrefs(r.body) == list(page.links)
+            # Logo and sidebar repeat nav links, as real templates do: the graph is the set.
+            assert set(_hrefs(r.body)) == set(page.links)
             base = web.url(s, path)
             for href in page.links:
                 try:
