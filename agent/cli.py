@@ -1,13 +1,97 @@
-"""`agent`: the crawler agent's command line (issue #4, not built yet)."""
+"""`agent run|status`: run a crawler agent, or ask a running one for its counters."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import sys
+
+from wancrawl.errors import WancrawlError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agent", description="wancrawl crawler agent")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run an agent")
+    r.add_argument("--config", help="TOML config file (see configs/agent-*.toml)")
+    r.add_argument("--id", dest="agent_id", help="agent id (unique in the crawl)")
+    r.add_argument("--listen", help="host:port of the Agent gRPC service")
+    r.add_argument("--advertise", help="host:port peers dial (default: the bound listen address)")
+    r.add_argument("--consultant", help="consultant address")
+    r.add_argument("--storage", help="storage address (empty: pages stay in the spool)")
+    r.add_argument("--source-ip", help="local address fetches come from")
+    r.add_argument("--data-dir", help="frontier, seen set, outbox and spool live here")
+    r.add_argument("--hosts-file", help="host -> IP before DNS")
+    r.add_argument("--city", help="location: city")
+    r.add_argument("--lat", type=float, help="location: latitude")
+    r.add_argument("--lon", type=float, help="location: longitude")
+    r.add_argument("--asn", type=int, help="location: AS number")
+    r.add_argument("--fetcher", help="aiohttp or httpx")
+    r.add_argument("--concurrency", type=int)
+    r.add_argument("--delay", type=float, help="politeness delay per host (s)")
+    r.add_argument("--allow-network", action="append", help="CIDR fetches may reach although private (repeat)")
+    r.add_argument("--metrics-listen", help="host:port for Prometheus metrics")
+    r.add_argument("--log-level")
+    s = sub.add_parser("status", help="counters of a running agent")
+    s.add_argument("--agent", required=True, help="agent address host:port")
+    s.add_argument("--json", action="store_true")
+    return p
+
+
+def _run(args) -> int:
+    from agent.server import run
+    from agent.settings import load_settings
+
+    overrides = {
+        "agent_id": args.agent_id, "listen": args.listen, "advertise": args.advertise,
+        "consultant": args.consultant, "storage": args.storage, "data_dir": args.data_dir,
+        "hosts_file": args.hosts_file, "location.city": args.city, "location.lat": args.lat,
+        "location.lon": args.lon, "location.asn": args.asn, "fetcher": args.fetcher,
+        "concurrency": args.concurrency, "politeness.delay": args.delay,
+        "fetch.allow_networks": args.allow_network, "metrics_listen": args.metrics_listen,
+        "log_level": args.log_level,
+    }
+    if args.source_ip:
+        overrides["source_ip"] = args.source_ip
+        overrides["fetch.source_ip"] = args.source_ip
+    settings = load_settings(args.config, overrides)
+    if settings.source_ip and not settings.fetch.source_ip:
+        from wancrawl.config import override
+
+        settings = override(settings, "fetch.source_ip", settings.source_ip)
+    run(settings)
+    return 0
+
+
+async def _status(args) -> int:
+    from google.protobuf import json_format
+
+    from wancrawl import grpcutil
+    from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+
+    async with grpcutil.channel(args.agent) as ch:
+        r = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest(), timeout=10)
+    if args.json:
+        print(json_format.MessageToJson(r, preserving_proto_field_name=True))
+    else:
+        print(f"agent {r.agent_id}")
+        for k, v in sorted(r.counters.items()):
+            print(f"  {k:<24} {v:g}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("agent: not built yet (issue #4: polite fetching, frontier, routing). Nothing was started.", file=sys.stderr)
-    return 2
+    args = parser().parse_args(argv)
+    try:
+        if args.cmd == "run":
+            return _run(args)
+        return asyncio.run(_status(args))
+    except WancrawlError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -581,6 +581,8 @@ class Web:
         case = page.kind.partition(":")[2]
         links = "".join(f'<a href="{html.escape(h)}">链接 {n}</a> ' for n, h in enumerate(page.links))
         if case == "latin1":
+            # Link text that latin-1 can encode (the Chinese "链接" cannot).
+            links = "".join(f'<a href="{html.escape(h)}">lien {n}</a> ' for n, h in enumerate(page.links))
             body = f'<html><head><meta charset="iso-8859-1"><title>Caf\u00e9</title></head><body><p>Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e na\u00efve.</p>{links}</body></html>'
             return Response(200, [("Content-Type", "text/html")], body.encode("iso-8859-1"))
         rng = random.Random(f"{self.seed}/gbk/{page.page_id}/{case}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from wancrawl.errors import InvalidArgument
 
@@ -13,6 +13,8 @@ MAX_HOST_LENGTH = 253
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PCT = re.compile(r"%([0-9a-fA-F]{2})")
+# Characters left as they are when escaping a path or query ('%' keeps existing escapes).
+_SAFE = "!#$%&'()*+,/:;=?@[]~-._|^`{}\"<>\\"
 
 
 class InvalidUrl(InvalidArgument):
@@ -86,8 +88,10 @@ def _normalise_escapes(part: str) -> str:
         return ch if ch in _UNRESERVED else "%" + m.group(1).upper()
 
     part = _PCT.sub(fix, part)
-    # Spaces and other bytes a browser would escape.
-    return part.replace(" ", "%20")
+    if part.isascii() and " " not in part:
+        return part
+    # Spaces and non-ASCII characters are sent percent-encoded as UTF-8, as browsers do.
+    return quote(part, safe=_SAFE)
 
 
 def _remove_dot_segments(path: str) -> str:

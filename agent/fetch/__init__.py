@@ -1,0 +1,35 @@
+"""Fetching: the Fetcher contract, its backends by name, and create_fetcher for the agent's config."""
+
+from __future__ import annotations
+
+from agent.fetch.aiohttp_fetcher import AiohttpFetcher
+from agent.fetch.base import (
+    ERRORS,
+    TRUNCATIONS,
+    FetchRequest,
+    FetchResponse,
+    Fetcher,
+    FetchSettings,
+    Resolver,
+)
+from agent.fetch.guard import AddressGuard
+from agent.fetch.httpx_fetcher import HttpxFetcher
+from wancrawl.errors import ConfigError
+
+FETCHERS: dict[str, type] = {"aiohttp": AiohttpFetcher, "httpx": HttpxFetcher}
+# Chosen by bench/agent_fetch.py (figures in docs/agent-fetching.md).
+DEFAULT_FETCHER = "aiohttp"
+
+
+def create_fetcher(name: str = DEFAULT_FETCHER, settings: FetchSettings | None = None, resolver: Resolver | None = None) -> Fetcher:
+    """A fetcher backend by its config name; an unknown name is a ConfigError naming `fetcher`."""
+    cls = FETCHERS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown fetcher {name!r} for key 'fetcher' (known: {', '.join(sorted(FETCHERS))})")
+    return cls(settings or FetchSettings(), resolver)
+
+
+__all__ = [
+    "AddressGuard", "DEFAULT_FETCHER", "ERRORS", "FETCHERS", "TRUNCATIONS", "FetchRequest", "FetchResponse",
+    "FetchSettings", "Fetcher", "create_fetcher",
+]

@@ -1,0 +1,134 @@
+"""The aiohttp backend: one ClientSession whose connector dials the address the agent resolved."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+
+import aiohttp
+from aiohttp.abc import AbstractResolver
+from yarl import URL
+
+from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, Resolver, apply_sink, content_encoding, finish_headers, late_failure as _late
+
+
+
+class _PinnedResolver(AbstractResolver):
+    """Answers only with the fetcher's pins, so aiohttp never looks a name up on its own."""
+
+    def __init__(self, fetcher: "AiohttpFetcher"):
+        self.fetcher = fetcher
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list:
+        ip = self.fetcher.pinned(host)
+        if ip is None:
+            raise OSError(f"no address pinned for {host}")
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        pass
+
+
+class AiohttpFetcher(BaseFetcher):
+    name = "aiohttp"
+
+    def __init__(self, settings: FetchSettings | None = None, resolver: Resolver | None = None):
+        super().__init__(settings, resolver)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Built on first use: the session belongs to the loop that runs the fetches.
+        if self._session is None:
+            s = self.settings
+            conn = aiohttp.TCPConnector(
+                limit=s.max_connections,
+                limit_per_host=s.max_connections_per_host,
+                resolver=_PinnedResolver(self),
+                use_dns_cache=False,
+                local_addr=(s.source_ip, 0) if s.source_ip else None,
+                happy_eyeballs_delay=None,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=conn,
+                auto_decompress=False,  # BodySink decodes under the caps
+                trust_env=False,  # never a proxy from the environment
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=s.connect_timeout, sock_read=s.read_timeout),
+                skip_auto_headers=("Accept-Encoding",),
+                raise_for_status=False,
+                max_field_size=16384,
+            )
+        return self._session
+
+    async def _fetch(self, req: FetchRequest, ip: str, resp: FetchResponse, t0: float) -> None:
+        session = self._get_session()
+        headers = self.request_headers(req)
+        r: aiohttp.ClientResponse | None = None
+        sink: BodySink | None = None
+        complete = False
+        cm = asyncio.timeout_at(self.deadline(t0))
+        try:
+            async with cm:
+                r = await session.get(URL(req.url, encoded=True), headers=headers, allow_redirects=False)
+                resp.ttfb = time.monotonic() - t0
+                resp.status = r.status
+                resp.reason = r.reason or ""
+                resp.http_version = f"HTTP/{r.version.major}.{r.version.minor}" if r.version else ""
+                resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.raw_headers]
+                resp.request_headers = list(r.request_info.headers.items())
+                if r.connection is not None and r.connection.transport is not None:
+                    peer = r.connection.transport.get_extra_info("peername")
+                    if peer:
+                        resp.ip = peer[0]
+                finish_headers(resp)
+                sink = BodySink(self.settings, content_encoding(resp.headers))
+                content = r.content
+                while True:
+                    chunk = await content.readany()
+                    if not chunk:
+                        complete = True
+                        sink.finish()
+                        break
+                    if not sink.feed(chunk):
+                        break
+        except asyncio.TimeoutError as exc:
+            if cm.expired():
+                _late(resp, sink, "time", "timeout", f"total timeout {self.settings.total_timeout}s")
+            elif isinstance(exc, aiohttp.ConnectionTimeoutError):
+                _late(resp, sink, "time", "timeout", f"connect timeout {self.settings.connect_timeout}s")
+            else:
+                _late(resp, sink, "time", "timeout", f"read timeout {self.settings.read_timeout}s")
+        except aiohttp.ClientPayloadError as exc:
+            _late(resp, sink, "disconnect", "read", f"{type(exc).__name__}: {exc}")
+        except aiohttp.ClientResponseError as exc:
+            # Unparseable head (bad status line, oversized headers...).
+            too_big = "too" in str(exc).lower() and ("long" in str(exc).lower() or "large" in str(exc).lower())
+            _late(resp, sink, "disconnect", "too_large" if too_big else "protocol", f"{type(exc).__name__}: {exc}")
+        except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
+            _late(resp, sink, "disconnect", "tls", f"{type(exc).__name__}: {exc}")
+        except aiohttp.ClientConnectorDNSError as exc:
+            _late(resp, sink, "disconnect", "dns", str(exc))
+        except aiohttp.ClientConnectorError as exc:
+            _late(resp, sink, "disconnect", "connect", f"{type(exc).__name__}: {exc}")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionError) as exc:
+            _late(resp, sink, "disconnect", "read", f"{type(exc).__name__}: {exc}")
+        except aiohttp.ClientError as exc:
+            _late(resp, sink, "disconnect", "protocol", f"{type(exc).__name__}: {exc}")
+        finally:
+            if sink is not None:
+                apply_sink(resp, sink)
+            if r is not None:
+                if complete:
+                    r.release()
+                else:
+                    r.close()  # unread bytes would poison a reused connection
+
+    async def close(self) -> None:
+        await super().close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+

@@ -1,0 +1,403 @@
+"""Persistent per-host BFS frontier: SQLite (WAL) on disk, only each host's head in memory, group commit."""
+
+from __future__ import annotations
+
+import sqlite3
+from bisect import insort
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# A key lower than any real (depth, seq): "everything of this host is on disk only".
+_MIN_KEY = (-(1 << 62), 0)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queue (
+    host TEXT NOT NULL,
+    depth INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    via TEXT NOT NULL,
+    not_before REAL NOT NULL,
+    PRIMARY KEY (host, depth, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+"""
+
+
+@dataclass(slots=True)
+class Item:
+    """One queued URL. seq is assigned by Frontier.add (-1 before); (host, depth, seq) is its key.
+
+    Treat items returned by the frontier as read-only: the frontier keeps references to them."""
+
+    url: str
+    host: str
+    depth: int = 0
+    via: str = ""
+    not_before: float = 0.0
+    seq: int = -1
+
+
+class _HostQ:
+    # Invariants (key = (depth, seq); "queued" = in the queue table or pending add, not in flight,
+    # done not called):
+    #   hot   = exactly the queued items of the host with key < bound, sorted by key;
+    #   bound = None means +infinity (nothing of the host is on disk only);
+    #   cold  = number of queued items with key >= bound (on disk only, never in memory);
+    #   inflight = number of this host's items popped and neither done nor retried;
+    #   dirty = the flush epoch in which a cold item of the host was last buffered (its row may be
+    #   missing or stale in the table until that flush).
+    __slots__ = ("hot", "bound", "cold", "inflight", "dirty")
+
+    def __init__(self) -> None:
+        self.hot: list[Item] = []
+        self.bound: tuple[int, int] | None = None
+        self.cold = 0
+        self.inflight = 0
+        self.dirty = -1
+
+
+def _key(it: Item) -> tuple[int, int]:
+    return (it.depth, it.seq)
+
+
+class Frontier:
+    """Per-host queues ordered by (depth, arrival): breadth-first within each host.
+
+    Every queued item is a row of `queue` (after flush); memory holds only the first hot_per_host
+    items of each host that has been touched (and at most about max_hot_items overall), the rest are
+    paged in by key range as the head drains. In-flight items keep their row until done() is
+    flushed, so a crash re-queues them: a restart loses nothing and refetches at most what was in
+    flight. add/done/retry are buffered; flush() makes them durable in one transaction.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        hot_per_host: int = 64,
+        max_hot_items: int = 200_000,
+        synchronous: str = "NORMAL",
+        cache_kib: int = 8192,
+        wal_pages: int = 16384,
+    ) -> None:
+        if hot_per_host < 1:
+            raise ValueError("hot_per_host must be >= 1")
+        self.path = Path(path)
+        self.hot_per_host = hot_per_host
+        self.max_hot_items = max_hot_items
+        # Page in when the head falls to a quarter, so one range query serves many pops.
+        self._low_water = hot_per_host // 4
+        # NORMAL in WAL mode: a commit survives a process crash (kill -9); FULL also survives power
+        # loss at the cost of an fsync per flush.
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+        # Adds spread over many hosts dirty one leaf page per host; a larger WAL lets a page dirtied
+        # by several flushes reach the main file once per checkpoint instead of once per flush.
+        self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_pages)}")
+        self._db.executescript(_SCHEMA)
+        self._hosts: dict[str, _HostQ] = {}
+        self._work: set[str] = set()  # hosts with queued items (hot or cold)
+        self._activated: list[str] = []  # hosts that gained work since take_activated()
+        self._inflight: dict[int, Item] = {}  # seq -> item
+        self._queued = 0
+        self._hot_total = 0
+        self._adds: list[tuple] = []
+        self._updates: list[tuple] = []
+        self._deletes: list[tuple] = []
+        self._deleted: set[int] = set()  # seqs of buffered deletes: rows still in the table
+        self._epoch = 0  # flushes so far
+        row = self._db.execute("SELECT v FROM meta WHERE k='next_seq'").fetchone()
+        self._seq = row[0] if row else 0
+        self._recover()
+
+    def _recover(self) -> None:
+        # Everything on disk is queued again, including what was in flight at the crash; nothing is
+        # loaded into memory until a host is popped.
+        for host, n in self._db.execute("SELECT host, count(*) FROM queue GROUP BY host"):
+            q = _HostQ()
+            q.bound = _MIN_KEY
+            q.cold = n
+            self._hosts[host] = q
+            self._work.add(host)
+            self._activated.append(host)
+            self._queued += n
+        # Seqs only grow, even if meta lagged (it is written in the same transaction, but be safe).
+        row = self._db.execute("SELECT max(seq) FROM queue").fetchone() if self._queued else None
+        if row and row[0] is not None and row[0] > self._seq:
+            self._seq = row[0]
+
+    # -- counts -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Queued items (not in flight)."""
+        return self._queued
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    @property
+    def hot_items(self) -> int:
+        """Items held in memory (heads of host queues)."""
+        return self._hot_total
+
+    def queue_len(self, host: str) -> int:
+        q = self._hosts.get(host)
+        return 0 if q is None else len(q.hot) + q.cold
+
+    def hosts_with_work(self) -> int:
+        return len(self._work)
+
+    def hosts_ready(self) -> Iterator[str]:
+        """Hosts with queued items (a snapshot)."""
+        return iter(list(self._work))
+
+    def has_work(self, host: str) -> bool:
+        return host in self._work
+
+    def take_activated(self) -> list[str]:
+        """Hosts that went from no queued item to some since the last call (for the scheduler)."""
+        out, self._activated = self._activated, []
+        return [h for h in out if h in self._work]
+
+    def pending(self) -> int:
+        """Buffered changes not yet durable."""
+        return len(self._adds) + len(self._updates) + len(self._deletes)
+
+    # -- queue operations ---------------------------------------------------------------------------
+    def _q(self, host: str) -> _HostQ:
+        q = self._hosts.get(host)
+        if q is None:
+            q = self._hosts[host] = _HostQ()
+        return q
+
+    def _place(self, host: str, q: _HostQ, it: Item) -> None:
+        """Put a queued item in its host's head (memory) or leave it on disk only."""
+        k = (it.depth, it.seq)
+        if q.bound is not None and k >= q.bound:
+            q.cold += 1
+            q.dirty = self._epoch
+        else:
+            hot = q.hot
+            if not hot or k > (hot[-1].depth, hot[-1].seq):
+                hot.append(it)
+            else:
+                insort(hot, it, key=_key)
+            self._hot_total += 1
+            if len(hot) > self.hot_per_host or self._hot_total > self.max_hot_items:
+                e = hot.pop()  # the largest key leaves memory; its row stays on disk
+                q.bound = (e.depth, e.seq)
+                q.cold += 1
+                q.dirty = self._epoch  # its add may still be buffered
+                self._hot_total -= 1
+        if host not in self._work:
+            self._work.add(host)
+            self._activated.append(host)
+
+    def add(self, items: Iterable[Item | tuple]) -> int:
+        """Queue new items (already deduplicated by the seen set). Returns how many were queued.
+
+        Tuples are read as (url, host, depth, via, not_before). Durable after the next flush()."""
+        n = 0
+        rows = self._adds
+        for it in items:
+            if not isinstance(it, Item):
+                it = Item(*it)
+            if it.depth < 0:
+                raise ValueError(f"negative depth for {it.url!r}")
+            self._seq += 1
+            it.seq = self._seq
+            rows.append((it.host, it.depth, it.seq, it.url, it.via, it.not_before))
+            host = it.host
+            q = self._hosts.get(host)
+            if q is None:
+                q = self._hosts[host] = _HostQ()
+            self._place(host, q, it)
+            n += 1
+        self._queued += n
+        return n
+
+    def _page_in(self, host: str, q: _HostQ) -> None:
+        # Rows of this host's cold items may still be buffered: then make the table the truth first.
+        # Rows of done items not yet deleted are skipped below, so most page-ins need no flush.
+        if q.dirty == self._epoch:
+            self.flush()
+        want = self.hot_per_host - len(q.hot)
+        room = self.max_hot_items - self._hot_total
+        if room < want:
+            want = max(room, min(want, 16))  # a drained host still gets a useful page
+        deleted = self._deleted
+        inflight = self._inflight
+        hot = q.hot
+        # In-flight rows and rows of buffered deletes in the range are skipped; loop in the rare case
+        # that a whole page was skipped so a host with cold items never looks empty.
+        limit = want + q.inflight + min(len(deleted), self.hot_per_host)
+        while True:
+            b = q.bound
+            rows = self._db.execute(
+                "SELECT depth, seq, url, via, not_before FROM queue WHERE host=? AND (depth, seq) >= (?, ?) "
+                "ORDER BY depth, seq LIMIT ?",
+                (host, b[0], b[1], limit),
+            ).fetchall()
+            taken = 0
+            stop = None
+            for depth, seq, url, via, nb in rows:
+                if seq in inflight or seq in deleted:
+                    continue
+                if taken == want:
+                    stop = (depth, seq)  # the first queued row left on disk
+                    break
+                hot.append(Item(url, host, depth, via, nb, seq))
+                taken += 1
+            self._hot_total += taken
+            q.cold -= taken
+            if stop is not None:
+                q.bound = stop
+                return
+            if len(rows) < limit:
+                q.bound = None
+                q.cold = 0  # == 0 already by the invariant; this just keeps a slip from sticking
+                return
+            last = rows[-1]
+            q.bound = (last[0], last[1] + 1)
+            if taken:
+                return
+
+    def pop(self, host: str, now: float | None = None) -> Item | None:
+        """Take the host's first item in BFS order (first with not_before <= now when now is given);
+        it is in flight until done() or retry()."""
+        q = self._hosts.get(host)
+        if q is None:
+            return None
+        if len(q.hot) <= self._low_water and q.cold:
+            self._page_in(host, q)
+        hot = q.hot
+        if not hot:
+            return None
+        if now is None or hot[0].not_before <= now:
+            it = hot.pop(0)
+        else:
+            for i, cand in enumerate(hot):
+                if cand.not_before <= now:
+                    it = hot.pop(i)
+                    break
+            else:
+                return None
+        self._hot_total -= 1
+        self._queued -= 1
+        q.inflight += 1
+        self._inflight[it.seq] = it
+        if not hot and not q.cold:
+            self._work.discard(host)
+        return it
+
+    def ready_at(self, host: str) -> float | None:
+        """Earliest not_before among the host's head items (None: no queued item)."""
+        q = self._hosts.get(host)
+        if q is None:
+            return None
+        if not q.hot and q.cold:
+            self._page_in(host, q)
+        if not q.hot:
+            return None
+        return min(it.not_before for it in q.hot)
+
+    def done(self, item: Item) -> bool:
+        """The item was fetched (or given up): removed for good after the next flush. False if it was
+        not in flight (e.g. its host was dropped meanwhile)."""
+        if self._inflight.pop(item.seq, None) is None:
+            return False
+        self._deletes.append((item.host, item.depth, item.seq))
+        self._deleted.add(item.seq)
+        q = self._hosts.get(item.host)
+        if q is not None:
+            q.inflight -= 1
+            if not q.inflight and not q.hot and not q.cold:
+                del self._hosts[item.host]  # idle hosts cost no memory
+        return True
+
+    def retry(self, item: Item, not_before: float = 0.0) -> bool:
+        """Put an in-flight item back at its BFS position (same key), not to be popped before
+        not_before. False if it was not in flight."""
+        if self._inflight.pop(item.seq, None) is None:
+            return False
+        item.not_before = not_before
+        self._updates.append((not_before, item.host, item.depth, item.seq))
+        q = self._q(item.host)
+        q.inflight -= 1
+        self._queued += 1
+        self._place(item.host, q, item)
+        return True
+
+    # -- handover -----------------------------------------------------------------------------------
+    def export_host(self, host: str) -> list[Item]:
+        """All of the host's items not done (queued and in flight), in BFS order; a range scan."""
+        self.flush()
+        return [
+            Item(url, host, depth, via, nb, seq)
+            for depth, seq, url, via, nb in self._db.execute(
+                "SELECT depth, seq, url, via, not_before FROM queue WHERE host=? ORDER BY depth, seq", (host,)
+            )
+        ]
+
+    def drop_host(self, host: str) -> int:
+        """Forget the host (handed over): its rows, head and in-flight items. Returns rows deleted."""
+        self.flush()
+        cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
+        n = cur.rowcount
+        q = self._hosts.pop(host, None)
+        if q is not None:
+            self._queued -= len(q.hot) + q.cold
+            self._hot_total -= len(q.hot)
+        if q is not None and q.inflight:
+            for seq in [s for s, it in self._inflight.items() if it.host == host]:
+                del self._inflight[seq]
+        self._work.discard(host)
+        return n
+
+    # -- durability ---------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Make all buffered add/done/retry durable in one transaction. Returns changes written."""
+        adds, updates, deletes = self._adds, self._updates, self._deletes
+        n = len(adds) + len(updates) + len(deletes)
+        if not n:
+            return 0
+        self._adds, self._updates, self._deletes = [], [], []
+        self._epoch += 1
+        db = self._db
+        if len(adds) > 1:
+            adds.sort()  # key order: inserts walk each host's B-tree range once
+        db.execute("BEGIN")
+        try:
+            if adds:
+                db.executemany("INSERT OR REPLACE INTO queue VALUES (?,?,?,?,?,?)", adds)
+            if updates:
+                db.executemany("UPDATE queue SET not_before=? WHERE host=? AND depth=? AND seq=?", updates)
+            if deletes:
+                db.executemany("DELETE FROM queue WHERE host=? AND depth=? AND seq=?", deletes)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)", (self._seq,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            # Put the changes back so a later flush can retry them; every host counts as dirty.
+            self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
+            for q in self._hosts.values():
+                q.dirty = self._epoch
+            raise
+        self._deleted.clear()
+        return n
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._db.close()
+
+    def __enter__(self) -> Frontier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

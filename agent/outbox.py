@@ -1,0 +1,66 @@
+"""URLs on their way to other agents, on disk until the owner acknowledges them (crash-safe)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from agent.router import UrlItem
+
+
+class Outbox:
+    """SQLite table of undelivered foreign URLs. Invariant: a URL handed to another agent is
+    deleted only after that agent acknowledged it, so kill -9 at any point loses none; after
+    a restart `load()` gives them back for routing. Writes are grouped until `flush()`."""
+
+    def __init__(self, path: str | Path):
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, url TEXT NOT NULL,"
+            " host TEXT NOT NULL, depth INTEGER NOT NULL, via TEXT NOT NULL)"
+        )
+        row = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()
+        self._next = int(row[0]) + 1
+        self._adds: dict[int, tuple] = {}   # seq -> row, written at the next flush
+        self._dels: list[tuple[int]] = []
+
+    def add(self, items: list[UrlItem]) -> list[UrlItem]:
+        """Give each item an outbox sequence number; the row is written at the next flush."""
+        out = []
+        for it in items:
+            seq = self._next
+            self._next += 1
+            self._adds[seq] = (seq, it.url, it.host, it.depth, it.via)
+            out.append(UrlItem(it.url, it.host, it.depth, it.via, seq))
+        return out
+
+    def delivered(self, items: list[UrlItem]) -> None:
+        """These were acknowledged (or turned out local): forget them. A row not yet written is
+        simply never written, so URLs routed at once cost no disk write."""
+        for it in items:
+            if it.seq and self._adds.pop(it.seq, None) is None:
+                self._dels.append((it.seq,))
+
+    def flush(self) -> None:
+        if not self._adds and not self._dels:
+            return
+        self.db.execute("BEGIN")
+        if self._adds:
+            self.db.executemany("INSERT INTO outbox (seq, url, host, depth, via) VALUES (?, ?, ?, ?, ?)", list(self._adds.values()))
+        if self._dels:
+            self.db.executemany("DELETE FROM outbox WHERE seq = ?", self._dels)
+        self.db.execute("COMMIT")
+        self._adds.clear()
+        self._dels.clear()
+
+    def load(self) -> list[UrlItem]:
+        return [UrlItem(u, h, d, v, s) for s, u, h, d, v in self.db.execute("SELECT seq, url, host, depth, via FROM outbox ORDER BY seq")]
+
+    def __len__(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]) + len(self._adds) - len(self._dels)
+
+    def close(self) -> None:
+        self.flush()
+        self.db.close()

@@ -1,0 +1,127 @@
+"""robots.txt per host as a pure cache (RFC 9309 semantics through protego); the agent does the I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protego import Protego
+
+# How long a host whose robots.txt keeps failing stays fully disallowed before the RFC lets
+# a crawler treat it as having none (RFC 9309 2.4: "unreachable for more than 30 days").
+UNREACHABLE_ALLOW_AFTER = 30 * 86400.0
+
+
+@dataclass
+class _Entry:
+    rules: Protego | None  # None with allow_all False: everything disallowed
+    allow_all: bool
+    expires: float
+    fetched_ok: float | None  # when rules last came from a real answer (2xx/4xx)
+    failing_since: float | None  # first of the current run of 5xx / network errors
+    status: int
+
+
+class RobotsCache:
+    """Rules per host with a TTL.
+
+    The agent asks `needs_fetch(host, now)`, fetches /robots.txt through its Fetcher (following
+    up to 5 redirects itself, RFC 9309 2.3.1.2) and calls `update(host, status, body, now)`
+    with status 0 for a network error. Until the first update a host is disallowed, so a
+    caller that forgets to fetch cannot crawl against the rules.
+    """
+
+    def __init__(self, user_agent: str, ttl: float = 86400.0, error_ttl: float = 600.0, max_bytes: int = 500_000,
+                 unreachable_allow_after: float = UNREACHABLE_ALLOW_AFTER):
+        if ttl <= 0 or error_ttl <= 0 or max_bytes < 1:
+            raise ValueError("ttl, error_ttl and max_bytes must be positive")
+        # Groups match on the product token ("wancrawl" of "wancrawl/0.1 (+url)").
+        self.token = user_agent.split("/", 1)[0].split()[0] if user_agent.strip() else "*"
+        self.ttl = ttl
+        self.error_ttl = error_ttl
+        self.max_bytes = max_bytes
+        self.unreachable_allow_after = unreachable_allow_after
+        self._hosts: dict[str, _Entry] = {}
+
+    def needs_fetch(self, host: str, now: float) -> bool:
+        e = self._hosts.get(host)
+        return e is None or now >= e.expires
+
+    def known(self, host: str) -> bool:
+        return host in self._hosts
+
+    def update(self, host: str, status: int, body: bytes | str | None, now: float) -> None:
+        """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response)."""
+        prev = self._hosts.get(host)
+        if 200 <= status < 300:
+            text = body if isinstance(body, str) else (body or b"")[: self.max_bytes].decode("utf-8", "replace")
+            if isinstance(body, str):
+                text = text[: self.max_bytes]
+            try:
+                rules = Protego.parse(text)
+            except Exception:  # noqa: BLE001 - an unparseable file is treated as empty (RFC 9309 2.2)
+                rules = None
+            self._hosts[host] = _Entry(rules, rules is None, now + self.ttl, now, None, status)
+        elif 300 <= status < 400 or (400 <= status < 500 and status != 429):
+            # "Unavailable" (4xx, or redirects the caller gave up on): no restrictions.
+            # 3xx is retried sooner: it usually means the caller could not follow.
+            ttl = self.error_ttl if status < 400 else self.ttl
+            self._hosts[host] = _Entry(None, True, now + ttl, now, None, status)
+        else:
+            # "Unreachable" (5xx, 429, network error): assume complete disallow for a while,
+            # but keep rules from a recent good answer (RFC 9309 2.4 allows the cached copy).
+            since = prev.failing_since if prev and prev.failing_since is not None else now
+            if now - since >= self.unreachable_allow_after:
+                self._hosts[host] = _Entry(None, True, now + self.error_ttl, None, since, status)
+            elif prev is not None and prev.fetched_ok is not None and now - prev.fetched_ok < self.unreachable_allow_after:
+                self._hosts[host] = _Entry(prev.rules, prev.allow_all, now + self.error_ttl, prev.fetched_ok, since, status)
+            else:
+                self._hosts[host] = _Entry(None, False, now + self.error_ttl, None, since, status)
+
+    def allowed(self, url: str, host: str) -> bool:
+        """Whether the rules let us fetch url; /robots.txt itself is always allowed."""
+        e = self._hosts.get(host)
+        if url.endswith("/robots.txt") and url.count("/") == 3:
+            return True
+        if e is None:
+            return False
+        if e.allow_all:
+            return True
+        if e.rules is None:
+            return False
+        return e.rules.can_fetch(url, self.token)
+
+    def crawl_delay(self, host: str) -> float | None:
+        """Seconds between requests asked by Crawl-delay, or derived from Request-rate."""
+        e = self._hosts.get(host)
+        if e is None or e.rules is None:
+            return None
+        d = e.rules.crawl_delay(self.token)
+        if d is None:
+            rr = e.rules.request_rate(self.token)
+            if rr is not None and rr.requests:
+                d = rr.seconds / rr.requests
+        return None if d is None else float(d)
+
+    def sitemaps(self, host: str) -> list[str]:
+        e = self._hosts.get(host)
+        if e is None or e.rules is None:
+            return []
+        return list(e.rules.sitemaps)
+
+    def status(self, host: str) -> int | None:
+        """The status of the last update (0: network error), or None if never fetched."""
+        e = self._hosts.get(host)
+        return None if e is None else e.status
+
+    def forget(self, host: str) -> None:
+        self._hosts.pop(host, None)
+
+    def purge(self, now: float, grace: float = 0.0) -> int:
+        """Drop entries expired for longer than grace; returns how many went."""
+        dead = [h for h, e in self._hosts.items() if now >= e.expires + grace]
+        for h in dead:
+            del self._hosts[h]
+        return len(dead)
+
+    def __len__(self) -> int:
+        return len(self._hosts)

@@ -1,0 +1,299 @@
+"""Persistent seen set: 64-bit URL fingerprints in a compact open-addressing table, recorded per host on disk."""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from collections.abc import Iterable
+from hashlib import blake2b
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS seen (hid INTEGER NOT NULL, fp INTEGER NOT NULL, PRIMARY KEY (hid, fp)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS seen_log (hid INTEGER NOT NULL, fp INTEGER NOT NULL);
+"""
+
+_MAX_LOAD = 0.75
+_MIN_CAP = 1 << 10
+
+
+def fingerprint(url: str) -> int:
+    """Signed 64-bit blake2b fingerprint of a canonical URL, never 0 (0 marks an empty slot).
+
+    Among n distinct URLs the chance of any collision is about n^2 / 2^65: 2.7e-6 for 10 million.
+    A collision makes one URL look seen (it is not fetched), nothing worse."""
+    return int.from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
+
+
+def _table(cap: int) -> array:
+    return array("q", bytes(8 * cap))
+
+
+class SeenSet:
+    """URLs already queued or fetched by this agent, for the hosts it owns.
+
+    Memory: one signed 64-bit slot per entry in a linear-probing table of power-of-two capacity at
+    most 75% full (8-14 bytes per URL), grown by rehash. Disk: `seen(hid, fp)` clustered by host so
+    a handover reads or deletes one key range, plus an append-only `seen_log` that flush() writes
+    (a group commit touches only the log's last pages, not one page per active host); the log is
+    merged into `seen` in big sorted batches once it holds merge_rows rows. A flushed fingerprint is
+    in `seen` or `seen_log`; an unflushed one only in memory.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        capacity: int = 0,
+        merge_rows: int = 1_000_000,
+        synchronous: str = "NORMAL",
+        cache_kib: int = 8192,
+    ) -> None:
+        self.path = Path(path)
+        self.merge_rows = merge_rows
+        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+        # A merge writes many pages to the WAL; do not keep a huge WAL file around afterwards.
+        self._db.execute("PRAGMA journal_size_limit=67108864")
+        self._db.executescript(_SCHEMA)
+        self._hid: dict[str, int] = dict((h, i) for i, h in self._db.execute("SELECT hid, host FROM hosts"))
+        self._next_hid = max(self._hid.values(), default=0) + 1
+        self._new_hosts: list[tuple[int, str]] = []
+        self._pending: list[tuple[int, int]] = []
+        self._log_rows = self._db.execute("SELECT count(*) FROM seen_log").fetchone()[0]
+        n = self._db.execute("SELECT count(*) FROM seen").fetchone()[0] + self._log_rows
+        # Invariants: _table has _mask + 1 (a power of two) slots; 0 = empty; every fingerprint in
+        # memory sits in the probe run starting at fp & _mask with no empty slot before it; _n counts
+        # the non-zero slots and stays <= _MAX_LOAD * capacity.
+        cap = _MIN_CAP
+        while cap * _MAX_LOAD < max(n, capacity):
+            cap <<= 1
+        self._t = _table(cap)
+        self._mask = cap - 1
+        self._n = 0
+        self._grow_at = int(cap * _MAX_LOAD)
+        for (fp,) in self._db.execute("SELECT fp FROM seen UNION ALL SELECT fp FROM seen_log"):
+            self._insert(fp)
+
+    # -- in-memory table ----------------------------------------------------------------------------
+    def _insert(self, fp: int) -> bool:
+        t, mask = self._t, self._mask
+        i = fp & mask
+        while True:
+            v = t[i]
+            if v == fp:
+                return False
+            if not v:
+                t[i] = fp
+                self._n += 1
+                if self._n > self._grow_at:
+                    self._grow()
+                return True
+            i = (i + 1) & mask
+
+    def _has(self, fp: int) -> bool:
+        t, mask = self._t, self._mask
+        i = fp & mask
+        while True:
+            v = t[i]
+            if v == fp:
+                return True
+            if not v:
+                return False
+            i = (i + 1) & mask
+
+    def _grow(self) -> None:
+        old = self._t
+        cap = (self._mask + 1) * 2
+        t = _table(cap)
+        mask = cap - 1
+        for fp in old:
+            if fp:
+                i = fp & mask
+                while t[i]:
+                    i = (i + 1) & mask
+                t[i] = fp
+        self._t, self._mask, self._grow_at = t, mask, int(cap * _MAX_LOAD)
+
+    def _remove(self, fp: int) -> bool:
+        t, mask = self._t, self._mask
+        i = fp & mask
+        while True:
+            v = t[i]
+            if not v:
+                return False
+            if v == fp:
+                break
+            i = (i + 1) & mask
+        # Backward-shift deletion: pull later members of the run into the hole when their home slot
+        # does not lie cyclically in (hole, j], so every run stays contiguous without tombstones.
+        t[i] = 0
+        j = i
+        while True:
+            j = (j + 1) & mask
+            v = t[j]
+            if not v:
+                break
+            k = v & mask
+            if (i <= j and (k <= i or k > j)) or (i > j and k <= i and k > j):
+                t[i] = v
+                t[j] = 0
+                i = j
+        self._n -= 1
+        return True
+
+    # -- API ----------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def capacity(self) -> int:
+        return self._mask + 1
+
+    def memory_bytes(self) -> int:
+        """Bytes of the fingerprint table (the part that grows with the number of URLs)."""
+        return self._t.itemsize * len(self._t)
+
+    def _host_id(self, host: str) -> int:
+        hid = self._hid.get(host)
+        if hid is None:
+            hid = self._hid[host] = self._next_hid
+            self._next_hid += 1
+            self._new_hosts.append((hid, host))
+        return hid
+
+    def add_new(self, host: str, urls: Iterable[str]) -> list[bool]:
+        """For each canonical URL of host: True if it was new (it is now recorded), else False.
+        A URL repeated within the batch is new only the first time. Durable after flush()."""
+        hid = self._host_id(host)
+        out: list[bool] = []
+        append = out.append
+        pend = self._pending.append
+        from_bytes = int.from_bytes
+        t, mask = self._t, self._mask
+        for url in urls:
+            fp = from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
+            # Inlined probe (the hot path of the agent's link handling).
+            i = fp & mask
+            while True:
+                v = t[i]
+                if v == fp:
+                    append(False)
+                    break
+                if not v:
+                    t[i] = fp
+                    self._n += 1
+                    pend((hid, fp))
+                    append(True)
+                    if self._n > self._grow_at:
+                        self._grow()
+                        t, mask = self._t, self._mask
+                    break
+                i = (i + 1) & mask
+        return out
+
+    def contains(self, host: str, url: str) -> bool:
+        return self._has(fingerprint(url))
+
+    def __contains__(self, url: str) -> bool:
+        return self._has(fingerprint(url))
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> int:
+        """Append the fingerprints recorded since the last flush to the log in one transaction."""
+        rows, hosts = self._pending, self._new_hosts
+        if not rows and not hosts:
+            return 0
+        self._pending, self._new_hosts = [], []
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            if hosts:
+                db.executemany("INSERT INTO hosts VALUES (?, ?)", hosts)
+            if rows:
+                db.executemany("INSERT INTO seen_log VALUES (?, ?)", rows)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            self._pending[:0], self._new_hosts[:0] = rows, hosts
+            raise
+        self._log_rows += len(rows)
+        if self._log_rows >= self.merge_rows:
+            self.merge()
+        return len(rows)
+
+    def merge(self) -> None:
+        """Move the log into the host-clustered table: one sorted pass, each leaf page written once."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            db.execute("INSERT OR IGNORE INTO seen SELECT hid, fp FROM seen_log ORDER BY hid, fp")
+            db.execute("DELETE FROM seen_log")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._log_rows = 0
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # -- handover (by host: cost proportional to the host's URLs, after merging the log) -----------
+    def export_host(self, host: str) -> list[int]:
+        """The host's fingerprints (signed 64-bit ints), for a new owner's import_host."""
+        hid = self._hid.get(host)
+        if hid is None:
+            return []
+        self.flush()
+        if self._log_rows:
+            self.merge()
+        return [fp for (fp,) in self._db.execute("SELECT fp FROM seen WHERE hid=?", (hid,))]
+
+    def import_host(self, host: str, fps: Iterable[int]) -> int:
+        """Record fingerprints received with a host handover; returns how many were new here."""
+        hid = self._host_id(host)
+        n = 0
+        pend = self._pending.append
+        for fp in fps:
+            fp = int(fp)
+            if not fp or not -(1 << 63) <= fp < (1 << 63):
+                raise ValueError(f"not a signed 64-bit non-zero fingerprint: {fp}")
+            if self._insert(fp):
+                pend((hid, fp))
+                n += 1
+        self.flush()
+        return n
+
+    def drop_host(self, host: str) -> int:
+        """Forget the host's fingerprints (it changed owner). Returns how many were removed.
+
+        A fingerprint another host shares (a 64-bit collision) would leave memory too: at worst that
+        URL is queued once more."""
+        hid = self._hid.get(host)
+        if hid is None:
+            return 0
+        fps = self.export_host(host)
+        for fp in fps:
+            self._remove(fp)
+        db = self._db
+        db.execute("BEGIN")
+        db.execute("DELETE FROM seen WHERE hid=?", (hid,))
+        db.execute("DELETE FROM hosts WHERE hid=?", (hid,))
+        db.execute("COMMIT")
+        del self._hid[host]
+        return len(fps)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._db.close()
+
+    def __enter__(self) -> SeenSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

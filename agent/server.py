@@ -1,0 +1,103 @@
+"""The agent's gRPC shell (PushUrls, Status), Prometheus metrics, create_server() and serve()."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from agent.node import AgentNode
+from agent.settings import AgentSettings
+from wancrawl import grpcutil
+from wancrawl.errors import InvalidArgument
+from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+
+log = logging.getLogger("agent")
+
+SERVICE_NAME = "wancrawl.v1.Agent"
+MAX_PUSH = 100_000
+
+
+class AgentServicer(agent_pb2_grpc.AgentServicer):
+    def __init__(self, node: AgentNode):
+        self.node = node
+
+    async def PushUrls(self, request, context):
+        if len(request.urls) > MAX_PUSH:
+            raise InvalidArgument(f"{len(request.urls)} URLs in one push; at most {MAX_PUSH}")
+        r = await self.node.intake_push(request.sender_id, request.epoch, list(request.urls))
+        return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.cache.epoch, errors=r.errors)
+
+    async def Status(self, request, context):
+        return agent_pb2.StatusResponse(
+            agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters()
+        )
+
+
+class MetricsCollector:
+    """Exposes the agent's counters (the Status RPC's) to Prometheus."""
+
+    def __init__(self, node: AgentNode):
+        self.node = node
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        for name, value in sorted(self.node.status_counters().items()):
+            g = GaugeMetricFamily(f"wancrawl_agent_{name}", f"wancrawl agent {name}", labels=["agent"])
+            g.add_metric([self.node.id], float(value))
+            yield g
+
+
+class AgentServer:
+    """A running agent: gRPC server, health service, the crawl node, optional metrics."""
+
+    def __init__(self, settings: AgentSettings, node: AgentNode | None = None, **node_kwargs):
+        self.settings = settings
+        self.grpc, self.health = grpcutil.new_server([SERVICE_NAME])
+        self.port = grpcutil.bind(self.grpc, settings.listen)
+        self.address = settings.advertise or grpcutil.host_port(settings.listen, self.port)
+        self.node = node or AgentNode(settings, **node_kwargs)
+        self.node.address = self.address
+        agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.node), self.grpc)
+        self.metrics_server = None
+
+    async def start(self) -> None:
+        await self.grpc.start()
+        await self.node.start()
+        await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        if self.settings.metrics_listen:
+            from prometheus_client import CollectorRegistry, start_http_server
+
+            registry = CollectorRegistry()
+            registry.register(MetricsCollector(self.node))
+            host, _, port = self.settings.metrics_listen.rpartition(":")
+            self.metrics_server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+        log.info("agent %s serving on %s", self.node.id, self.address)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await grpcutil.mark_not_serving(self.health)
+        await self.node.stop()
+        await self.grpc.stop(grace)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+
+
+def create_server(settings: AgentSettings, **node_kwargs) -> tuple[AgentServer, int]:
+    """Build (not start) an agent; node_kwargs inject consultant, storage or fetcher (tests)."""
+    server = AgentServer(settings, **node_kwargs)
+    return server, server.port
+
+
+async def serve(settings: AgentSettings) -> None:
+    server, _ = create_server(settings)
+    await grpcutil.run_until_signalled(server.start, server.stop)
+
+
+def run(settings: AgentSettings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s {settings.agent_id} %(levelname)s %(message)s", stream=sys.stderr)
+    asyncio.run(serve(settings))
+
+
+__all__ = ["AgentServer", "create_server", "serve", "run"]

@@ -1,0 +1,136 @@
+"""The agent's typed settings: every key, its default and its check, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.fetch.base import FetchSettings
+from agent.scope import ScopeSettings
+from wancrawl.config import build, override, read_toml
+from wancrawl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LocationSettings:
+    # Empty: the consultant derives city/coordinates/ASN from source_ip through its DBs.
+    city: str = ""
+    country: str = ""
+    lat: float | None = None
+    lon: float | None = None
+    asn: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.lat is None) != (self.lon is None):
+            raise ValueError("location.lat and location.lon go together")
+        if self.lat is not None and not (-90 <= self.lat <= 90 and -180 <= self.lon <= 180):  # type: ignore[operator]
+            raise ValueError("location.lat/lon out of range")
+
+
+@dataclass(frozen=True)
+class RoutingSettings:
+    alpha: int = 1000            # URLs per PushUrls (seed 002's alpha)
+    beta: int = 1000             # hosts per Resolve (seed 002's beta)
+    flush_interval: float = 0.2  # seconds a partial push batch may wait
+    host_cache_size: int = 1_000_000
+    retry_seconds: float = 1.0   # pause before asking again after a failed Resolve or push
+    max_pushes_in_flight: int = 16
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.alpha <= 100_000 or not 1 <= self.beta <= 10_000:
+            raise ValueError("routing.alpha must be 1..100000 and routing.beta 1..10000 (the consultant's limit)")
+        if self.flush_interval < 0 or self.retry_seconds <= 0:
+            raise ValueError("routing.flush_interval must be >= 0 and routing.retry_seconds > 0")
+
+
+@dataclass(frozen=True)
+class PolitenessSettings:
+    delay: float = 1.0           # seconds between two fetches of one host
+    max_per_host: int = 1        # connections (fetches in flight) per host
+    max_per_ip: int = 4          # per server IP (virtual hosts share it)
+    ip_delay: float = 0.0        # seconds between fetch starts to one IP
+    max_crawl_delay: float = 60.0  # robots.txt Crawl-delay is honoured up to this
+    max_backoff: float = 3600.0  # exponential backoff after 5xx/errors grows up to this
+    max_retry_after: float = 3600.0  # a Retry-After longer than this is cut to it
+    max_retries: int = 3         # 429/5xx/network errors before a URL is given up
+
+    def __post_init__(self) -> None:
+        if self.delay < 0 or self.ip_delay < 0 or self.max_per_host < 1 or self.max_per_ip < 1 or self.max_retries < 0:
+            raise ValueError("politeness: delays >= 0, max_per_host/max_per_ip >= 1, max_retries >= 0")
+
+
+@dataclass(frozen=True)
+class RobotsSettings:
+    enabled: bool = True
+    ttl: float = 86400.0
+    error_ttl: float = 600.0
+
+
+@dataclass(frozen=True)
+class StorageOutSettings:
+    batch_pages: int = 100        # pages per PageBatch
+    flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
+    fsync: bool = True            # spool files are fsynced before pages count as done
+    retry_seconds: float = 1.0
+    gzip_level: int = 6
+
+    def __post_init__(self) -> None:
+        if self.batch_pages < 1 or not 1 <= self.gzip_level <= 9:
+            raise ValueError("storage.batch_pages >= 1 and storage.gzip_level 1..9")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    agent_id: str = ""
+    listen: str = "127.0.0.1:0"       # the Agent gRPC service
+    advertise: str = ""               # host:port peers dial; default: the bound listen address
+    consultant: str = "127.0.0.1:50051"
+    storage: str = ""                 # storage address; empty: pages stay in the spool
+    data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
+    source_ip: str = ""               # local address fetches come from (the lab needs it)
+    hosts_file: str = ""              # host -> IP before DNS (the lab's names live only there)
+    system_dns: bool = True
+    capacity: float = 0.0             # relative capacity reported to the consultant (weighted)
+    concurrency: int = 100            # fetches in flight
+    heartbeat_interval: float = 0.0   # 0: a third of the consultant's lease
+    commit_interval: float = 0.1      # group commit of frontier, seen set, outbox and spool
+    metrics_listen: str = ""          # host:port for Prometheus metrics ("" = off)
+    fetcher: str = "aiohttp"          # aiohttp or httpx (docs/agent-fetching.md)
+    sort_query: bool = False          # canonicalisation: sort query parameters
+    log_level: str = "INFO"
+    location: LocationSettings = field(default_factory=LocationSettings)
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+    politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
+    robots: RobotsSettings = field(default_factory=RobotsSettings)
+    scope: ScopeSettings = field(default_factory=ScopeSettings)
+    routing: RoutingSettings = field(default_factory=RoutingSettings)
+    storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
+    source: str = field(default="defaults", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.commit_interval <= 0:
+            raise ValueError("commit_interval must be > 0")
+
+
+def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AgentSettings:
+    """Settings from a TOML file (or defaults), then the dotted `overrides` (CLI flags)."""
+    source = str(path) if path else "defaults"
+    data = read_toml(path) if path else {}
+    data.pop("source", None)
+    if path:
+        base = Path(path).resolve().parent
+        for key in ("hosts_file", "data_dir"):
+            v = data.get(key)
+            if isinstance(v, str) and v and not Path(v).is_absolute():
+                data[key] = str(base / v)
+    s = build(AgentSettings, data, source=source)
+    s = override(s, "source", source)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            s = override(s, key, value)
+    if not s.agent_id:
+        raise ConfigError(f"{source}: agent_id is required (key 'agent_id' or --id)")
+    return s

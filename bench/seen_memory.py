@@ -1,0 +1,129 @@
+"""Seen-set benchmark: RSS per URL, insert and lookup rates for N URLs (default 10 million) against 250 MB."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.seen import SeenSet  # noqa: E402
+
+TARGET_MB_PER_10M = 250.0
+WORDS = ["news", "article", "2024", "products", "category", "index", "page", "view", "item", "blog",
+         "docs", "en", "search", "tag", "user", "profile", "archive", "static", "img", "about"]
+
+
+def rss_mb(field: str = "VmRSS") -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field}")
+
+
+def host_name(i: int) -> str:
+    return f"www.site{i}.{('com', 'net', 'org', 'cn', 'de')[i % 5]}"
+
+
+def batch(rng: random.Random, host: str, start: int, n: int) -> list[str]:
+    """URLs of one page's worth of links: 60-110 characters, paths and queries like real sites."""
+    out = []
+    for k in range(start, start + n):
+        a, b = WORDS[k % 20], WORDS[(k * 7) % 20]
+        if k % 3:
+            out.append(f"https://{host}/{a}/{b}/{k}-{rng.getrandbits(24):06x}.html")
+        else:
+            out.append(f"https://{host}/{a}?id={k}&ref={b}&sort=desc&p={k % 97}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=10_000_000, help="URLs to insert (default 10,000,000)")
+    ap.add_argument("--hosts", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=50, help="URLs per add_new call (links of one page)")
+    ap.add_argument("--flush-every", type=int, default=20_000, help="URLs between group commits")
+    ap.add_argument("--lookups", type=int, default=1_000_000)
+    ap.add_argument("--dir", type=Path, default=None, help="data dir (default: a temporary one)")
+    args = ap.parse_args(argv)
+    n = args.n
+    rng = random.Random(1)
+    tmp = tempfile.TemporaryDirectory() if args.dir is None else None
+    d = Path(tmp.name) if tmp else args.dir
+    d.mkdir(parents=True, exist_ok=True)
+
+    base = rss_mb()
+    s = SeenSet(d / "seen.db")
+    per_host = [0] * args.hosts
+    t_ins = 0.0
+    done = since_flush = 0
+    wall0 = time.perf_counter()
+    while done < n:
+        h = rng.randrange(args.hosts)
+        k = min(args.batch, n - done)
+        urls = batch(rng, host_name(h), per_host[h], k)
+        per_host[h] += k
+        t0 = time.perf_counter()
+        s.add_new(host_name(h), urls)
+        since_flush += k
+        if since_flush >= args.flush_every:
+            s.flush()
+            since_flush = 0
+        t_ins += time.perf_counter() - t0
+        done += k
+    t0 = time.perf_counter()
+    s.flush()
+    t_ins += time.perf_counter() - t0
+    wall = time.perf_counter() - wall0
+    after = rss_mb()
+    peak = rss_mb("VmHWM")  # includes the moment of the last rehash, when old and new tables coexist
+    assert len(s) >= n * 0.999, (len(s), n)  # only 64-bit collisions may merge URLs
+
+    # Lookups: half present (same generator, same seed), half absent.
+    lr = random.Random(2)
+    probes = []
+    for _ in range(args.lookups // 2):
+        h = lr.randrange(args.hosts)
+        if per_host[h]:
+            k = 3 * lr.randrange((per_host[h] + 2) // 3)  # the query-string URLs are reproducible
+            probes.append(f"https://{host_name(h)}/{WORDS[k % 20]}?id={k}&ref={WORDS[(k * 7) % 20]}&sort=desc&p={k % 97}")
+        probes.append(f"https://{host_name(h)}/absent/{lr.getrandbits(40)}")
+    t0 = time.perf_counter()
+    hits = sum(1 for u in probes if s.contains("", u))
+    t_look = time.perf_counter() - t0
+
+    delta = after - base
+    target = TARGET_MB_PER_10M * n / 10_000_000
+    disk = sum(p.stat().st_size for p in d.iterdir()) / 1e6
+    print(f"seen set: {n:,} URLs over {args.hosts:,} hosts, add_new batches of {args.batch}, "
+          f"flush every {args.flush_every:,} (Python {sys.version.split()[0]})")
+    print(f"  table: {s.capacity:,} slots, {s.memory_bytes() / 1e6:.0f} MB, load {len(s) / s.capacity:.2f}")
+    print(f"  RSS delta {delta:.0f} MB = {delta * 1e6 / n:.1f} bytes/URL; process RSS {after:.0f} MB")
+    print(f"  peak process RSS during inserts (last rehash: both tables live): {peak:.0f} MB")
+    print(f"  target {target:.0f} MB for {n:,} URLs (250 MB per 10M): ratio {delta / target:.2f} of target "
+          f"(x{target / max(delta, 1e-9):.2f} headroom)")
+    print(f"  insert: {n / t_ins:,.0f} URLs/s = {t_ins / n * 1e6:.2f} us/URL incl. group commits "
+          f"(wall {wall:.0f} s with URL generation)")
+    print(f"  lookup: {len(probes) / t_look:,.0f} URLs/s = {t_look / len(probes) * 1e6:.2f} us/URL "
+          f"({hits:,} of {len(probes):,} present)")
+    print(f"  disk: {disk:.0f} MB = {disk * 1e6 / n:.1f} bytes/URL")
+    t0 = time.perf_counter()
+    s.close()
+    del s, probes
+    s2 = SeenSet(d / "seen.db")
+    print(f"  reopen (reload {len(s2):,} fingerprints): {time.perf_counter() - t0:.1f} s")
+    s2.close()
+    if tmp:
+        tmp.cleanup()
+    return 0 if delta <= target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Crawl the lab with real agents in-process: consultant on port 0, lab web in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from agent.server import create_server as create_agent
+from agent.settings import load_settings as agent_settings
+from lab.testing import ServerThread, small_topology
+from lab.truth import Scope as TruthScope, Truth
+from lab.web import Web
+from storage.testing import FakeStorageClient
+from wancrawl.config import override
+
+from consultant_helpers import running, settings_for
+
+NORMAL = r"^https?://www\.s\d{4}\."
+
+
+def lab_web(seed: int = 1, time_scale: float = 60.0, **web) -> Web:
+    return Web(small_topology(**web), seed, time_scale=time_scale)
+
+
+def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, source_ip: str, **keys):
+    s = agent_settings(None, {"agent_id": agent_id})
+    base = {
+        "listen": "127.0.0.1:0", "consultant": consultant, "data_dir": str(tmp / agent_id),
+        "hosts_file": str(hosts_file), "system_dns": False, "source_ip": source_ip,
+        "fetch.source_ip": source_ip, "fetch.allow_networks": ["127.0.0.0/8"],
+        "politeness.delay": 0.02, "commit_interval": 0.05, "routing.flush_interval": 0.05,
+        "storage_out.flush_interval": 0.1, "heartbeat_interval": 0.5,
+        "fetch.total_timeout": 3.0, "fetch.read_timeout": 2.0, "fetch.connect_timeout": 2.0,
+    }
+    base.update({k.replace("__", "."): v for k, v in keys.items()})
+    for k, v in base.items():
+        s = override(s, k, v)
+    return s
+
+
+def truth_urls(web: Web, seeds: list[str], max_depth: int, allow: list[str] | None = None) -> set[str]:
+    t = Truth(web, TruthScope(max_depth=max_depth, allow_domains=allow or [], respect_robots=True))
+    return {r.url for r in t.reachable(seeds)}
+
+
+def normal_hosts(web: Web) -> list[str]:
+    return [s.host for s in web.topology.normal_sites]
+
+
+def fetched_urls(lab: ServerThread, port: int) -> list[str]:
+    """Every page request the lab saw, as canonical URLs (robots.txt excluded)."""
+    from wancrawl.urls import canonicalize
+
+    out = []
+    for e in lab.server.log:
+        if e.path == "/robots.txt":
+            continue
+        out.append(canonicalize(f"http://{e.host}{'' if ':' in e.host else f':{port}'}{e.path}"))
+    return out
+
+
+async def wait_idle(nodes, timeout: float = 60.0, stable: float = 0.5) -> None:
+    """Until every agent is idle and stays so for `stable` seconds (pushes may be in flight)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    quiet_since = None
+    while loop.time() < end:
+        if all(n.idle() for n in nodes):
+            quiet_since = quiet_since or loop.time()
+            if loop.time() - quiet_since >= stable:
+                return
+        else:
+            quiet_since = None
+        await asyncio.sleep(0.05)
+    raise AssertionError("crawl did not finish: " + "; ".join(
+        f"{n.id}: frontier={len(n.frontier)} in_flight={n.in_flight} router={n.router.pending()} "
+        f"hosts={[(h, n.frontier.queue_len(h), n.frontier.ready_at(h), h in set(n.scheduler.hosts()), n.politeness.next_time(h) - n.clock(), n.scheduler._due.get(h), h in n.scheduler._parked_host, n.politeness.active(h)) for h in list(n.frontier.hosts_ready())[:5]]}"
+        for n in nodes))
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strategy: str = "hash", agent_keys=None, consultant_keys=None):
+    """A consultant and n agents (one per ISP/city block of the lab), with fake storages."""
+    topo = web_thread.web.topology
+    hosts_file = tmp / "hosts"
+    hosts_file.write_text(topo.hosts_file())
+    cs = settings_for(tmp, strategy=strategy, dns__hosts_file=str(hosts_file), **(consultant_keys or {}))
+    async with running(cs) as (csrv, client):
+        servers, storages = [], []
+        blocks = topo.blocks
+        for i in range(n_agents):
+            b = blocks[(i * 4) % len(blocks)]  # different ISP and city for the first three
+            src = topo.agent_address(b.isp, b.city, 0)
+            st = FakeStorageClient()
+            s = agent_config(tmp, f"agent-{b.name}", csrv.address, hosts_file, src, **(agent_keys or {}))
+            srv, _ = create_agent(s, storage=st)
+            await srv.start()
+            servers.append(srv)
+            storages.append(st)
+        try:
+            yield csrv, client, servers, storages
+        finally:
+            for srv in servers:
+                await srv.stop(0)

@@ -1,0 +1,74 @@
+"""Every hostile site of the lab: handled, bounded in time, recorded, and the crawl goes on."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from lab.testing import ServerThread
+from wancrawl.v1 import agent_pb2
+
+from agent_helpers import cluster, lab_web, wait_idle
+
+
+def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path):
+    web = lab_web(seed=5, pages_max=10)
+    with ServerThread(web, zero_latency=True) as lab:
+        web = lab.web
+        hostile = web.topology.hostile_sites
+        normal = web.topology.normal_sites[0]
+        seeds = [web.url(s, "/") for s in hostile.values()] + [web.url(normal, "/")]
+        seeds += [web.url(hostile["throttle"], p) for p in ("/busy", "/unavailable")]
+        seeds += [web.url(hostile["wrong-type"], p) for p in ("/binary.html", "/document")]
+        seeds += [web.url(hostile["server-error"], "/error")]
+
+        async def go():
+            keys = {"scope.max_depth": 4, "politeness.max_retries": 2, "fetch.max_body_bytes": 2 * 1024 * 1024,
+                    "fetch.max_decoded_bytes": 4 * 1024 * 1024,
+                    # The lab asks for up to an hour of patience; the test has less.
+                    "politeness.max_backoff": 2.0, "politeness.max_retry_after": 3.0}
+            async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
+                t0 = time.monotonic()
+                await agent.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await wait_idle([agent.node], timeout=40)
+                return time.monotonic() - t0, agent.node.status_counters(), store
+
+        elapsed, c, store = run(go())
+        assert elapsed < 60
+        by_url = collections.defaultdict(list)
+        for cap in store.captures.values():
+            by_url[cap.url].append(cap)
+
+        def host_of_kind(kind):
+            return hostile[kind].host
+
+        log = lab.server.log
+        per_host = collections.Counter(e.host.split(":")[0] for e in log if e.path != "/robots.txt")
+        # Redirect loop: a handful of requests, then the seen set stops it.
+        assert per_host[host_of_kind("redirect-loop")] <= 3
+        # Chain of 20 redirects: each hop is one more level, followed up to max_depth 4.
+        assert per_host[host_of_kind("redirect-chain")] == 5
+        # Calendar trap: bounded by max_depth.
+        assert 0 < per_host[host_of_kind("calendar")] < 200
+        # Long URLs: bounded by max_url_length.
+        assert max(len(e.path) for e in log if e.host.startswith(host_of_kind("long-urls"))) <= 2048
+        # Huge body and gzip bomb: recorded as truncated, bounded.
+        huge = by_url[web.url(hostile["huge"], "/")]
+        bomb = by_url[web.url(hostile["gzip-bomb"], "/")]
+        assert huge and huge[0].truncated == "length"
+        assert bomb and bomb[0].truncated == "length"
+        # Slow drip: cut by the total timeout, or complete: either way recorded.
+        assert by_url[web.url(hostile["slow-drip"], "/")]
+        # 429/503 with Retry-After: retried after the delay, then given up, every try recorded.
+        busy = [e.t for e in log if e.path == "/busy"]
+        assert len(busy) == 3 and all(b - a >= 0.9 for a, b in zip(busy, busy[1:]))
+        assert c["given_up"] >= 2 and c["retries"] >= 4
+        # Wrong types: recorded, not parsed.
+        assert by_url[web.url(hostile["wrong-type"], "/binary.html")] and c["not_html"] >= 1
+        # Schemes other than http(s) dropped and counted. The never-answering site: its
+        # robots.txt times out, so (RFC 9309) the site counts as disallowed for now.
+        assert c["dropped_schemes"] >= 5
+        assert [e.path for e in log if e.host.startswith(host_of_kind("never"))] == ["/robots.txt"]
+        assert c["robots_denied"] >= 1
+        # And the normal site was crawled all the same.
+        assert per_host[normal.host] >= 1 and c["pages"] > 20

@@ -1,0 +1,75 @@
+"""RobotsCache: RFC 9309 status semantics, TTLs, crawl-delay and sitemaps, on the lab's robots files."""
+
+from agent.robots import RobotsCache
+from lab.testing import small_topology
+from lab.web import Web
+
+UA = "wancrawl/0.1 (+https://example.invalid/wancrawl)"
+TXT = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://a.lab/sitemap.xml\n\nUser-agent: wancrawl\nDisallow: /search\nAllow: /\n"
+
+
+def test_2xx_rules_ua_group_delay_and_sitemaps():
+    rc = RobotsCache(UA, ttl=100)
+    assert rc.needs_fetch("a.lab", 0) and not rc.allowed("http://a.lab/x", "a.lab")  # unknown: not yet
+    assert rc.allowed("http://a.lab/robots.txt", "a.lab")
+    rc.update("a.lab", 200, TXT, now=0)
+    assert not rc.needs_fetch("a.lab", 99) and rc.needs_fetch("a.lab", 100)
+    # Our own group applies (by product token), not the * group.
+    assert rc.allowed("http://a.lab/private/x", "a.lab") and not rc.allowed("http://a.lab/search?q=1", "a.lab")
+    assert RobotsCache("OtherBot/2").update("a.lab", 200, TXT, 0) is None
+    other = RobotsCache("OtherBot/2")
+    other.update("a.lab", 200, TXT, 0)
+    assert not other.allowed("http://a.lab/private/x", "a.lab") and other.crawl_delay("a.lab") == 2.0
+    assert other.sitemaps("a.lab") == ["http://a.lab/sitemap.xml"]
+    assert rc.crawl_delay("a.lab") is None and rc.crawl_delay("b.lab") is None and rc.sitemaps("b.lab") == []
+
+
+def test_4xx_allows_all_5xx_and_network_errors_disallow_temporarily():
+    rc = RobotsCache(UA, ttl=1000, error_ttl=10)
+    rc.update("nf.lab", 404, b"", 0)
+    assert rc.allowed("http://nf.lab/anything", "nf.lab") and not rc.needs_fetch("nf.lab", 999)
+    for status in (500, 503, 429, 0):
+        rc.update("down.lab", status, b"", 0)
+        assert not rc.allowed("http://down.lab/x", "down.lab")
+        assert rc.needs_fetch("down.lab", 10) and not rc.needs_fetch("down.lab", 9.9)
+    rc.update("down.lab", 200, b"User-agent: *\nDisallow: /a\n", 20)
+    assert rc.allowed("http://down.lab/x", "down.lab") and not rc.allowed("http://down.lab/a", "down.lab")
+
+
+def test_error_after_success_keeps_cached_rules_and_long_outage_allows():
+    rc = RobotsCache(UA, ttl=100, error_ttl=10, unreachable_allow_after=1000)
+    rc.update("h.lab", 200, b"User-agent: *\nDisallow: /a\n", 0)
+    rc.update("h.lab", 503, b"", 100)
+    assert rc.allowed("http://h.lab/x", "h.lab") and not rc.allowed("http://h.lab/a", "h.lab")
+    assert rc.needs_fetch("h.lab", 110)
+    rc2 = RobotsCache(UA, error_ttl=10, unreachable_allow_after=1000)
+    rc2.update("d.lab", 0, None, 0)
+    rc2.update("d.lab", 0, None, 500)
+    assert not rc2.allowed("http://d.lab/x", "d.lab")
+    rc2.update("d.lab", 0, None, 1000)  # unreachable for the whole period: treated as no robots.txt
+    assert rc2.allowed("http://d.lab/x", "d.lab")
+
+
+def test_redirect_given_up_and_size_cap_and_garbage():
+    rc = RobotsCache(UA, error_ttl=5, max_bytes=40)
+    rc.update("r.lab", 301, b"", 0)
+    assert rc.allowed("http://r.lab/x", "r.lab") and rc.needs_fetch("r.lab", 5)
+    # Only the first max_bytes are parsed: the rule after the cap is ignored.
+    rc.update("big.lab", 200, b"User-agent: *\nDisallow: /a\n" + b"#" * 100 + b"\nDisallow: /b\n", 0)
+    assert not rc.allowed("http://big.lab/a", "big.lab") and rc.allowed("http://big.lab/b", "big.lab")
+    rc.update("bin.lab", 200, bytes(range(256)) * 10, 0)
+    assert rc.allowed("http://bin.lab/x", "bin.lab")
+    assert len(rc) == 3 and rc.purge(10**9) == 3 and len(rc) == 0
+
+
+def test_agrees_with_lab_robots_files():
+    web = Web(small_topology(robots_disallow_ratio=1.0, crawl_delay_ratio=1.0), seed=3, time_scale=10.0)
+    rc = RobotsCache(UA)
+    bad = RobotsCache("BadBot/1.0")
+    for s in web.topology.normal_sites[:6]:
+        rc.update(s.host, 200, web.robots_txt(s).encode(), 0)
+        bad.update(s.host, 200, web.robots_txt(s).encode(), 0)
+        sec = web.site_info(s).sections[-1]
+        assert not rc.allowed(f"{s.base_url}/{sec}/x.html", s.host) and not rc.allowed(s.base_url + "/search", s.host)
+        assert rc.allowed(s.base_url + "/", s.host) and not bad.allowed(s.base_url + "/", s.host)
+        assert rc.crawl_delay(s.host) == web.crawl_delay(s)

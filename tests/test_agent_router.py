@@ -1,0 +1,105 @@
+"""Routing decisions (pure): host cache, batched resolves of at most beta hosts, pushes of at
+most alpha URLs per owner, "not mine" bounces, consultant outages, owner failures."""
+
+from __future__ import annotations
+
+from agent.hostcache import HostCache, Route
+from agent.router import Router, UrlItem
+
+
+def item(host: str, i: int = 0) -> UrlItem:
+    return UrlItem(f"http://{host}/p{i}", host)
+
+
+def route(host: str, owner: str, epoch: int = 5, expires: float = 100.0) -> Route:
+    return Route(host, ((owner, f"{owner}:1"), ("backup", "backup:1")), epoch, expires)
+
+
+def test_own_hosts_go_local_foreign_ones_wait_for_one_batched_resolve():
+    r = Router("me", HostCache(), alpha=3, beta=2)
+    assert r.submit([item("a.cn", 1), item("a.cn", 2), item("b.cn"), item("c.cn")], now=0) == []
+    first = r.hosts_to_resolve(0)
+    assert first == ["a.cn", "b.cn"], "at most beta hosts per Resolve, each host asked once"
+    assert r.hosts_to_resolve(0) == ["c.cn"]
+    assert r.hosts_to_resolve(0) == []
+    local = r.resolved([route("a.cn", "me"), route("b.cn", "peer")], now=0)
+    assert [i.url for i in local] == ["http://a.cn/p1", "http://a.cn/p2"]
+    # Cached now: the next URL of a.cn does not wait for the consultant.
+    assert r.submit([item("a.cn", 3)], now=1) == [item("a.cn", 3)]
+    assert r.cache.hits == 1
+
+
+def test_pushes_are_batched_per_owner_at_alpha_or_after_the_flush_interval():
+    r = Router("me", HostCache(), alpha=3, beta=100, flush_interval=0.5)
+    r.cache.put(route("x.cn", "p1"))
+    r.cache.put(route("y.cn", "p2"))
+    r.submit([item("x.cn", i) for i in range(7)] + [item("y.cn")], now=0)
+    batches = r.due_pushes(0)
+    assert [(b.owner_id, len(b.items)) for b in batches] == [("p1", 3), ("p1", 3)]
+    assert r.due_pushes(0.4) == []
+    later = r.due_pushes(0.6)
+    assert sorted((b.owner_id, len(b.items)) for b in later) == [("p1", 1), ("p2", 1)]
+    assert r.pending() == 8
+    for b in batches + later:
+        r.pushed(b, [], epoch=5, now=1)
+    assert r.pending() == 0 and r.idle()
+    assert r.c.n == 8 and len(r.c.m_hosts) == 2 and r.c.pushes == 4
+
+
+def test_not_mine_drops_the_cache_entry_and_re_resolves_losing_nothing():
+    r = Router("me", HostCache(), alpha=10, beta=10)
+    r.cache.put(route("x.cn", "old-owner", epoch=5))
+    r.submit([item("x.cn", 1), item("x.cn", 2)], now=0)
+    [b] = r.due_pushes(0, force=True)
+    delivered = r.pushed(b, not_mine=[0, 1], epoch=6, now=1)
+    assert delivered == [] and r.c.not_mine == 2
+    assert r.cache.stale("x.cn") is None and r.cache.epoch == 6
+    assert r.hosts_to_resolve(1) == ["x.cn"]
+    r.resolved([route("x.cn", "new-owner", epoch=6)], now=1)
+    [b2] = r.due_pushes(1, force=True)
+    assert b2.owner_id == "new-owner" and len(b2.items) == 2
+
+
+def test_a_newer_epoch_makes_cached_routes_stale():
+    c = HostCache()
+    c.put(route("x.cn", "p1", epoch=5))
+    assert c.get("x.cn", 0) is not None
+    c.saw_epoch(6)
+    assert c.get("x.cn", 0) is None and c.stale("x.cn") is not None
+    assert c.get("x.cn", 200) is None  # and TTLs expire
+
+
+def test_consultant_outage_uses_stale_routes_and_retries_unknown_hosts():
+    r = Router("me", HostCache(), alpha=10, beta=10)
+    r.cache.put(route("known.cn", "p1", expires=0.5))
+    r.submit([item("known.cn"), item("new.cn")], now=1.0)  # known.cn's TTL has run out
+    hosts = r.hosts_to_resolve(1.0)
+    assert sorted(hosts) == ["known.cn", "new.cn"]
+    r.resolve_failed(hosts, now=1.0, retry_in=2.0)
+    [b] = r.due_pushes(1.0, force=True)
+    assert b.owner_id == "p1", "a cached assignment carries on while the consultant is down"
+    assert r.hosts_to_resolve(2.0) == [] and r.hosts_to_resolve(3.5) == ["new.cn"]
+
+
+def test_unreachable_owner_keeps_its_urls_and_re_resolves_after_a_pause():
+    r = Router("me", HostCache(), alpha=10, beta=10)
+    r.cache.put(route("x.cn", "dead"))
+    r.submit([item("x.cn", i) for i in range(3)], now=0)
+    [b] = r.due_pushes(0, force=True)
+    r.push_failed(b, now=0, retry_in=1.0)
+    assert r.pending() == 3 and r.c.push_failures == 1
+    assert r.hosts_to_resolve(0.5) == []
+    assert r.hosts_to_resolve(1.5) == ["x.cn"]
+    r.resolved([route("x.cn", "backup", epoch=6)], now=1.5)
+    [b2] = r.due_pushes(1.5, force=True)
+    assert b2.owner_id == "backup" and len(b2.items) == 3
+
+
+def test_malformed_hosts_are_rejected_not_retried_forever():
+    r = Router("me", HostCache())
+    r.submit([item("ok.cn")], now=0)
+    r.waiting["bad host"].append(UrlItem("http://bad host/", "bad host"))
+    hosts = r.hosts_to_resolve(0)
+    r.resolved([route("ok.cn", "me")], now=0, errors={"bad host": "malformed"})
+    assert [i.host for i in r.rejected] == ["bad host"] and "bad host" not in r.waiting
+    assert set(hosts) == {"ok.cn", "bad host"}

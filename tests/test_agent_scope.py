@@ -1,0 +1,51 @@
+"""Scope: reasons for out-of-scope URLs, trap guards, settings validation through wancrawl.config."""
+
+import pytest
+
+from agent.scope import REASONS, Scope, ScopeSettings
+from wancrawl import config
+from wancrawl.errors import ConfigError
+
+
+def test_domains_patterns_depth():
+    sc = Scope(ScopeSettings(allowed_domains=["lab", "Example.COM."], denied_domains=["bad.lab"],
+                             allow_patterns=[r"^https?://[^/]+/(news|$)"], deny_patterns=[r"\.pdf$"], max_depth=3))
+    assert sc.check("http://www.s1.lab/news/a", "www.s1.lab", 3) is None
+    assert sc.check("http://example.com/", "example.com", 0) is None
+    assert sc.check("http://www.s1.lab/news/a", "www.s1.lab", 4) == "depth"
+    assert sc.check("http://notexample.com/", "notexample.com", 0) == "domain"
+    assert sc.check("http://x.bad.lab/news/", "x.bad.lab", 0) == "denied_domain"
+    assert sc.check("http://www.s1.lab/news/a.pdf", "www.s1.lab", 0) == "denied_pattern"
+    assert sc.check("http://www.s1.lab/blog/a", "www.s1.lab", 0) == "pattern"
+    assert Scope().check("http://any.where/x", "any.where", 10**6) is None
+
+
+def test_trap_guards():
+    sc = Scope(ScopeSettings(max_url_length=100, max_path_depth=6, max_query_params=3))
+    h = "h.lab"
+    assert sc.check("http://h.lab/" + "a" * 100, h, 0) == "url_length"
+    assert sc.check("http://h.lab/1/2/3/4/5/6/7", h, 0) == "path_depth"
+    assert sc.check("http://h.lab/1/2/3/4/5/6", h, 0) is None
+    assert sc.check("http://h.lab/a/b/a/b/a/b", h, 0) == "repeated_segments"
+    assert sc.check("http://h.lab/x/x/x", h, 0) == "repeated_segments"
+    assert sc.check("http://h.lab/a/b/c/a/b/c/a/b/c"[:100], h, 0) in ("repeated_segments", "path_depth")
+    assert sc.check("http://h.lab/a/b/a/b/c", h, 0) is None  # twice is fine
+    assert sc.check("http://h.lab/cal/2020/01/2020/01", h, 0) is None
+    assert sc.check("http://h.lab/s?a=1&b=2&c=3", h, 0) is None
+    assert sc.check("http://h.lab/s?a=1&b=2&c=3&d=4", h, 0) == "query_params"
+    assert Scope(ScopeSettings(max_segment_repeats=3)).check("http://h.lab/a/b/a/b/a/b", h, 0) is None
+
+
+def test_host_budget_and_reason_names():
+    sc = Scope(ScopeSettings(max_pages_per_host=2))
+    assert not sc.host_full(1) and sc.host_full(2) and not Scope().host_full(10**9)
+    assert {"domain", "pattern", "depth", "url_length", "repeated_segments"} <= set(REASONS)
+
+
+def test_settings_via_config():
+    s = config.build(ScopeSettings, {"allowed_domains": ["LAB"], "max_depth": 5}, source="agent.toml")
+    assert s.allowed_domains == ["lab"] and s.max_depth == 5
+    for bad, key in [({"deny_patterns": ["("]}, "deny_patterns"), ({"allowed_domains": ["a b"]}, "allowed_domains"),
+                     ({"max_depth": -1}, "max_depth"), ({"max_url_length": 0}, "max_url_length"), ({"max_dpth": 1}, "max_dpth")]:
+        with pytest.raises(ConfigError, match=key):
+            config.build(ScopeSettings, bad, source="agent.toml")
