@@ -129,6 +129,7 @@ class AgentNode:
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
         self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
+        self.drained = asyncio.Event()
         self.epoch = 0
         self.registered = False
         self.rate_window: deque[float] = deque()
@@ -180,6 +181,35 @@ class AgentNode:
         self.seen.close()
         self.outbox.close()
 
+    async def drain(self, timeout: float = 120.0) -> tuple[int, int]:
+        """Graceful leave: deregister (the consultant hands this agent's hosts to their next
+        agents and bumps the epoch), let in-flight fetches finish, route every queued URL to
+        its new owner and wait until they acknowledged. Returns (handed over, still owed)."""
+        self.stopping = True
+        self.router.leaving = True  # also keeps the membership loop from registering again
+        self.wakeup.set()
+        if self.registered:
+            try:
+                epoch = await self.consultant.deregister(self.id)
+                self.registered = False
+                self._saw_epoch(epoch)
+            except errors.WancrawlError as exc:
+                log.warning("drain: deregister failed (%s); handing over by cached routes", exc)
+        if self.fetch_tasks:
+            await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
+        handed = 0
+        for host in list(self.frontier.hosts_ready()):
+            items = self.frontier.export_host(host)
+            self.route([UrlItem(i.url, host, i.depth, i.via) for i in items])
+            self.frontier.drop_host(host)
+            handed += len(items)
+        self._commit()
+        await self._flush_routes(force=True, deadline=self.clock() + timeout)
+        self._commit()
+        log.info("drained: %d URLs handed over, %d still owed", handed, self.router.pending())
+        self.drained.set()
+        return handed, self.router.pending()
+
     # -- membership -----------------------------------------------------------------------------
     async def register(self) -> None:
         loc = self.s.location
@@ -208,6 +238,8 @@ class AgentNode:
         while True:
             interval = self.s.heartbeat_interval or max(0.5, getattr(self, "lease", 15.0) / 3)
             await asyncio.sleep(interval)
+            if self.router.leaving:
+                return
             try:
                 if not self.registered:
                     await self.register()
@@ -283,7 +315,7 @@ class AgentNode:
         accepted: list[UrlItem] = []
         not_mine: list[int] = []
         for i, it in parsed:
-            owns = self.router.owns(it.host, self.clock())
+            owns = False if self.router.leaving else self.router.owns(it.host, self.clock())
             if owns is False:
                 not_mine.append(i)
                 continue

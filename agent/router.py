@@ -65,6 +65,7 @@ class Router:
         self.addresses: dict[str, str] = {}                           # owner id -> address
         self.oldest: dict[str, float] = {}                            # owner id -> first item's time
         self.owner_backoff: dict[str, float] = {}                     # owner id -> not before
+        self.leaving = False    # set by a drain: nothing is local any more
         self.in_push = 0        # push batches handed out and not yet reported back
         self.in_push_urls = 0
         self.rejected: list[UrlItem] = []  # items of hosts the consultant called malformed (last resolve)
@@ -91,7 +92,20 @@ class Router:
     def _to_owner(self, it: UrlItem, route: Route, now: float, local: list[UrlItem]) -> None:
         owner = route.owner_id
         if owner == self.self_id:
-            local.append(it)
+            if not self.leaving:
+                local.append(it)
+                return
+            # Leaving: the next agent in the preference list is who owns it once we are gone.
+            if len(route.agents) < 2:
+                self.waiting[it.host].append(it)
+                return
+            owner = route.agents[1][0]
+            self.addresses[owner] = route.agents[1][1]
+            box = self.outbox[owner]
+            if not box:
+                self.oldest[owner] = now
+            box.append(it)
+            self.c.m_hosts.add(it.host)
             return
         self.addresses[owner] = route.owner_address
         box = self.outbox[owner]

@@ -29,6 +29,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         r = await self.node.intake_push(request.sender_id, request.epoch, list(request.urls))
         return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.cache.epoch, errors=r.errors)
 
+    async def Drain(self, request, context):
+        handed, remaining = await self.node.drain(request.timeout_seconds or 120.0)
+        return agent_pb2.DrainResponse(handed_over=handed, remaining=remaining)
+
     async def Status(self, request, context):
         return agent_pb2.StatusResponse(
             agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters()
@@ -92,7 +96,8 @@ def create_server(settings: AgentSettings, **node_kwargs) -> tuple[AgentServer, 
 
 async def serve(settings: AgentSettings) -> None:
     server, _ = create_server(settings)
-    await grpcutil.run_until_signalled(server.start, server.stop)
+    # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
+    await grpcutil.run_until_signalled(server.start, server.stop, finished=server.node.drained)
 
 
 def run(settings: AgentSettings) -> None:

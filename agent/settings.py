@@ -125,7 +125,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         for key in ("hosts_file", "data_dir"):
             v = data.get(key)
             if isinstance(v, str) and v and not Path(v).is_absolute():
-                data[key] = str(base / v)
+                data[key] = str((base / v).resolve())
     s = build(AgentSettings, data, source=source)
     s = override(s, "source", source)
     for key, value in (overrides or {}).items():

@@ -299,7 +299,7 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
             resp = await stub.PushUrls(agent_pb2.PushUrlsRequest(sender_id="bench", epoch=0, urls=seeds), timeout=30)
             if resp.accepted != len(seeds):
                 print(f"  warning: agent accepted {resp.accepted}/{len(seeds)} seeds, not_mine={list(resp.not_mine)}, errors={list(resp.errors)}")
-            pages, t_last, c_last, idle_since, last_print = 0.0, t0, c0, None, t0
+            pages, t_last, c_last, idle_since, last_print, limit_hit = 0.0, t0, c0, None, t0, False
             deadline = t0 + args.timeout
             st: dict[str, float] = {}
             while True:
@@ -311,7 +311,7 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
                     pages, t_last, c_last = st["pages"], now, cpu
                     idle_since = None
                 if args.pages_limit and pages >= args.pages_limit:
-                    t_idle, c_idle = now, cpu
+                    t_idle, c_idle, limit_hit = now, cpu, True
                     break
                 if st.get("idle"):
                     if idle_since is None:
@@ -329,7 +329,7 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
                         "pages", "fetches", "frontier", "in_flight", "router_pending", "spool_batches", "errors", "idle")}))
                 await asyncio.sleep(POLL)
         return {"crawler": "wancrawl agent", "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
-                "idle_wall": t_idle - t0, "cpu_to_last_page": c_last - c0, "counters": st}
+                "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st}
     finally:
         for p in reversed(procs):
             stop(p, timeout=60 if args.profile else 20)
@@ -347,6 +347,7 @@ def run_scrapy(tmp: Path, world: dict, args, py: Path) -> dict:
     cmd = [py, SPIDER, "--hosts-file", world["hosts_file"], "--seeds-file", tmp / "seeds.txt",
            "--allowed", tmp / "allowed.txt", "--concurrency", args.concurrency, "--per-host", args.per_host,
            "--pages-limit", args.pages_limit, "--out", out]
+    cmd += ["--follow", args.scrapy_follow]
     if args.scrapy_reactor:
         cmd += ["--reactor", args.scrapy_reactor]
     proc = spawn(cmd, log, CRAWLER_CORE)
@@ -386,6 +387,8 @@ def main() -> int:
     ap.add_argument("--pages-limit", type=int, default=0, help="stop each crawler after this many pages (0: crawl it all)")
     ap.add_argument("--skip-scrapy", action="store_true")
     ap.add_argument("--skip-agent", action="store_true")
+    ap.add_argument("--scrapy-follow", choices=("css", "css-unique", "linkextractor"), default="css",
+                    help="how the spider follows links: every a[href] (default), deduplicated per page, or LinkExtractor")
     ap.add_argument("--scrapy-reactor", help="TWISTED_REACTOR for Scrapy, e.g. twisted.internet.epollreactor.EPollReactor "
                     "(default: Scrapy's own default, the asyncio reactor)")
     ap.add_argument("--seed", type=int, default=0, help="the lab web's seed")
@@ -454,11 +457,12 @@ def main() -> int:
               f"{len(distinct & truth_set)} of the {len(truth_set)} reachable, {len(distinct - truth_set)} outside it")
         if "idle_wall" in r:
             c = r["counters"]
-            print(f"  agent: idle after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
+            end = "stopped at --pages-limit" if r["limit_hit"] else "idle"
+            print(f"  agent: {end} after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
                   + ", ".join(f"{k} {c.get(k, 0):g}" for k in ("fetches", "errors", "retries", "duplicates", "out_of_scope",
                                                                 "spool_batches_sent", "storage_failures", "seen")))
         else:
-            print(f"  scrapy: reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
+            print(f"  scrapy: follow {r.get('follow')}, reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
                   f"offsite {r.get('offsite_filtered')}, errors {r.get('errors')}")
     if len(rows) == 2 and "idle_wall" in rows[0]:
         a, s = rows

@@ -68,7 +68,7 @@ class LabSpider(scrapy.Spider):
         if follow == "linkextractor":
             from scrapy.linkextractors import LinkExtractor
 
-            self.extractor = LinkExtractor(allow_domains=allowed)
+            self.extractor = LinkExtractor()  # allow_domains ignores ports: OffsiteMiddleware scopes instead
         self.start_urls = seeds
         self.allowed_domains = allowed
         self.parsed = 0
@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--pages-limit", type=int, default=0)
     ap.add_argument("--follow", choices=("css", "css-unique", "linkextractor"), default="css",
                     help="css: every a[href] (default); css-unique: deduplicated within the page; linkextractor: "
-                    "scrapy.linkextractors.LinkExtractor(allow_domains=...)")
+                    "scrapy.linkextractors.LinkExtractor() (OffsiteMiddleware keeps the allowed domains)")
     ap.add_argument("--reactor", help="TWISTED_REACTOR (default: Scrapy's, the asyncio reactor)")
     ap.add_argument("--out", required=True, help="JSON result file")
     args = ap.parse_args()

@@ -145,6 +145,9 @@ class ConsultantServer:
         log.info("consultant serving on %s (strategy %s, epoch %d)", self.address, self.settings.strategy, self.service.directory.epoch)
 
     async def stop(self, grace: float = 2.0) -> None:
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
         await grpcutil.mark_not_serving(self.health)
         await self.grpc.stop(grace)
         await self.service.stop()

@@ -75,7 +75,7 @@ async def wait_idle(nodes, timeout: float = 60.0, stable: float = 0.5) -> None:
         await asyncio.sleep(0.05)
     raise AssertionError("crawl did not finish: " + "; ".join(
         f"{n.id}: frontier={len(n.frontier)} in_flight={n.in_flight} router={n.router.pending()} "
-        f"hosts={[(h, n.frontier.queue_len(h), n.frontier.ready_at(h), h in set(n.scheduler.hosts()), n.politeness.next_time(h) - n.clock(), n.scheduler._due.get(h), h in n.scheduler._parked_host, n.politeness.active(h)) for h in list(n.frontier.hosts_ready())[:5]]}"
+        f"hosts={[(h, n.frontier.queue_len(h), n.frontier.ready_at(h), h in set(n.scheduler.hosts()), n.politeness.next_time(h) - n.clock()) for h in list(n.frontier.hosts_ready())[:5]]}"
         for n in nodes))
 
 

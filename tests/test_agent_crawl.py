@@ -111,3 +111,34 @@ def test_not_mine_after_an_epoch_change_reroutes_without_loss(run, tmp_path):
         fetchers = {e.client for e in log if e.path == "/"}
         assert len(fetchers) == 1, "fetched once, by the new owner"
         assert other_c["pages"] >= 1 and owner_c["pages"] == 0
+
+
+def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path):
+    web = lab_web(seed=9, pages_max=40)
+    with ServerThread(web, zero_latency=True) as lab:
+        port = lab.port
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+
+        async def go():
+            # Slow politeness so the leaver still has a queue when it is drained.
+            keys = {"scope.allowed_domains": hosts, "politeness.delay": 0.3}
+            async with cluster(tmp_path, lab, 2, agent_keys=keys) as (cs, client, agents, stores):
+                a, b = agents
+                await a.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await asyncio.sleep(1.0)
+                queued = len(a.node.frontier)
+                handed, remaining = await a.node.drain(timeout=30)
+                listed = [x.agent_id for x in (await client.list_agents()).agents]
+                await wait_idle([b.node], timeout=60)
+                return queued, handed, remaining, listed, b.node.id, a.node.s.fetch.source_ip
+
+        queued, handed, remaining, listed, b_id, a_ip = run(go())
+        assert queued > 0 and handed >= queued and remaining == 0
+        assert listed == [b_id], "the drained agent left the consultant"
+        got = set(fetched_urls(lab, port))
+        assert got >= truth, "nothing queued was lost"
+        late = [e for e in lab.server.log if e.client == a_ip and e.t > 0]
+        assert late, "the leaver had crawled before the drain"

@@ -13,7 +13,7 @@ import time
 
 from lab.testing import ServerThread
 from wancrawl import grpcutil
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+from wancrawl.v1 import agent_pb2, agent_pb2_grpc, consultant_pb2
 
 from agent_helpers import fetched_urls, lab_web, normal_hosts, truth_urls
 from conftest import REPO, free_port
@@ -31,6 +31,13 @@ def _wait(pred, timeout, what):
 async def _call(addr, method, req):
     async with grpcutil.channel(addr) as ch:
         return await getattr(agent_pb2_grpc.AgentStub(ch), method)(req, timeout=10)
+
+
+async def _agents(addr):
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(addr) as c:
+        return await c.list_agents(include_dead=True)
 
 
 def _status(addr):
@@ -94,6 +101,11 @@ allowed_domains = {json.dumps(hosts)}
             agent = subprocess.Popen(agent_cmd, cwd=REPO, env=env, stdout=logs, stderr=logs)
             _wait(lambda: (_status(addr) or {}).get("idle") == 1.0 and len(set(fetched_urls(lab, port))) >= len(truth), 120, "the crawl to finish")
             counters = _status(addr)
+            # SIGTERM: a graceful exit that deregisters from the consultant.
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(30) == 0
+            listed = asyncio.run(_agents(f"127.0.0.1:{cport}"))
+            assert [(a.agent_id, a.state) for a in listed.agents] == [("a1", consultant_pb2.AGENT_STATE_LEFT)]
         finally:
             for p in (agent, consultant):
                 if p.poll() is None:

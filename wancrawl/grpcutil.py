@@ -156,10 +156,11 @@ async def run_until_signalled(
     start: Callable[[], Awaitable[Any]],
     stop: Callable[[], Awaitable[Any]],
     on_reload: Callable[[], Awaitable[Any]] | None = None,
+    finished: asyncio.Event | None = None,
 ) -> None:
-    """Start, wait for SIGTERM/SIGINT (graceful stop) and SIGHUP (reload), then stop."""
+    """Start, wait for SIGTERM/SIGINT (graceful stop), SIGHUP (reload) or `finished`, then stop."""
     loop = asyncio.get_running_loop()
-    done = asyncio.Event()
+    done = finished or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, done.set)
     if on_reload is not None:

@@ -59,3 +59,17 @@ class StatusResponse(_message.Message):
     load: _common_pb2.LoadReport
     counters: _containers.ScalarMap[str, float]
     def __init__(self, agent_id: _Optional[str] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., counters: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class DrainRequest(_message.Message):
+    __slots__ = ("timeout_seconds",)
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    timeout_seconds: float
+    def __init__(self, timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class DrainResponse(_message.Message):
+    __slots__ = ("handed_over", "remaining")
+    HANDED_OVER_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    handed_over: int
+    remaining: int
+    def __init__(self, handed_over: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...

@@ -44,6 +44,11 @@ class AgentStub:
                 request_serializer=wancrawl_dot_v1_dot_agent__pb2.StatusRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_agent__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.Drain = channel.unary_unary(
+                '/wancrawl.v1.Agent/Drain',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.DrainRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.DrainResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -61,6 +66,14 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Drain(self, request, context):
+        """Graceful leave: deregister, finish in-flight fetches, hand every queued URL to its new
+        owner, then exit. Answers once the queues are handed over.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +86,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=wancrawl_dot_v1_dot_agent__pb2.StatusRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_agent__pb2.StatusResponse.SerializeToString,
+            ),
+            'Drain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drain,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.DrainRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.DrainResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -129,6 +147,33 @@ class Agent:
             '/wancrawl.v1.Agent/Status',
             wancrawl_dot_v1_dot_agent__pb2.StatusRequest.SerializeToString,
             wancrawl_dot_v1_dot_agent__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/Drain',
+            wancrawl_dot_v1_dot_agent__pb2.DrainRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.DrainResponse.FromString,
             options,
             channel_credentials,
             insecure,

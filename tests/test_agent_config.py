@@ -1,0 +1,43 @@
+"""The agent's config: the example loads, unknown keys are named, flags override the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from agent.settings import load_settings
+from wancrawl.errors import ConfigError
+
+from conftest import REPO
+
+
+def test_example_config_loads_with_paths_relative_to_it():
+    s = load_settings(REPO / "configs" / "agent-lab.toml")
+    assert s.agent_id == "telecom-beijing" and s.fetch.allow_networks == ["127.0.0.0/8"]
+    assert s.hosts_file == str(REPO / "run" / "lab" / "geo" / "hosts")
+    assert s.routing.alpha == 1000 and s.scope.max_depth == 8
+
+
+def test_bad_keys_and_values_are_named(tmp_path):
+    cfg = tmp_path / "a.toml"
+    cfg.write_text('agent_id = "x"\n[routing]\nalfa = 3\n')
+    with pytest.raises(ConfigError, match=r"unknown key 'routing\.alfa'"):
+        load_settings(cfg)
+    cfg.write_text('agent_id = "x"\n[routing]\nbeta = 20000\n')
+    with pytest.raises(ConfigError, match="routing.beta"):
+        load_settings(cfg)
+    cfg.write_text('[fetch]\nmax_body_bytes = 10\n')
+    with pytest.raises(ConfigError, match="agent_id is required"):
+        load_settings(cfg)
+    s = load_settings(REPO / "configs" / "agent-lab.toml", {"agent_id": "other", "politeness.delay": 0.5})
+    assert s.agent_id == "other" and s.politeness.delay == 0.5
+
+
+def test_cli_reports_config_errors_and_exits_2(tmp_path):
+    cfg = tmp_path / "a.toml"
+    cfg.write_text('agent_id = "x"\nfetcher = "curl"\nlisten = "127.0.0.1:0"\n')
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg), "--data-dir", str(tmp_path / "d")],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 2 and "unknown fetcher 'curl'" in p.stderr
