@@ -82,6 +82,11 @@ async def _status(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import signal
+
+    # `kill -USR1 <pid>` prints every thread's stack to the log: for "why is it stuck?".
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parser().parse_args(argv)
     try:
         if args.cmd == "run":

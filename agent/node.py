@@ -9,6 +9,7 @@ its capture is in the spool and its links are durable (local frontier, or outbox
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from consultant.client import Consultant, ConsultantClient
 from storage.client import GrpcStorageClient, StorageClient, make_batch
 from wancrawl import errors, grpcutil
 from wancrawl.hostres import HostResolver, parse_hosts_file
-from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of
+from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of, host_of_canonical
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 from wancrawl.warcrecords import FetchResult, build_capture
 
@@ -48,6 +49,35 @@ class IntakeResult:
     accepted: int
     not_mine: list[int]
     errors: list[str]
+
+
+class Waker:
+    """A flag a loop sleeps on with a timeout. Unlike wait_for(Event.wait()), no inner task is
+    made, so cancelling the loop at shutdown is immediate (3.11's wait_for could hang there)."""
+
+    def __init__(self) -> None:
+        self._fut: asyncio.Future | None = None
+        self._flag = False
+
+    def set(self) -> None:
+        self._flag = True
+        f = self._fut
+        if f is not None and not f.done():
+            f.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        if self._flag:
+            self._flag = False
+            return
+        loop = asyncio.get_running_loop()
+        f = self._fut = loop.create_future()
+        h = loop.call_later(timeout, lambda: f.done() or f.set_result(None))
+        try:
+            await f
+        finally:
+            h.cancel()
+            self._fut = None
+            self._flag = False
 
 
 class PeerPool:
@@ -122,13 +152,16 @@ class AgentNode:
         self.finished_items: list[Item] = []   # captured, waiting for their spool batch
         self.spooled_items: list[Item] = []    # their capture is in the spool: done at next commit
         self.commit_waiters: list[asyncio.Future] = []
-        self.wakeup = asyncio.Event()
-        self.route_wakeup = asyncio.Event()
+        self.wakeup = Waker()        # the dispatcher: a fetch ended, a host got work
+        self.route_wakeup = Waker()  # the router: URLs to resolve or push
         self.stopping = False
         self.tasks: list[asyncio.Task] = []
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
         self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
+        # URLs this agent routed lately (in scope), oldest first; a pure traffic/CPU saver: the
+        # owner's seen set is what guarantees each URL is crawled once.
+        self.recently_routed: dict[str, None] = {}
         self.drained = asyncio.Event()
         self.epoch = 0
         self.registered = False
@@ -138,6 +171,7 @@ class AgentNode:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "duplicates": 0, "pushed_in": 0, "not_mine_sent": 0,
             "consultant_rpcs": 0, "agent_rpcs": 0, "spool_batches_sent": 0, "storage_failures": 0,
+            "recent_skips": 0,
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -359,11 +393,7 @@ class AgentNode:
     async def _routing_loop(self) -> None:
         interval = max(0.01, min(0.05, self.s.routing.flush_interval / 2))
         while True:
-            try:
-                await asyncio.wait_for(self.route_wakeup.wait(), timeout=interval)
-            except asyncio.TimeoutError:
-                pass
-            self.route_wakeup.clear()
+            await self.route_wakeup.wait(interval)
             try:
                 await self._flush_routes(force=False)
             except Exception:  # noqa: BLE001 - routing must go on
@@ -437,11 +467,7 @@ class AgentNode:
                 continue
             nxt = self.scheduler.next_wakeup(now)
             timeout = 0.5 if nxt is None else max(0.0, min(0.5, nxt - now))
-            self.wakeup.clear()
-            try:
-                await asyncio.wait_for(self.wakeup.wait(), timeout=timeout)
-            except asyncio.TimeoutError:
-                pass
+            await self.wakeup.wait(timeout)
 
     def _start(self, host: str, now: float) -> None:
         ip = self.host_ip.get(host) or "unresolved"
@@ -570,21 +596,36 @@ class AgentNode:
             self.counters["out_of_scope"] += 1
             return
         out: list[UrlItem] = []
+        recent = self.recently_routed
         for href in links:
-            try:
-                url = canonicalize(href, item.url, sort_query=self.s.sort_query) if redirect else href
-                host = host_of(url)
-            except UnsupportedScheme:
-                self.counters["dropped_schemes"] += 1
-                continue
-            except InvalidUrl:
-                self.counters["invalid_urls"] += 1
-                continue
+            if not redirect:
+                # Navigation repeats the same links on every page: a URL routed a moment ago
+                # is already with its owner (or owed to it), so skip it before any more work.
+                if href in recent:
+                    self.counters["recent_skips"] += 1
+                    continue
+                url, host = href, host_of_canonical(href)
+            else:
+                try:
+                    url = canonicalize(href, item.url, sort_query=self.s.sort_query)
+                    host = host_of(url)
+                except UnsupportedScheme:
+                    self.counters["dropped_schemes"] += 1
+                    continue
+                except InvalidUrl:
+                    self.counters["invalid_urls"] += 1
+                    continue
             if self.scope.check(url, host, depth) is not None:
                 self.counters["out_of_scope"] += 1
                 continue
             if redirect:
                 self.redirect_hops[url] = hops
+            else:
+                if len(recent) >= self.s.routing.recent_filter:
+                    # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
+                    for old in list(itertools.islice(recent, len(recent) // 8 or 1)):
+                        del recent[old]
+                recent[url] = None
             out.append(UrlItem(url, host, depth, item.url))
         self.route(out)
 

@@ -57,15 +57,24 @@ class Scope:
 
     def __init__(self, settings: ScopeSettings | None = None):
         self.settings = s = settings or ScopeSettings()
-        self._allowed = tuple(s.allowed_domains)
-        self._denied = tuple(s.denied_domains)
+        # Sets: a host is checked by looking up it and each parent domain (a few lookups),
+        # not by scanning every listed domain (crawls restricted to thousands of sites).
+        self._allowed = frozenset(s.allowed_domains)
+        self._denied = frozenset(s.denied_domains)
         # One alternation per list: a single regex search per URL however many patterns.
         self._allow = re.compile("|".join(f"(?:{p})" for p in s.allow_patterns)) if s.allow_patterns else None
         self._deny = re.compile("|".join(f"(?:{p})" for p in s.deny_patterns)) if s.deny_patterns else None
 
     @staticmethod
-    def _under(host: str, domains: tuple[str, ...]) -> bool:
-        return any(host == d or host.endswith("." + d) for d in domains)
+    def _under(host: str, domains: frozenset[str]) -> bool:
+        if host in domains:
+            return True
+        i = host.find(".")
+        while i >= 0:
+            if host[i + 1 :] in domains:
+                return True
+            i = host.find(".", i + 1)
+        return False
 
     def check(self, url: str, host: str, depth: int) -> str | None:
         s = self.settings

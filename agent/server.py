@@ -94,7 +94,23 @@ def create_server(settings: AgentSettings, **node_kwargs) -> tuple[AgentServer, 
     return server, server.port
 
 
+def dump_tasks() -> None:
+    """SIGUSR2: every asyncio task's stack to the log (what is the agent waiting for?)."""
+    import io
+
+    for t in asyncio.all_tasks():
+        buf = io.StringIO()
+        try:
+            t.print_stack(limit=8, file=buf)
+        except Exception:  # noqa: BLE001 - frames of compiled coroutines have no line numbers
+            buf.write(repr(t))
+        log.warning("task %s:\n%s", t.get_name(), buf.getvalue())
+
+
 async def serve(settings: AgentSettings) -> None:
+    import signal
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump_tasks)
     server, _ = create_server(settings)
     # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
     await grpcutil.run_until_signalled(server.start, server.stop, finished=server.node.drained)

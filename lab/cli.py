@@ -116,9 +116,34 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_not_yet(args: argparse.Namespace) -> int:
-    print(f"lab {args.cmd}: not built yet (issue #6)", file=sys.stderr)
-    return 2
+def cmd_up(args: argparse.Namespace) -> int:
+    from lab.cluster import up
+
+    groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
+    cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
+            time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency)
+    print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} (strategy {cl.strategy})")
+    print(f"  web        port {cl.web_port} (request log {cl.web_log})")
+    print(f"  consultant {cl.consultant}")
+    print(f"  storage    {cl.storage}")
+    for a, addr in cl.agents.items():
+        print(f"  agent      {a:<20} {addr}  fetching from {cl.agent_sources[a]}")
+    print(f"seeds: {cl.seeds_file}\nnext: manager --consultant {cl.consultant} seed {cl.seeds_file}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from lab.cluster import down
+
+    stopped = down(args.run_dir)
+    print(f"lab down: stopped {', '.join(stopped) if stopped else 'nothing (no process of this run was running)'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from lab.demo import run_demo
+
+    return run_demo(args)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -172,10 +197,28 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--source", metavar="IP", help="bind this source address (e.g. an agent address)")
     sp.set_defaults(func=cmd_loadgen)
 
-    for name in ("up", "down"):
-        sp = sub.add_parser(name, help="(issue #6) run the whole topology as local processes")
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=cmd_not_yet)
+    def cluster_args(sp: argparse.ArgumentParser) -> None:
+        topo_arg(sp)
+        sp.add_argument("--run-dir", default="run/lab", help="configs, logs, data and cluster.json go here")
+        sp.add_argument("--strategy", default="asn", help="the consultant's partition strategy")
+        sp.add_argument("--groups", help="ISP-city agent groups, e.g. unicom-beijing,cernet-harbin (default: seed 002's scheme B)")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--time-scale", type=float, default=60.0)
+        sp.add_argument("--zero-latency", action="store_true")
+        sp.add_argument("--delay", type=float, default=0.05, help="agents' politeness delay per host (s)")
+        sp.add_argument("--concurrency", type=int, default=32)
+
+    sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
+    cluster_args(sp)
+    sp.set_defaults(func=cmd_up)
+    sp = sub.add_parser("down", help="stop exactly the processes `lab up` started in the run dir")
+    sp.add_argument("--run-dir", default="run/lab")
+    sp.set_defaults(func=cmd_down)
+    sp = sub.add_parser("demo", help="lab up, seed, crawl to the end, report, summary, lab down")
+    cluster_args(sp)
+    sp.add_argument("--timeout", type=float, default=110.0, help="give up waiting for the crawl after this long")
+    sp.add_argument("--keep", action="store_true", help="leave the cluster running (lab down later)")
+    sp.set_defaults(func=cmd_demo, run_dir="run/demo")
     return p
 
 

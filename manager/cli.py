@@ -1,12 +1,80 @@
-"""`manager`: seeds, status and operator commands (issue #6, not built yet)."""
+"""`manager`: inject seeds, watch the crawl, drain agents, wait for the end, report."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
 import sys
+
+from wancrawl.errors import WancrawlError
+
+DEFAULT_CONSULTANT = os.environ.get("WANCRAWL_CONSULTANT", "127.0.0.1:50051")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: seeds, status, drain, wait, report")
+    p.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("seed", help="inject seed URLs (one per line; - for standard input)")
+    s.add_argument("file")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--sort-query", action="store_true", help="canonicalise with sorted query parameters (as the agents do)")
+
+    st = sub.add_parser("status", help="live view of agents, queues, pages/s, storage")
+    st.add_argument("--json", action="store_true", help="print once as JSON")
+    st.add_argument("--storage", help="storage address, for its totals")
+    st.add_argument("--interval", type=float, default=1.0)
+
+    a = sub.add_parser("agents", help="list agents")
+    a.add_argument("--all", action="store_true", help="include dead and departed agents")
+    a.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("drain", help="graceful leave: the agent hands its queues to their new owners and exits")
+    d.add_argument("agent", help="agent id")
+    d.add_argument("--timeout", type=float, default=120.0)
+
+    w = sub.add_parser("wait", help="block until the whole crawl is idle; exit 0 then, 1 on timeout")
+    w.add_argument("--timeout", type=float, default=0.0, help="seconds (0 = no limit)")
+    w.add_argument("--stable", type=float, default=1.0, help="seconds every agent must stay idle")
+    w.add_argument("--quiet", action="store_true")
+
+    r = sub.add_parser("report", help="PNG plots of the crawl: pages/s per agent, pages per agent, locality")
+    r.add_argument("--out", required=True, help="directory for the PNG files and summary.json")
+    r.add_argument("--storage-config", help="storage TOML: read its index directly")
+    r.add_argument("--index", help="SQLAlchemy URL of storage's index (instead of --storage-config)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("manager: not built yet (issue #6: seed, status, drain, wait, report). Nothing was done.", file=sys.stderr)
+    args = parser().parse_args(argv)
+    try:
+        if args.cmd == "seed":
+            from manager.seed import run_seed
+
+            return asyncio.run(run_seed(args))
+        if args.cmd in ("status", "agents"):
+            from manager.status import run_agents, run_status
+
+            return asyncio.run(run_status(args) if args.cmd == "status" else run_agents(args))
+        if args.cmd == "wait":
+            from manager.status import run_wait
+
+            return asyncio.run(run_wait(args))
+        if args.cmd == "drain":
+            from manager.status import run_drain
+
+            return asyncio.run(run_drain(args))
+        if args.cmd == "report":
+            from manager.report import run_report
+
+            return run_report(args)
+    except WancrawlError as exc:
+        print(f"manager {args.cmd}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
     return 2
 
 

@@ -107,9 +107,3 @@ def test_serve_with_a_bad_config_exits_with_the_key_named(tmp_path):
 def test_unreachable_consultant_gives_a_clear_error():
     p = cli("agents", "--consultant", f"127.0.0.1:{free_port()}", check=False)
     assert p.returncode == 2 and "UNAVAILABLE" in p.stderr
-
-
-@pytest.mark.parametrize("cmd", ["manager"])
-def test_unbuilt_commands_say_so_and_fail(cmd):
-    p = subprocess.run([sys.executable, "-m", f"{cmd}.cli", "run"], capture_output=True, text=True, timeout=30, cwd=REPO)
-    assert p.returncode != 0 and "not built yet" in p.stderr

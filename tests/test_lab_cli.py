@@ -1,4 +1,4 @@
-"""The `lab` command line: truth from a seeds file, stubs for issue #6, web serving a log."""
+"""The `lab` command line: truth from a seeds file, `lab down` without a cluster, web serving a log."""
 
 import os
 import signal
@@ -17,10 +17,9 @@ from lab.web import Web
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("cmd", ["up", "down"])
-def test_up_and_down_are_not_built_yet(cmd, capsys):
-    assert cli.main([cmd]) == 2
-    assert capsys.readouterr().err.strip() == f"lab {cmd}: not built yet (issue #6)"
+def test_down_without_a_cluster_says_so(tmp_path, capsys):
+    assert cli.main(["down", "--run-dir", str(tmp_path)]) == 2
+    assert "no cluster in" in capsys.readouterr().err
 
 
 def test_truth_cli_matches_the_api(tmp_path, capsys):

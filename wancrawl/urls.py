@@ -173,3 +173,14 @@ def host_of(url: str) -> str:
     if not hostname:
         raise InvalidUrl(f"URL has no host: {url!r}")
     return canonical_host(hostname)
+
+
+def host_of_canonical(url: str) -> str:
+    """The host of a URL that `canonicalize` produced, without parsing it again (hot path)."""
+    start = url.find("://") + 3
+    end = url.find("/", start)
+    netloc = url[start:] if end < 0 else url[start:end]
+    if netloc.startswith("["):
+        return netloc[1 : netloc.index("]")]
+    colon = netloc.rfind(":")
+    return netloc if colon < 0 else netloc[:colon]

@@ -1,0 +1,270 @@
+"""`lab up` / `lab down`: the whole topology as local processes on loopback, under one run dir.
+
+`up` writes the lab's geo/ASN DBs, the configs of every service, a seeds file, starts the web,
+the consultant, storage and one agent per chosen ISP/city group (each bound to its block), waits
+until they answer, and records them in RUN_DIR/cluster.json. `down` stops exactly those
+processes (it checks each pid still runs the command it started, so a reused pid is left alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lab import geodb, topology
+from wancrawl.errors import ConfigError, Unavailable
+
+# Seed 002's scheme B: agents in three cities, each on a different ISP.
+DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    cmd: list[str]
+    log: str
+    address: str = ""
+
+
+@dataclass
+class Cluster:
+    run_dir: str
+    strategy: str
+    web_port: int
+    consultant: str
+    storage: str
+    agents: dict[str, str] = field(default_factory=dict)        # agent id -> gRPC address
+    agent_sources: dict[str, str] = field(default_factory=dict)  # agent id -> source IP
+    procs: list[Proc] = field(default_factory=list)
+    seeds_file: str = ""
+    web_log: str = ""
+    topology: str = ""
+    seed: int = 0
+    time_scale: float = 60.0
+    allowed_domains: list[str] = field(default_factory=list)
+
+    def save(self) -> None:
+        Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Cluster":
+        p = Path(run_dir, "cluster.json")
+        if not p.is_file():
+            raise ConfigError(f"no cluster in {run_dir} (no cluster.json): nothing to stop")
+        d = json.loads(p.read_text())
+        d["procs"] = [Proc(**x) for x in d["procs"]]
+        return cls(**d)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(x) for x in items) + "]"
+
+
+def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
+                  concurrency: int, web_port: int) -> tuple[Path, Path, dict[str, Path], dict[str, str], dict[str, str]]:
+    """Consultant, storage and agent configs for the run; returns their paths and addresses."""
+    paths = geodb.write_all(topo, run / "geo")
+    cport, sport = free_port(), free_port()
+    isps = "".join(f'"{i.slug}" = [{i.asn}]\n' for i in topo.isps)
+    consultant = run / "consultant.toml"
+    consultant.write_text(f"""# written by lab up
+listen = "127.0.0.1:{cport}"
+state_url = "sqlite:///{run}/consultant.db"
+strategy = "{strategy}"
+lease_seconds = 10.0
+[databases]
+city_db = "{paths[geodb.CITY_DB]}"
+asn_db = "{paths[geodb.ASN_DB]}"
+[dns]
+hosts_file = "{paths[geodb.HOSTS]}"
+system_dns = false
+[asn]
+fallback = "geo"
+[asn.isps]
+{isps}""")
+    storage = run / "storage.toml"
+    storage.write_text(f"""# written by lab up
+listen = "127.0.0.1:{sport}"
+data_dir = "{run}/storage"
+[ingest]
+fsync = "os"
+""")
+    allowed = [s.host for s in topo.normal_sites]
+    agents: dict[str, Path] = {}
+    addresses: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for g in groups:
+        isp, _, city = g.partition("-")
+        try:
+            src = topo.agent_address(isp, city, 0)
+        except (KeyError, ValueError) as exc:
+            known = ", ".join(b.name for b in topo.blocks)
+            raise ConfigError(f"unknown ISP/city group {g!r} (known: {known})") from exc
+        aport = free_port()
+        cfg = run / "agents" / f"{g}.toml"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(f"""# written by lab up
+agent_id = "{g}"
+listen = "127.0.0.1:{aport}"
+consultant = "127.0.0.1:{cport}"
+storage = "127.0.0.1:{sport}"
+data_dir = "{run}/agents/{g}"
+hosts_file = "{paths[geodb.HOSTS]}"
+system_dns = false
+source_ip = "{src}"
+concurrency = {concurrency}
+heartbeat_interval = 1.0
+[fetch]
+source_ip = "{src}"
+allow_networks = ["127.0.0.0/8"]
+total_timeout = 20.0
+[politeness]
+delay = {delay}
+[scope]
+allowed_domains = {_toml_list(allowed)}
+""")
+        agents[g] = cfg
+        addresses[g] = f"127.0.0.1:{aport}"
+        sources[g] = src
+    return consultant, storage, agents, addresses, sources
+
+
+def _start(name: str, args: list[str], run: Path, cpu: int | None = None) -> Proc:
+    log = run / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(log, "ab") as fh:
+        # Own session: the services outlive `lab up` and a Ctrl-C in its terminal.
+        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=REPO, env=env, start_new_session=True)
+    return Proc(name, p.pid, cmd, str(log))
+
+
+async def _healthy(address: str, timeout: float) -> bool:
+    from wancrawl.grpcutil import check_health
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if await check_health(address, timeout=1.0):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def _web_up(ip: str, port: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((ip, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None = None, topology_path: str | None = None,
+       seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
+       concurrency: int = 32, timeout: float = 60.0) -> Cluster:
+    run = Path(run_dir).resolve()
+    if (run / "cluster.json").exists():
+        try:
+            old = Cluster.load(run)
+            if any(_alive(p) for p in old.procs):
+                raise ConfigError(f"a cluster is already running in {run}: `lab down --run-dir {run_dir}` first")
+        except (ValueError, TypeError, KeyError):
+            pass
+    run.mkdir(parents=True, exist_ok=True)
+    topo = topology.load(topology_path)
+    groups = list(groups or DEFAULT_GROUPS)
+    web_port = free_port()
+    consultant, storage, agent_cfgs, agent_addrs, sources = write_configs(
+        run, topo, strategy, groups, delay=delay, concurrency=concurrency, web_port=web_port)
+    seeds = run / "seeds.txt"
+    by_block: dict[tuple[str, str], topology.Site] = {}
+    for s in topo.normal_sites:
+        by_block.setdefault((s.isp, s.city), s)
+    base = lambda s: f"http://{s.host}:{web_port}/"  # noqa: E731
+    seeds.write_text("# one site per ISP/city block (written by lab up)\n" + "".join(base(s) + "\n" for s in by_block.values()))
+    web_log = run / "web-requests.jsonl"
+    cl = Cluster(str(run), strategy, web_port, "", "", seeds_file=str(seeds), web_log=str(web_log),
+                 topology=topology_path or "", seed=seed, time_scale=time_scale,
+                 allowed_domains=[s.host for s in topo.normal_sites], agent_sources=sources)
+    web_args = ["lab.cli", "web", "--port", str(web_port), "--seed", str(seed), "--time-scale", str(time_scale), "--log", str(web_log)]
+    if topology_path:
+        web_args += ["--topology", topology_path]
+    if zero_latency:
+        web_args.append("--zero-latency")
+    try:
+        cl.procs.append(_start("web", web_args, run))
+        cl.save()
+        if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
+            raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
+        c = _start("consultant", ["consultant.cli", "serve", "--config", str(consultant)], run)
+        c.address = consultant.read_text().split('listen = "', 1)[1].split('"', 1)[0]
+        cl.procs.append(c)
+        cl.consultant = c.address
+        st = _start("storage", ["storage.cli", "serve", "--config", str(storage)], run)
+        st.address = storage.read_text().split('listen = "', 1)[1].split('"', 1)[0]
+        cl.procs.append(st)
+        cl.storage = st.address
+        cl.save()
+        for name, addr in (("consultant", c.address), ("storage", st.address)):
+            if not asyncio.run(_healthy(addr, timeout)):
+                raise Unavailable(f"{name} did not come up: see {run}/logs/{name}.log")
+        for g, cfg in agent_cfgs.items():
+            a = _start(f"agent-{g}", ["agent.cli", "run", "--config", str(cfg)], run)
+            a.address = agent_addrs[g]
+            cl.procs.append(a)
+            cl.agents[g] = a.address
+        cl.save()
+        for g, addr in agent_addrs.items():
+            if not asyncio.run(_healthy(addr, timeout)):
+                raise Unavailable(f"agent {g} did not come up: see {run}/logs/agent-{g}.log")
+    except BaseException:
+        down(run)
+        raise
+    return cl
+
+
+def _alive(p: Proc) -> bool:
+    """The pid still runs the command we started (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return [c.decode(errors="replace") for c in cmdline if c] == p.cmd
+
+
+def down(run_dir: str | Path, timeout: float = 20.0) -> list[str]:
+    """Stop the run's processes: agents first (they deregister and flush), then the rest."""
+    cl = Cluster.load(run_dir)
+    order = [p for p in cl.procs if p.name.startswith("agent-")] + [p for p in cl.procs if not p.name.startswith("agent-")][::-1]
+    stopped = []
+    for p in order:
+        if not _alive(p):
+            continue
+        os.kill(p.pid, signal.SIGTERM)
+        end = time.monotonic() + timeout
+        while _alive(p) and time.monotonic() < end:
+            time.sleep(0.05)
+        if _alive(p):
+            os.kill(p.pid, signal.SIGKILL)
+        stopped.append(p.name)
+    return stopped

@@ -1,0 +1,197 @@
+"""`manager status|agents|wait|drain`: the crawl as the agents and storage report it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from consultant.client import ConsultantClient
+from wancrawl import grpcutil
+from wancrawl.errors import NotFound
+from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+
+STATE = {1: "alive", 2: "dead", 3: "left"}
+
+
+@dataclass
+class AgentView:
+    agent_id: str
+    address: str
+    state: str
+    city: str
+    isp: str
+    counters: dict[str, float] = field(default_factory=dict)
+    reachable: bool = False
+
+
+@dataclass
+class Snapshot:
+    epoch: int
+    strategy: str
+    agents: list[AgentView]
+    storage: dict | None = None
+
+    def idle(self) -> bool:
+        alive = [a for a in self.agents if a.state == "alive"]
+        return bool(alive) and all(a.reachable and a.counters.get("idle") == 1.0 for a in alive)
+
+    def progress_key(self) -> tuple:
+        """Changes whenever any agent did something (for 'stays idle')."""
+        return tuple((a.agent_id, a.counters.get("pages"), a.counters.get("pushed_in"), a.counters.get("routed"))
+                     for a in self.agents)
+
+    def as_json(self) -> dict:
+        return {
+            "epoch": self.epoch, "strategy": self.strategy, "idle": self.idle(),
+            "agents": [a.__dict__ for a in self.agents], "storage": self.storage,
+        }
+
+
+async def _agent_status(address: str) -> dict[str, float] | None:
+    try:
+        async with grpcutil.channel(address) as ch:
+            r = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest(), timeout=3)
+            return dict(r.counters)
+    except Exception:  # noqa: BLE001 - shown as unreachable
+        return None
+
+
+async def snapshot(consultant: ConsultantClient, include_dead: bool = False, storage: str | None = None) -> Snapshot:
+    listed = await consultant.list_agents(include_dead=include_dead)
+    views = [
+        AgentView(a.agent_id, a.address, STATE.get(a.state, "?"), a.location.city, a.location.isp)
+        for a in listed.agents
+    ]
+    results = await asyncio.gather(*(_agent_status(v.address) if v.state == "alive" else asyncio.sleep(0) for v in views))
+    for v, c in zip(views, results):
+        if c:
+            v.counters, v.reachable = c, True
+    snap = Snapshot(listed.epoch, listed.strategy, views)
+    if storage:
+        snap.storage = await _storage_stats(storage)
+    return snap
+
+
+async def _storage_stats(address: str) -> dict | None:
+    try:
+        from google.protobuf import json_format
+
+        from storage.client import GrpcStorageClient
+
+        async with GrpcStorageClient(address, timeout=5) as s:
+            return json_format.MessageToDict(await s.stats(top=0), preserving_proto_field_name=True)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": str(exc)}
+
+
+def render(snap: Snapshot, rates: dict[str, float]):
+    from rich.table import Table
+
+    t = Table(title=f"wancrawl — strategy {snap.strategy}, epoch {snap.epoch}" + ("  [idle]" if snap.idle() else ""))
+    for col in ("agent", "state", "ISP", "city", "hosts", "queue", "in flight", "pages", "pages/s", "errors", "pushes", "spool"):
+        t.add_column(col, justify="right" if col not in ("agent", "state", "ISP", "city") else "left")
+    for a in snap.agents:
+        c = a.counters
+        t.add_row(
+            a.agent_id, a.state if a.reachable or a.state != "alive" else "unreachable", a.isp or "-", a.city or "-",
+            f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('in_flight', 0):.0f}",
+            f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
+            f"{c.get('pushes', 0):.0f}", f"{c.get('spool_batches', 0):.0f}",
+        )
+    if snap.storage:
+        st = snap.storage
+        t.caption = (f"storage: {st.get('error')}" if "error" in st else
+                     f"storage: {st.get('pages', 0)} pages, ratio {float(st.get('compression_ratio', 0) or 0):.2f}")
+    return t
+
+
+async def run_status(args) -> int:
+    async with ConsultantClient(args.consultant) as c:
+        if args.json:
+            print(json.dumps((await snapshot(c, True, args.storage)).as_json(), indent=2))
+            return 0
+        from rich.live import Live
+
+        last: dict[str, tuple[float, float]] = {}
+        snap = await snapshot(c, True, args.storage)
+        with Live(render(snap, {}), refresh_per_second=4, screen=False) as live:
+            while True:
+                await asyncio.sleep(args.interval)
+                snap = await snapshot(c, True, args.storage)
+                now = time.monotonic()
+                rates = {}
+                for a in snap.agents:
+                    p = a.counters.get("pages", 0.0)
+                    if a.agent_id in last:
+                        t0, p0 = last[a.agent_id]
+                        rates[a.agent_id] = (p - p0) / max(1e-9, now - t0)
+                    last[a.agent_id] = (now, p)
+                live.update(render(snap, rates))
+
+
+async def run_agents(args) -> int:
+    async with ConsultantClient(args.consultant) as c:
+        snap = await snapshot(c, args.all)
+    if args.json:
+        print(json.dumps(snap.as_json()["agents"], indent=2))
+        return 0
+    for a in snap.agents:
+        print(f"{a.agent_id:<24} {a.state:<6} {a.address:<22} {a.isp or '-':<10} {a.city or '-':<12} "
+              f"pages={a.counters.get('pages', 0):.0f} queue={a.counters.get('frontier', 0):.0f}")
+    return 0
+
+
+async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float, quiet: bool = True) -> bool:
+    """True once every live agent is idle (empty frontier, nothing in flight, nothing owed to
+    peers, empty spool) and nothing moved for `stable` seconds; False on timeout."""
+    start = time.monotonic()
+    since, key = None, None
+    last_print = 0.0
+    while True:
+        try:
+            snap = await snapshot(consultant)
+        except Exception as exc:  # noqa: BLE001 - the consultant may be restarting
+            if not quiet:
+                print(f"waiting: {exc}", file=sys.stderr)
+            snap = None
+        now = time.monotonic()
+        if snap is not None and snap.idle():
+            k = snap.progress_key()
+            if k != key:
+                since, key = now, k
+            elif now - since >= stable:
+                return True
+        else:
+            since, key = None, None
+        if not quiet and snap is not None and (sys.stderr.isatty() or now - last_print >= 5.0):
+            last_print = now
+            pages = sum(a.counters.get("pages", 0) for a in snap.agents)
+            queued = sum(a.counters.get("frontier", 0) for a in snap.agents)
+            line = f"{pages:.0f} pages, {queued:.0f} queued, {len(snap.agents)} agents"
+            print(f"\r{line}" if sys.stderr.isatty() else line, end="" if sys.stderr.isatty() else "\n", file=sys.stderr)
+        if timeout and now - start > timeout:
+            return False
+        await asyncio.sleep(0.25)
+
+
+async def run_wait(args) -> int:
+    async with ConsultantClient(args.consultant) as c:
+        done = await wait_idle(c, args.timeout, args.stable, args.quiet)
+    if not args.quiet:
+        print(file=sys.stderr)
+    print("crawl finished: every agent is idle" if done else f"timed out after {args.timeout:.0f}s: the crawl is still running")
+    return 0 if done else 1
+
+
+async def run_drain(args) -> int:
+    async with ConsultantClient(args.consultant) as c:
+        agents = {a.agent_id: a.address for a in (await c.list_agents()).agents}
+    if args.agent not in agents:
+        raise NotFound(f"no live agent {args.agent!r} (known: {', '.join(sorted(agents)) or 'none'})")
+    async with grpcutil.channel(agents[args.agent]) as ch:
+        r = await agent_pb2_grpc.AgentStub(ch).Drain(agent_pb2.DrainRequest(timeout_seconds=args.timeout), timeout=args.timeout + 30)
+    print(f"{args.agent}: {r.handed_over} queued URLs handed over, {r.remaining} still owed (kept in its outbox)")
+    return 0 if r.remaining == 0 else 1

@@ -1,0 +1,84 @@
+"""End to end: `lab up` (processes), seeds through the manager, the crawl to its end, then storage
+holds every URL of the lab's truth exactly once, nothing out of scope, each fetched by its owner."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from consultant.client import ConsultantClient
+from lab import checks, topology
+from lab.cluster import down, up
+from lab.truth import Scope, Truth
+from lab.web import Web
+from manager.seed import parse_seeds
+from wancrawl.urls import host_of
+
+from conftest import REPO
+
+TOPOLOGY = '[sites]\nper_block = 2\nhostile = false\n[web]\npages_max = 40\n'
+
+
+def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
+    topo_file = tmp_path / "topology.toml"
+    topo_file.write_text(TOPOLOGY)
+    run = tmp_path / "run"
+    cl = up(run, strategy="asn", topology_path=str(topo_file), time_scale=60.0, delay=0.02, concurrency=16)
+    try:
+        assert len(cl.agents) == 3 and {p.name for p in cl.procs} >= {"web", "consultant", "storage"}
+
+        # The operator's path: manager seed (a bad line and a comment among the seeds), wait.
+        seeds_file = tmp_path / "seeds.txt"
+        seeds_file.write_text("# seeds\n" + Path(cl.seeds_file).read_text() + "not a url\n\nftp://x.lab/\n")
+        p = manager("seed", str(seeds_file), consultant=cl.consultant)
+        assert p.returncode == 0, p.stderr
+        assert f"{seeds_file}:12: " in p.stderr and f"{seeds_file}:14: scheme 'ftp'" in p.stderr
+        assert "9 seed URLs, 2 bad lines" in p.stdout
+        assert manager("wait", "--timeout", "120", consultant=cl.consultant).returncode == 0
+        status = json.loads(manager("status", "--json", "--storage", cl.storage, consultant=cl.consultant).stdout)
+        assert status["idle"] and len(status["agents"]) == 3 and int(status["storage"]["pages"]) > 0
+        seeds = parse_seeds(Path(cl.seeds_file).read_text()).urls
+        stored = _stored(run)
+
+        async def owners():
+            async with ConsultantClient(cl.consultant) as c:
+                routes = await c.resolve(sorted({host_of(u) for u, _ in stored}))
+                return {r.host: cl.agent_sources[r.owner[0]] for r in routes}
+
+        owner_ip = asyncio.run(owners())
+        # A drain of an idle agent: it leaves, with nothing to hand over.
+        p = manager("drain", "unicom-beijing", consultant=cl.consultant)
+        assert p.returncode == 0 and "0 queued URLs handed over" in p.stdout
+        agents = json.loads(manager("agents", "--json", consultant=cl.consultant).stdout)
+        assert sorted(a["agent_id"] for a in agents) == ["cernet-harbin", "telecom-guangzhou"]
+    finally:
+        stopped = down(run)
+    assert "web" in stopped and len(stopped) == 5, stopped  # the drained agent had exited by itself
+
+    web = Web(topology.load(str(topo_file)), cl.seed, time_scale=cl.time_scale).with_port(cl.web_port)
+    truth = {r.url for r in Truth(web, Scope(allow_domains=cl.allowed_domains, respect_robots=True)).reachable(seeds)}
+    counts = collections.Counter(u for u, _ in stored)
+    assert [u for u, n in counts.items() if n > 1] == [], "a URL was stored twice"
+    assert set(counts) == truth, (sorted(truth - set(counts))[:5], sorted(set(counts) - truth)[:5])
+    assert all(host_of(u) in set(cl.allowed_domains) for u in counts), "nothing out of scope"
+    log = checks.read_log(cl.web_log)
+    assert checks.wrong_owner(log, owner_ip) == [], "every URL fetched by the agent owning its host"
+    assert len({a for _, a in stored}) == 3, "all three agents crawled"
+
+
+def manager(*args: str, consultant: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", consultant, *args],
+                          capture_output=True, text=True, timeout=180, cwd=REPO)
+
+
+def _stored(run: Path) -> list[tuple[str, str]]:
+    db = sqlite3.connect(f"file:{run / 'storage' / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT canonical_url, agent_id FROM storage_captures").fetchall()
+    finally:
+        db.close()
