@@ -10,6 +10,7 @@ from agent.fetch.base import FetchSettings
 from agent.scope import ScopeSettings
 from wancrawl.config import build, override, read_toml
 from wancrawl.errors import ConfigError
+from wancrawl.warcrecords import DEFAULT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class StorageOutSettings:
     flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
     fsync: bool = True            # spool files are fsynced before pages count as done
     retry_seconds: float = 1.0
-    gzip_level: int = 4           # 4: ratio ~4.5 on the lab's pages at 2/3 the CPU of 6 (docs/agent.md)
+    gzip_level: int = DEFAULT_LEVEL  # 4: ratio ~4.5 on the lab's pages at 2/3 the CPU of 6 (docs/agent.md)
 
     def __post_init__(self) -> None:
         if self.batch_pages < 1 or not 1 <= self.gzip_level <= 9:

@@ -20,7 +20,7 @@ from wancrawl.errors import InvalidArgument
 
 WARC_VERSION = "1.1"
 # Level 6 compresses HTML within a few percent of level 9 at about half the CPU (bench/storage_ingest.py).
-DEFAULT_LEVEL = 6
+DEFAULT_LEVEL = 4  # the agent's default too (storage_out.gzip_level): ratio ~4.5 for 2/3 of level 6's CPU
 TRUNCATED_REASONS = ("length", "time", "disconnect", "unspecified")
 REVISIT_PROFILE = RecordBuilder.REVISIT_PROFILE_1_1
 # Bodies reach us de-chunked (and maybe decoded), so these headers would lie about the stored payload.
