@@ -1,0 +1,102 @@
+"""Seed 002's Table 1 on the lab: geo partition vs ISP partition, agents in three cities / one city.
+
+Each scheme runs the whole stack as processes (`lab up`) on the lab's web with its link model
+on (RTT from distance, a penalty and a narrow shared interconnect between ISPs), seeds the
+same sites, and counts the pages fetched after T/2 and T seconds, as the paper counts pages
+after 30 and 60 minutes:
+
+  A  geo distribute, geo partition: Beijing, Harbin, Guangzhou on ISPs picked at random
+     (here telecom-beijing, unicom-harbin, cernet-guangzhou; the paper did not say which)
+  B  geo distribute, ISP partition: unicom-beijing, cernet-harbin, telecom-guangzhou
+  C  Beijing only, ISP partition:   unicom-beijing, cernet-beijing, telecom-beijing
+
+The paper measured (pages in 30 / 60 min): A 15,316 / 20,108; B 14,825 / 35,439; C 19,686 /
+35,152: ISP partition beats geo partition because crossing ISPs is the bottleneck.
+
+    python bench/seed002_partition.py [--seconds 20] [--time-scale 2] [--delay 0.05] [--schemes A,B,C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from consultant.client import ConsultantClient  # noqa: E402
+from lab.cluster import down, up  # noqa: E402
+from manager.seed import inject, parse_seeds  # noqa: E402
+from manager.status import snapshot  # noqa: E402
+
+SCHEMES = {
+    "A": ("geo", ["telecom-beijing", "unicom-harbin", "cernet-guangzhou"], "geo distribute, geo partition"),
+    "B": ("asn", ["unicom-beijing", "cernet-harbin", "telecom-guangzhou"], "geo distribute, ISP partition"),
+    "C": ("asn", ["unicom-beijing", "cernet-beijing", "telecom-beijing"], "Beijing, ISP partition"),
+}
+PAPER = {"A": (15316, 20108), "B": (14825, 35439), "C": (19686, 35152)}
+# A web big enough not to run out within the run; no hostile sites (they only add timeouts).
+TOPOLOGY = "[sites]\nhostile = false\n[web]\npages_min = 60\n"
+
+
+async def measure(cl, seconds: float) -> tuple[int, int, dict[str, int]]:
+    seeds = parse_seeds(Path(cl.seeds_file).read_text())
+    async with ConsultantClient(cl.consultant) as c:
+        await inject(c, seeds.urls)
+        t0 = time.monotonic()
+        half = None
+        while True:
+            await asyncio.sleep(0.5)
+            elapsed = time.monotonic() - t0
+            snap = await snapshot(c)
+            pages = {a.agent_id: int(a.counters.get("pages", 0)) for a in snap.agents}
+            if half is None and elapsed >= seconds / 2:
+                half = sum(pages.values())
+            if elapsed >= seconds:
+                return half or 0, sum(pages.values()), pages
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="wall seconds per scheme")
+    ap.add_argument("--time-scale", type=float, default=2.0, help="model seconds per wall second (bandwidths scale with it)")
+    ap.add_argument("--schemes", default="A,B,C")
+    ap.add_argument("--delay", type=float, default=0.05, help="agents' politeness delay per host (s): low, so the network is the limit")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="wancrawl-seed002-") as tmp:
+        topo = Path(tmp) / "topology.toml"
+        topo.write_text(TOPOLOGY)
+        for name in args.schemes.split(","):
+            strategy, groups, label = SCHEMES[name]
+            run = Path(tmp) / name
+            print(f"scheme {name} ({label}): strategy {strategy}, agents {', '.join(groups)} ...", flush=True)
+            cl = up(run, strategy=strategy, groups=groups, topology_path=str(topo), time_scale=args.time_scale,
+                    delay=args.delay, concurrency=64)
+            try:
+                half, full, per_agent = asyncio.run(measure(cl, args.seconds))
+            finally:
+                down(run)
+            rows.append((name, label, half, full, per_agent))
+    model_min = args.seconds * args.time_scale / 60
+    print(f"\nSeed 002 Table 1 on the lab: {args.seconds:.0f} s wall per scheme at time scale {args.time_scale:g} "
+          f"(= {model_min:.1f} model minutes), politeness {args.delay:g} s per host")
+    print(f"{'scheme':<34} {'pages T/2':>10} {'pages T':>9} {'pages/s':>8}   paper (30 / 60 min)   per agent")
+    for name, label, half, full, per_agent in rows:
+        p30, p60 = PAPER[name]
+        print(f"{name} {label:<32} {half:>10} {full:>9} {full / args.seconds:>8.1f}   {p30:>6} / {p60:<6}       "
+              + ", ".join(f"{k}={v}" for k, v in sorted(per_agent.items())))
+    by = {r[0]: r[3] for r in rows}
+    if "A" in by and "B" in by and by["A"]:
+        print(f"\nISP partition vs geo partition (B / A): {by['B'] / by['A']:.2f} (paper at 60 min: {PAPER['B'][1] / PAPER['A'][1]:.2f})")
+    if "A" in by and "C" in by and by["A"]:
+        print(f"Beijing ISP partition vs geo partition (C / A): {by['C'] / by['A']:.2f} (paper: {PAPER['C'][1] / PAPER['A'][1]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
