@@ -113,23 +113,34 @@ async def run_status(args) -> int:
         if args.json:
             print(json.dumps((await snapshot(c, True, args.storage)).as_json(), indent=2))
             return 0
+        from rich.console import Console
         from rich.live import Live
 
         last: dict[str, tuple[float, float]] = {}
-        snap = await snapshot(c, True, args.storage)
-        with Live(render(snap, {}), refresh_per_second=4, screen=False) as live:
+
+        async def frame():
+            snap = await snapshot(c, True, args.storage)
+            now = time.monotonic()
+            rates = {}
+            for a in snap.agents:
+                p = a.counters.get("pages", 0.0)
+                if a.agent_id in last:
+                    t0, p0 = last[a.agent_id]
+                    rates[a.agent_id] = (p - p0) / max(1e-9, now - t0)
+                last[a.agent_id] = (now, p)
+            return render(snap, rates)
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=150)
+            # Piped or logged: a table per interval instead of redrawing in place.
+            while True:
+                console.print(await frame())
+                await asyncio.sleep(args.interval)
+        with Live(await frame(), refresh_per_second=4, screen=False, console=console) as live:
             while True:
                 await asyncio.sleep(args.interval)
-                snap = await snapshot(c, True, args.storage)
-                now = time.monotonic()
-                rates = {}
-                for a in snap.agents:
-                    p = a.counters.get("pages", 0.0)
-                    if a.agent_id in last:
-                        t0, p0 = last[a.agent_id]
-                        rates[a.agent_id] = (p - p0) / max(1e-9, now - t0)
-                    last[a.agent_id] = (now, p)
-                live.update(render(snap, rates))
+                live.update(await frame())
 
 
 async def run_agents(args) -> int:
