@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 
 from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.grpcutil import check_health  # noqa: E402
-from wancrawl.v1 import common_pb2  # noqa: E402
 
 WARM_TARGET, COLD_TARGET = 50_000, 10_000
 BATCH = 256

@@ -6,7 +6,6 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-import grpc
 
 from wancrawl import grpcutil
 from wancrawl.errors import InvalidArgument

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -13,7 +12,7 @@ from consultant.client import ConsultantClient
 from wancrawl import errors, grpcutil
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb
 
-from consultant_helpers import loc, register_n, running, settings_for
+from consultant_helpers import register_n, running, settings_for
 
 
 def test_register_heartbeat_deregister_bump_epoch_only_on_change(run, tmp_path):

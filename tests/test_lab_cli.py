@@ -1,6 +1,5 @@
 """The `lab` command line: truth from a seeds file, `lab down` without a cluster, web serving a log."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.testing import small_topology
 from lab.truth import Scope, Truth
 from lab.web import Web
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from storage import cli
 from storage.client import GrpcStorageClient, StorageClient, make_batch
-from storage.config import IndexSettings, StorageSettings, WarcSettings, load
+from storage.config import load
 from storage.server import SERVICE_NAME, create_server
 from storage.testing import FakeStorageClient, fetch_result, pages
 from wancrawl import grpcutil
 from wancrawl.errors import InvalidArgument, NotFound, Unavailable
-from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 from wancrawl.warcrecords import build_capture
 
 

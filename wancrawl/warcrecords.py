@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from io import BytesIO
 
 from warcio.recordbuilder import RecordBuilder
-from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
+from warcio.statusandheaders import StatusAndHeadersParser
 from warcio.warcwriter import BufferWARCWriter
 
 from wancrawl.errors import InvalidArgument

@@ -1,0 +1,115 @@
+"""Intake: URLs of hosts this agent owns (pushed by peers or found here) to the seen set and frontier."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from agent.frontier import Item
+from agent.hostcache import Route
+from agent.router import UrlItem
+from wancrawl import errors
+from wancrawl.urls import InvalidUrl, canonicalize, host_of
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+
+@dataclass
+class IntakeResult:
+    accepted: int
+    not_mine: list[int]
+    errors: list[str]
+
+
+class Intake:
+    """Part of AgentNode. PushUrls answers "not mine" only with an answer at least as new as
+    the sender's epoch; an acknowledged URL is durable (it waits for the next commit)."""
+
+    def _intake_local(self, items: list[UrlItem]) -> int:
+        """Dedup through the seen set, queue the new ones; returns how many were new. Durable
+        at the next commit (outbox rows of bounced URLs are released at the same time)."""
+        by_host: dict[str, list[UrlItem]] = {}
+        for it in items:
+            by_host.setdefault(it.host, []).append(it)
+        fresh: list[Item] = []
+        for host, its in by_host.items():
+            flags = self.seen.add_new(host, [i.url for i in its])
+            fresh += [Item(i.url, host, i.depth, i.via) for i, new in zip(its, flags) if new]
+            self.counters["duplicates"] += len(its) - sum(flags)
+        self.outbox.delivered([i for i in items if i.seq])
+        if fresh:
+            self.frontier.add(fresh)
+            for host in {i.host for i in fresh}:
+                if host in self.host_ip:
+                    self._wake_known(host)
+                else:
+                    self._background(self._wake_host(host))
+        return len(fresh)
+
+    def _background(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self.bg_tasks.add(t)
+        t.add_done_callback(self.bg_tasks.discard)
+
+    def _wake_known(self, host: str) -> None:
+        ip = self.host_ip.get(host)
+        self.scheduler.wake(host, ip or "unresolved", self.frontier.ready_at(host) or 0.0)
+        self.wakeup.set()
+
+    async def _wake_host(self, host: str) -> None:
+        if host not in self.host_ip:
+            self.host_ip[host] = await self.resolver.resolve(host)
+        self._wake_known(host)
+
+    async def intake_push(self, sender: str, epoch: int, urls: list[agent_pb2.UrlItem]) -> IntakeResult:
+        """PushUrls: keep the URLs of hosts this agent owns, answer "not mine" for the others
+        (only when it knows an answer at least as new as the sender's), then wait for the
+        commit so an acknowledged URL is durable."""
+        self.counters["agent_rpcs"] += 1
+        self._saw_epoch(epoch)
+        now = self.clock()
+        parsed: list[tuple[int, UrlItem]] = []
+        errs: list[str] = []
+        for i, u in enumerate(urls):
+            try:
+                url = canonicalize(u.url, sort_query=self.s.sort_query)
+                parsed.append((i, UrlItem(url, host_of(url), u.depth, u.via)))
+            except InvalidUrl as exc:
+                errs.append(f"{i}: {exc}")
+        unknown = sorted({it.host for _, it in parsed if self.router.owns(it.host, now) is None})
+        if unknown:
+            await self._resolve_now(unknown)
+        accepted: list[UrlItem] = []
+        not_mine: list[int] = []
+        for i, it in parsed:
+            owns = False if self.router.leaving else self.router.owns(it.host, self.clock())
+            if owns is False:
+                not_mine.append(i)
+                continue
+            # Owner, or the consultant cannot say now: keep it (the sender routed it here).
+            reason = self.scope.check(it.url, it.host, it.depth)
+            if reason is not None:
+                self.counters["out_of_scope"] += 1
+                continue
+            accepted.append(it)
+        self._intake_local(accepted)
+        self.counters["pushed_in"] += len(accepted)
+        self.counters["not_mine_sent"] += len(not_mine)
+        await self.commit_barrier()
+        return IntakeResult(len(accepted), not_mine, errs)
+
+    async def _resolve_now(self, hosts: list[str]) -> None:
+        for i in range(0, len(hosts), self.s.routing.beta):
+            chunk = hosts[i : i + self.s.routing.beta]
+            try:
+                self.counters["consultant_rpcs"] += 1
+                answers = await self.consultant.resolve(chunk)
+            except errors.WancrawlError as exc:
+                log.warning("resolve failed: %s", exc)
+                return
+            now = self.clock()
+            for a in answers:
+                if not a.error and a.agents:
+                    self.cache.put(Route(a.host, a.agents, a.epoch, now + a.ttl))
