@@ -19,19 +19,13 @@ The paper measured (pages in 30 / 60 min): A 15,316 / 20,108; B 14,825 / 35,439;
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from consultant.client import ConsultantClient  # noqa: E402
-from lab.cluster import down, up  # noqa: E402
-from manager.seed import inject, parse_seeds  # noqa: E402
-from manager.status import snapshot  # noqa: E402
+from lab_experiment import run_scheme  # noqa: E402
 
 SCHEMES = {
     "A": ("geo", ["telecom-beijing", "unicom-harbin", "cernet-guangzhou"], "geo distribute, geo partition"),
@@ -41,23 +35,6 @@ SCHEMES = {
 PAPER = {"A": (15316, 20108), "B": (14825, 35439), "C": (19686, 35152)}
 # A web big enough not to run out within the run; no hostile sites (they only add timeouts).
 TOPOLOGY = "[sites]\nhostile = false\n[web]\npages_min = 60\n"
-
-
-async def measure(cl, seconds: float) -> tuple[int, int, dict[str, int]]:
-    seeds = parse_seeds(Path(cl.seeds_file).read_text())
-    async with ConsultantClient(cl.consultant) as c:
-        await inject(c, seeds.urls)
-        t0 = time.monotonic()
-        half = None
-        while True:
-            await asyncio.sleep(0.5)
-            elapsed = time.monotonic() - t0
-            snap = await snapshot(c)
-            pages = {a.agent_id: int(a.counters.get("pages", 0)) for a in snap.agents}
-            if half is None and elapsed >= seconds / 2:
-                half = sum(pages.values())
-            if elapsed >= seconds:
-                return half or 0, sum(pages.values()), pages
 
 
 def main() -> int:
@@ -75,12 +52,8 @@ def main() -> int:
             strategy, groups, label = SCHEMES[name]
             run = Path(tmp) / name
             print(f"scheme {name} ({label}): strategy {strategy}, agents {', '.join(groups)} ...", flush=True)
-            cl = up(run, strategy=strategy, groups=groups, topology_path=str(topo), time_scale=args.time_scale,
-                    delay=args.delay, concurrency=64)
-            try:
-                half, full, per_agent = asyncio.run(measure(cl, args.seconds))
-            finally:
-                down(run)
+            r = run_scheme(run, topo, strategy, groups, seconds=args.seconds, time_scale=args.time_scale, delay=args.delay)
+            half, full, per_agent = r.half, r.full, r.per_agent
             rows.append((name, label, half, full, per_agent))
     model_min = args.seconds * args.time_scale / 60
     print(f"\nSeed 002 Table 1 on the lab: {args.seconds:.0f} s wall per scheme at time scale {args.time_scale:g} "

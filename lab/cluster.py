@@ -109,13 +109,17 @@ fsync = "os"
     agents: dict[str, Path] = {}
     addresses: dict[str, str] = {}
     sources: dict[str, str] = {}
-    for g in groups:
-        isp, _, city = g.partition("-")
+    for spec in groups:
+        # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
+        block, _, slot = spec.partition("#")
+        isp, _, city = block.partition("-")
+        n = int(slot) if slot.isdigit() else 0
+        g = block if n == 0 else f"{block}-{n}"
         try:
-            src = topo.agent_address(isp, city, 0)
+            src = topo.agent_address(isp, city, n)
         except (KeyError, ValueError) as exc:
             known = ", ".join(b.name for b in topo.blocks)
-            raise ConfigError(f"unknown ISP/city group {g!r} (known: {known})") from exc
+            raise ConfigError(f"unknown ISP/city group {spec!r} (known: {known}; '#n' picks the n-th agent of a block, 0-7)") from exc
         aport = free_port()
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)

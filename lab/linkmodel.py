@@ -98,11 +98,16 @@ class LinkModel:
         return b
 
     def access(self, client_ip: str) -> TokenBucket | None:
+        """The access link a client's flows share: its address's, or its block's."""
         if self.spec.access_kbps <= 0:
             return None
-        b = self._access.get(client_ip)
+        key = client_ip
+        if self.spec.access_scope == "block":
+            where = self.topology.locate(client_ip)
+            key = f"{where[0]}-{where[1]}" if where else client_ip
+        b = self._access.get(key)
         if b is None:
-            b = self._access[client_ip] = TokenBucket(self.spec.access_kbps * 125.0, self.spec.chunk_bytes)
+            b = self._access[key] = TokenBucket(self.spec.access_kbps * 125.0, self.spec.chunk_bytes)
         return b
 
     def flow(self, client_ip: str, site_ip: str) -> Flow:

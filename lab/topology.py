@@ -70,7 +70,10 @@ class LinkSpec:
     inter_isp_penalty_ms: float = 30.0  # RTT added when client ISP != site ISP
     first_request_rtts: float = 2.0  # a new connection pays the TCP handshake too
     flow_kbps: float = 8000.0  # per connection (one flow) body pacing
-    access_kbps: float = 0.0  # per client address (an agent's access link), shared by its flows
+    access_kbps: float = 0.0  # an access link, shared by the flows of every client behind it
+    # "address": one access link per client address; "block": one per ISP/city block, shared by
+    # all agents in it (seed 002's sites: one 10 Mbit/s line per network access point).
+    access_scope: str = "address"
     interconnect_kbps: float = 4000.0  # per ISP pair, shared by every flow crossing it
     interconnect_burst_kb: float = 32.0
     interconnect: dict[str, float] = field(default_factory=dict)  # "telecom-unicom" = kbps override
@@ -347,6 +350,8 @@ def _validate(spec: TopologySpec, source: str) -> None:
         if key not in names:
             raise ConfigError(f"{source}: sites.blocks: unknown block {key!r} (blocks are isp-city)")
     slugs = {i.slug for i in spec.isps}
+    if spec.link.access_scope not in ("address", "block"):
+        raise ConfigError(f"{source}: link.access_scope must be 'address' or 'block', not {spec.link.access_scope!r}")
     for key in spec.link.interconnect:
         a, _, b = key.partition("-")
         if a not in slugs or b not in slugs:

@@ -61,3 +61,23 @@ def test_per_pair_override_access_link_and_first_request():
     assert f.response_start(1.0) == pytest.approx(1.0 + 2 * rtt)
     assert f.response_start(2.0) == pytest.approx(2.0 + rtt)  # keep-alive: no handshake
     assert m.expected_time("127.1.1.2", "127.1.1.10", 0) == pytest.approx(2 * 0.002)
+
+
+def test_access_link_per_address_or_shared_by_a_block():
+    per_address = model(access_kbps=800.0)
+    a, b = per_address.flow("127.1.1.2", "127.1.1.10"), per_address.flow("127.1.1.3", "127.1.1.10")
+    assert a.buckets[0] is not b.buckets[0], "two agents, two access links"
+    per_block = model(access_kbps=800.0, access_scope="block")
+    a, b = per_block.flow("127.1.1.2", "127.1.1.10"), per_block.flow("127.1.1.3", "127.2.2.10")
+    c = per_block.flow("127.1.2.2", "127.1.1.10")
+    assert a.buckets[-1] is b.buckets[-1], "agents of one block share its line"
+    assert c.buckets[-1] is not a.buckets[-1], "another block, another line"
+
+
+def test_access_scope_is_checked():
+    from wancrawl.errors import ConfigError
+
+    spec = topology.default_spec()
+    bad = dataclasses.replace(spec, link=dataclasses.replace(spec.link, access_scope="city"))
+    with pytest.raises(ConfigError, match="access_scope"):
+        topology._validate(bad, "test")
