@@ -84,3 +84,21 @@ def test_web_subcommand_serves_and_logs(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
+
+
+def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
+    from agent.settings import load_settings as agent_settings
+    from consultant.settings import load_settings as consultant_settings
+    from lab import topology as topo_mod
+    from lab.cluster import write_configs
+
+    topo = topo_mod.load()
+    consultant, storage, agents, addrs, sources = write_configs(
+        tmp_path, topo, "hash", ["unicom-beijing#0", "unicom-beijing#2", "cernet-harbin"], delay=0.1, concurrency=8, web_port=8080)
+    assert sorted(agents) == ["cernet-harbin", "unicom-beijing", "unicom-beijing-2"]
+    assert sources == {"unicom-beijing": "127.2.1.2", "unicom-beijing-2": "127.2.1.4", "cernet-harbin": "127.3.2.2"}
+    assert consultant_settings(consultant).strategy == "hash"
+    a = agent_settings(agents["unicom-beijing-2"])
+    assert a.agent_id == "unicom-beijing-2" and a.fetch.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
+    with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
+        write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8, web_port=8080)
