@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.fetch.base import FetchSettings
 from agent.scope import ScopeSettings
-from wancrawl.config import build, override, read_toml
+from wancrawl.config import load
 from wancrawl.errors import ConfigError
 from wancrawl.warcrecords import DEFAULT_LEVEL
 
@@ -119,20 +119,7 @@ class AgentSettings:
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AgentSettings:
     """Settings from a TOML file (or defaults), then the dotted `overrides` (CLI flags)."""
-    source = str(path) if path else "defaults"
-    data = read_toml(path) if path else {}
-    data.pop("source", None)
-    if path:
-        base = Path(path).resolve().parent
-        for key in ("hosts_file", "data_dir"):
-            v = data.get(key)
-            if isinstance(v, str) and v and not Path(v).is_absolute():
-                data[key] = str((base / v).resolve())
-    s = build(AgentSettings, data, source=source)
-    s = override(s, "source", source)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            s = override(s, key, value)
+    s = load(AgentSettings, path, overrides, paths=("hosts_file", "data_dir"))
     if not s.agent_id:
-        raise ConfigError(f"{source}: agent_id is required (key 'agent_id' or --id)")
+        raise ConfigError(f"{s.source}: agent_id is required (key 'agent_id' or --id)")
     return s

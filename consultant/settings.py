@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wancrawl.config import build, override, read_toml
+from wancrawl.config import load
 from wancrawl.errors import ConfigError
 
 
@@ -140,28 +140,11 @@ class ConsultantSettings:
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> ConsultantSettings:
     """Settings from a TOML file (or defaults), then the dotted `overrides` (CLI flags)."""
-    source = str(path) if path else "defaults"
-    data = read_toml(path) if path else {}
-    data.pop("source", None)
-    if path:
-        _relative_to(Path(path).resolve().parent, data)
-    settings = build(ConsultantSettings, data, source=source)
-    settings = override(settings, "source", source)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            settings = override(settings, key, value)
-    return settings
-
-
-def _relative_to(base: Path, data: dict[str, Any]) -> None:
-    """File paths in a config file are relative to that file, so configs/ works from anywhere."""
-    for table, key in (("databases", "city_db"), ("databases", "asn_db"), ("databases", "pyasn_file"), ("dns", "hosts_file")):
-        sect = data.get(table)
-        if isinstance(sect, dict) and isinstance(sect.get(key), str) and sect[key] and not Path(sect[key]).is_absolute():
-            sect[key] = str(base / sect[key])
-    url = data.get("state_url")
-    if isinstance(url, str) and url.startswith("sqlite:///") and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
-        data["state_url"] = "sqlite:///" + str(base / url[len("sqlite:///"):])
+    return load(
+        ConsultantSettings, path, overrides,
+        paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file"),
+        sqlite_urls=("state_url",),
+    )
 
 
 __all__ = ["ConsultantSettings", "ConfigError", "load_settings"]

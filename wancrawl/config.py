@@ -125,6 +125,57 @@ def override(settings: T, dotted: str, value: Any, *, source: str = "command lin
         raise ConfigError(f"{source}: {dotted}: {exc}") from None
 
 
+def load(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    paths: tuple[str, ...] = (),
+    sqlite_urls: tuple[str, ...] = (),
+) -> T:
+    """Settings of type `cls` from a TOML file (or the defaults), then dotted `overrides` (CLI
+    flags; None values are skipped).
+
+    `paths` and `sqlite_urls` name dotted keys holding file paths and sqlite:/// URLs: relative
+    ones are taken from the config file's directory, so a config works from any directory.
+    A `source` field, if `cls` has one, records where the settings came from.
+    """
+    source = str(path) if path else "defaults"
+    data = read_toml(path) if path else {}
+    data.pop("source", None)
+    if path:
+        base = Path(path).resolve().parent
+        for key in paths:
+            _rebase(data, key, base, lambda v: str((base / v).resolve()) if v and not Path(v).is_absolute() else v)
+        for key in sqlite_urls:
+            _rebase(data, key, base, lambda v: _rebase_sqlite(v, base))
+    settings = build(cls, data, source=source)
+    if "source" in {f.name for f in dataclasses.fields(settings)}:  # type: ignore[arg-type]
+        settings = dataclasses.replace(settings, source=source)  # type: ignore[type-var]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            settings = override(settings, key, value)
+    return settings
+
+
+def _rebase(data: dict[str, Any], dotted: str, base: Path, fix: Any) -> None:
+    *tables, key = dotted.split(".")
+    for t in tables:
+        data = data.get(t)  # type: ignore[assignment]
+        if not isinstance(data, dict):
+            return
+    value = data.get(key)
+    if isinstance(value, str):
+        data[key] = fix(value)
+
+
+def _rebase_sqlite(url: str, base: Path) -> str:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
+        return prefix + str((base / url[len(prefix):]).resolve())
+    return url
+
+
 def to_dict(settings: Any) -> dict[str, Any]:
     """The settings as plain data (for fingerprints and --print-config)."""
     return dataclasses.asdict(settings)
