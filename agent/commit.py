@@ -46,12 +46,17 @@ class Commit:
         await fut
 
     async def _commit_loop(self) -> None:
+        last_snapshot = 0.0
         while True:
             await asyncio.sleep(self.s.commit_interval)
             try:
                 self._commit()
             except Exception:  # noqa: BLE001
                 log.exception("commit failed")
+            if self.clock() - last_snapshot >= 1.0:
+                # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
+                self.metrics_snapshot = self.status_counters()
+                last_snapshot = self.clock()
 
     # -- storage --------------------------------------------------------------------------------
     async def _storage_loop(self) -> None:

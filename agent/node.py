@@ -154,6 +154,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         # owner's seen set is what guarantees each URL is crawled once.
         self.recently_routed: dict[str, None] = {}
         self.drained = asyncio.Event()
+        self.metrics_snapshot: dict[str, float] = {}  # status_counters(), refreshed each second
         self.epoch = 0
         self.registered = False
         self.rate_window: deque[float] = deque()

@@ -9,6 +9,7 @@ import sys
 from agent.node import AgentNode
 from agent.settings import AgentSettings
 from wancrawl import grpcutil
+from wancrawl.metrics import serve_metrics
 from wancrawl.errors import InvalidArgument
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
@@ -38,21 +39,6 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         )
 
 
-class MetricsCollector:
-    """Exposes the agent's counters (the Status RPC's) to Prometheus."""
-
-    def __init__(self, node: AgentNode):
-        self.node = node
-
-    def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        for name, value in sorted(self.node.status_counters().items()):
-            g = GaugeMetricFamily(f"wancrawl_agent_{name}", f"wancrawl agent {name}", labels=["agent"])
-            g.add_metric([self.node.id], float(value))
-            yield g
-
-
 class AgentServer:
     """A running agent: gRPC server, health service, the crawl node, optional metrics."""
 
@@ -71,12 +57,9 @@ class AgentServer:
         await self.node.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         if self.settings.metrics_listen:
-            from prometheus_client import CollectorRegistry, start_http_server
-
-            registry = CollectorRegistry()
-            registry.register(MetricsCollector(self.node))
-            host, _, port = self.settings.metrics_listen.rpartition(":")
-            self.metrics_server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+            self.node.metrics_snapshot = self.node.status_counters()
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_agent", {"agent": self.node.id},
+                                                lambda: dict(self.node.metrics_snapshot))
         log.info("agent %s serving on %s", self.node.id, self.address)
 
     async def stop(self, grace: float = 5.0) -> None:

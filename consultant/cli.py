@@ -32,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pyasn-file", help="pyasn ipasn file")
     s.add_argument("--lease-seconds", type=float)
     s.add_argument("--log-level")
+    s.add_argument("--metrics-listen", help="host:port for Prometheus metrics")
 
     def client_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
@@ -63,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
         "dns.hosts_file": args.hosts_file, "databases.city_db": args.city_db,
         "databases.asn_db": args.asn_db, "databases.pyasn_file": args.pyasn_file,
         "lease_seconds": args.lease_seconds, "log_level": args.log_level,
-        "dns.system_dns": False if args.no_system_dns else None,
+        "dns.system_dns": False if args.no_system_dns else None, "metrics_listen": args.metrics_listen,
     }
     settings = load_settings(args.config, overrides)
     run(settings)

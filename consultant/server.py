@@ -12,6 +12,7 @@ from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
 from wancrawl import grpcutil
+from wancrawl.metrics import serve_metrics
 from wancrawl.errors import ConfigError
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
 
@@ -142,12 +143,18 @@ class ConsultantServer:
         await self.service.start()
         await self.grpc.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        self.metrics_server = None
+        if self.settings.metrics_listen:
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_consultant",
+                                                {"listen": self.address}, self.service.metrics)
         log.info("consultant serving on %s (strategy %s, epoch %d)", self.address, self.settings.strategy, self.service.directory.epoch)
 
     async def stop(self, grace: float = 2.0) -> None:
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
+        if getattr(self, "metrics_server", None) is not None:
+            self.metrics_server.shutdown()
         await grpcutil.mark_not_serving(self.health)
         await self.grpc.stop(grace)
         await self.service.stop()

@@ -281,6 +281,12 @@ class ConsultantService:
         await self.refresh()
         return epoch
 
+    def metrics(self) -> dict[str, float]:
+        """Counters for Prometheus (read from another thread: plain reads only)."""
+        d = self.directory
+        return {**self.counters, "epoch": d.epoch, "agents_alive": len(d.records), "answers_cached": len(d.cache),
+                "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
+
     async def snapshot(self) -> Snapshot:
         return await self._run(self.store.snapshot)
 

@@ -115,6 +115,7 @@ class ConsultantSettings:
     sync_interval: float = 0.5     # how often replicas look for a newer epoch in the state
     answer_cache_size: int = 1_000_000  # hosts whose answer is kept for the current epoch
     log_level: str = "INFO"
+    metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
     hash: HashOptions = field(default_factory=HashOptions)

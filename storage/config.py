@@ -57,6 +57,7 @@ class IngestSettings:
 class StorageSettings:
     listen: str = "127.0.0.1:7400"
     data_dir: str = "data/storage"
+    metrics_listen: str = ""  # host:port for Prometheus metrics ("" = off)
     index: IndexSettings = field(default_factory=IndexSettings)
     warc: WarcSettings = field(default_factory=WarcSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)

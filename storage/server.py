@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 from wancrawl import grpcutil
+from wancrawl.metrics import serve_metrics
 from wancrawl.errors import InvalidArgument
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 
@@ -93,6 +94,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self.store = store
         self.committer = committer
         self.executor = executor
+        # Since start, for Prometheus: what was acknowledged.
+        self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
+                         "rejected": 0, "bytes_written": 0}
 
     async def Ingest(self, request_iterator, context):
         # Batches are submitted as they arrive (pipelined); the ack waits for all of them.
@@ -108,6 +112,14 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             ack.bytes_written += r.bytes_written
             for i, rid, reason in r.rejected:
                 ack.rejected.add(batch_id=r.batch_id, index=i, record_id=rid, reason=reason)
+        c = self.counters
+        c["ingest_calls"] += 1
+        c["batches"] += ack.batches
+        c["stored"] += ack.stored
+        c["revisits"] += ack.revisits
+        c["duplicates"] += ack.duplicates
+        c["rejected"] += len(ack.rejected)
+        c["bytes_written"] += ack.bytes_written
         return ack
 
     async def Get(self, request, context):
@@ -134,7 +146,9 @@ class StorageService:
         self.store = Store(settings)
         self.server, self.health = grpcutil.new_server([SERVICE_NAME])
         self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
-        storage_pb2_grpc.add_StorageServicer_to_server(StorageServicer(self.store, self.committer, self.executor), self.server)
+        self.servicer = StorageServicer(self.store, self.committer, self.executor)
+        storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
+        self.metrics_server = None
         self.port = grpcutil.bind(self.server, settings.listen)
         self.address = grpcutil.host_port(settings.listen, self.port)
 
@@ -142,9 +156,14 @@ class StorageService:
         self.committer.start()
         await self.server.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        if self.settings.metrics_listen:
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_storage",
+                                                {"listen": self.address}, lambda: dict(self.servicer.counters))
         log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
 
     async def stop(self, grace: float = 5.0) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
         await grpcutil.mark_not_serving(self.health)
         await self.server.stop(grace)
         await self.committer.stop()

@@ -217,3 +217,22 @@ def test_unreachable_consultant_is_unavailable(run):
         await c.close()
 
     run(go())
+
+
+def test_prometheus_metrics_of_the_consultant(run, tmp_path):
+    import urllib.request
+
+    from conftest import free_port
+
+    port = free_port()
+
+    async def go():
+        async with running(settings_for(tmp_path, metrics_listen=f"127.0.0.1:{port}")) as (server, c):
+            await register_n(c, 2)
+            await c.resolve(["a.example", "b.example", "a.example"])
+            return await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+    text = run(go())
+    assert "wancrawl_consultant_agents_alive" in text and "wancrawl_consultant_hosts_resolved" in text
+    line = next(x for x in text.splitlines() if x.startswith("wancrawl_consultant_hosts_resolved{"))
+    assert float(line.rsplit(" ", 1)[1]) == 3.0

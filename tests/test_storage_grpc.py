@@ -161,3 +161,27 @@ def test_config_errors_name_the_key(tmp_path, capsys):
     cfg = write_config(tmp_path, "[ingest]\nfsyncc = true\n")
     assert cli.main(["stats", "--config", str(cfg)]) == 2
     assert "ingest.fsyncc" in capsys.readouterr().err
+
+
+def test_prometheus_metrics_count_what_was_acknowledged(tmp_path):
+    import urllib.request
+
+    from conftest import free_port
+
+    port = free_port()
+    cfg = tmp_path / "storage.toml"
+    cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "data"\nmetrics_listen = "127.0.0.1:{port}"\n')
+    settings = load(cfg)
+    caps = captures(5)
+
+    async def go(addr):
+        async with GrpcStorageClient(addr) as client:
+            batch = make_batch(caps)
+            await client.send(batch)
+            await client.send(batch)  # a retry: stored once
+        return await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+    text = run(with_server(settings, go))
+    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("wancrawl_storage_")}
+    assert values["wancrawl_storage_stored"] == 5 and values["wancrawl_storage_duplicates"] == 5
+    assert values["wancrawl_storage_ingest_calls"] == 2
