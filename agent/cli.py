@@ -49,17 +49,9 @@ def _run(args) -> int:
         "location.lon": args.lon, "location.asn": args.asn, "fetcher": args.fetcher,
         "concurrency": args.concurrency, "politeness.delay": args.delay,
         "fetch.allow_networks": args.allow_network, "metrics_listen": args.metrics_listen,
-        "log_level": args.log_level,
+        "log_level": args.log_level, "source_ip": args.source_ip,
     }
-    if args.source_ip:
-        overrides["source_ip"] = args.source_ip
-        overrides["fetch.source_ip"] = args.source_ip
-    settings = load_settings(args.config, overrides)
-    if settings.source_ip and not settings.fetch.source_ip:
-        from wancrawl.config import override
-
-        settings = override(settings, "fetch.source_ip", settings.source_ip)
-    run(settings)
+    run(load_settings(args.config, overrides))
     return 0
 
 

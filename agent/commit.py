@@ -53,7 +53,7 @@ class Commit:
                 self._commit()
             except Exception:  # noqa: BLE001
                 log.exception("commit failed")
-            if self.clock() - last_snapshot >= 1.0:
+            if self.s.metrics_listen and self.clock() - last_snapshot >= 1.0:
                 # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
                 self.metrics_snapshot = self.status_counters()
                 last_snapshot = self.clock()
@@ -62,9 +62,16 @@ class Commit:
     async def _storage_loop(self) -> None:
         while True:
             sent = await self._send_spool(max_batches=10)
-            await asyncio.sleep(0.05 if sent else self.s.storage_out.retry_seconds / 4)
+            retry = self.s.storage_out.retry_seconds
+            if sent > 0:
+                await asyncio.sleep(0.05)       # more may be waiting
+            elif sent == 0:
+                await asyncio.sleep(retry / 4)  # nothing to send: look again soon
+            else:
+                await asyncio.sleep(retry)      # storage is down
 
     async def _send_spool(self, max_batches: int) -> int:
+        """Send the oldest spooled batches; how many were acknowledged, or -1 if storage failed."""
         if self.storage is None:
             return 0
         paths = self.spool.oldest(max_batches)
@@ -76,8 +83,7 @@ class Commit:
         except errors.WancrawlError as exc:
             self.counters["storage_failures"] += 1
             log.warning("storage unavailable (%s); %d batches stay in the spool", exc, len(self.spool))
-            await asyncio.sleep(self.s.storage_out.retry_seconds)
-            return 0
+            return -1
         if ack.rejected:
             log.warning("storage rejected %d captures: %s", len(ack.rejected), ack.rejected[:3])
         self.spool.remove(paths)

@@ -19,6 +19,7 @@ log = logging.getLogger("agent")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECTS = (301, 302, 303, 307, 308)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+RETRY_ERRORS = ("connect", "timeout", "read", "dns", "internal")  # transient: worth another try
 MAX_REDIRECT_HOPS = 20  # as browsers and Scrapy
 
 
@@ -124,7 +125,7 @@ class Crawling:
         resp = await self._fetch(item.url, item.host, ip)
         now = self.clock()
         host = item.host
-        retry = resp.error in ("connect", "timeout", "read", "dns", "internal") or resp.status in RETRY_STATUSES
+        retry = resp.error in RETRY_ERRORS or resp.status in RETRY_STATUSES
         self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=True)
         if retry:
             n = self.attempts.get(item.url, 0) + 1
@@ -152,56 +153,58 @@ class Crawling:
             self.counters["truncated"] += 1
         if resp.status in REDIRECTS and resp.location:
             self.counters["redirects"] += 1
-            self._discover(item, [resp.location], redirect=True)
+            self._follow_redirect(item, resp.location)
         elif resp.status == 200 and resp.content_type in HTML_TYPES and not resp.truncated:
             res = extract_links(resp.body, item.url, resp.charset, sort_query=self.s.sort_query)
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
-            self._discover(item, res.links, redirect=False)
+            self._discover(item, res.links)
         elif resp.status == 200:
             self.counters["not_html"] += 1
         self._capture(item, resp)
         self._finish(item)
 
-    def _discover(self, item: Item, links: list[str], redirect: bool) -> None:
+    def _discover(self, item: Item, links: list[str]) -> None:
+        """Route a page's links (canonical already, from extract_links)."""
         depth = item.depth + 1
-        hops = self.redirect_hops.pop(item.url, 0) + 1 if redirect else 0
-        if hops > MAX_REDIRECT_HOPS:
-            self.counters["out_of_scope"] += 1
-            return
-        out: list[UrlItem] = []
         recent = self.recently_routed
-        for href in links:
-            if not redirect:
-                # Navigation repeats the same links on every page: a URL routed a moment ago
-                # is already with its owner (or owed to it), so skip it before any more work.
-                if href in recent:
-                    self.counters["recent_skips"] += 1
-                    continue
-                url, host = href, host_of_canonical(href)
-            else:
-                try:
-                    url = canonicalize(href, item.url, sort_query=self.s.sort_query)
-                    host = host_of(url)
-                except UnsupportedScheme:
-                    self.counters["dropped_schemes"] += 1
-                    continue
-                except InvalidUrl:
-                    self.counters["invalid_urls"] += 1
-                    continue
+        out: list[UrlItem] = []
+        for url in links:
+            # Navigation repeats the same links on every page: a URL routed a moment ago is
+            # already with its owner (or owed to it), so skip it before any more work.
+            if url in recent:
+                self.counters["recent_skips"] += 1
+                continue
+            host = host_of_canonical(url)
             if self.scope.check(url, host, depth) is not None:
                 self.counters["out_of_scope"] += 1
                 continue
-            if redirect:
-                self.redirect_hops[url] = hops
-            else:
-                if len(recent) >= self.s.routing.recent_filter:
-                    # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
-                    for old in list(itertools.islice(recent, len(recent) // 8 or 1)):
-                        del recent[old]
-                recent[url] = None
+            if len(recent) >= self.s.routing.recent_filter:
+                # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
+                for old in list(itertools.islice(recent, len(recent) // 8 or 1)):
+                    del recent[old]
+            recent[url] = None
             out.append(UrlItem(url, host, depth, item.url))
         self.route(out)
+
+    def _follow_redirect(self, item: Item, location: str) -> None:
+        """A redirect is a new URL one level deeper, through routing; at most MAX_REDIRECT_HOPS
+        in a row (counted on this agent)."""
+        hops = self.redirect_hops.pop(item.url, 0) + 1
+        try:
+            url = canonicalize(location, item.url, sort_query=self.s.sort_query)
+            host = host_of(url)
+        except UnsupportedScheme:
+            self.counters["dropped_schemes"] += 1
+            return
+        except InvalidUrl:
+            self.counters["invalid_urls"] += 1
+            return
+        if hops > MAX_REDIRECT_HOPS or self.scope.check(url, host, item.depth + 1) is not None:
+            self.counters["out_of_scope"] += 1
+            return
+        self.redirect_hops[url] = hops
+        self.route([UrlItem(url, host, item.depth + 1, item.url)])
 
     def _capture(self, item: Item, resp: FetchResponse) -> None:
         trunc = {"decoded": "length"}.get(resp.truncated or "", resp.truncated)

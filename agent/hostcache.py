@@ -44,13 +44,15 @@ class HostCache:
             return True
         return False
 
-    def get(self, host: str, now: float) -> Route | None:
+    def get(self, host: str, now: float, count: bool = True) -> Route | None:
+        """The fresh route of a host, or None. `count=False` for a second look at the same
+        host in one decision, so the hit ratio counts each look-up once."""
         r = self.routes.get(host)
         if r is not None and r.expires > now and r.epoch >= self.epoch:
             self.routes.move_to_end(host)
-            self.hits += 1
+            self.hits += count
             return r
-        self.misses += 1
+        self.misses += count
         return None
 
     def stale(self, host: str) -> Route | None:

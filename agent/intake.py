@@ -7,9 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from agent.frontier import Item
-from agent.hostcache import Route
 from agent.router import UrlItem
-from wancrawl import errors
 from wancrawl.urls import InvalidUrl, canonicalize, host_of
 from wancrawl.v1 import agent_pb2
 
@@ -63,7 +61,7 @@ class Intake:
             self.host_ip[host] = await self.resolver.resolve(host)
         self._wake_known(host)
 
-    async def intake_push(self, sender: str, epoch: int, urls: list[agent_pb2.UrlItem]) -> IntakeResult:
+    async def intake_push(self, epoch: int, urls: list[agent_pb2.UrlItem]) -> IntakeResult:
         """PushUrls: keep the URLs of hosts this agent owns, answer "not mine" for the others
         (only when it knows an answer at least as new as the sender's), then wait for the
         commit so an acknowledged URL is durable."""
@@ -78,14 +76,19 @@ class Intake:
                 parsed.append((i, UrlItem(url, host_of(url), u.depth, u.via)))
             except InvalidUrl as exc:
                 errs.append(f"{i}: {exc}")
-        unknown = sorted({it.host for _, it in parsed if self.router.owns(it.host, now) is None})
-        if unknown:
-            await self._resolve_now(unknown)
+        # One cache look-up per host; hosts without a fresh answer are resolved first.
+        owns = {h: self.router.owns(h, now) for h in {it.host for _, it in parsed}}
+        unknown = sorted(h for h, o in owns.items() if o is None)
+        for i in range(0, len(unknown), self.s.routing.beta):
+            answer = await self._consult(unknown[i : i + self.s.routing.beta])
+            for r in answer[0] if answer else []:
+                self.cache.put(r)
+        for h in unknown:
+            owns[h] = self.router.owns(h, self.clock(), count=False)
         accepted: list[UrlItem] = []
         not_mine: list[int] = []
         for i, it in parsed:
-            owns = False if self.router.leaving else self.router.owns(it.host, self.clock())
-            if owns is False:
+            if self.router.leaving or owns[it.host] is False:
                 not_mine.append(i)
                 continue
             # Owner, or the consultant cannot say now: keep it (the sender routed it here).
@@ -99,17 +102,3 @@ class Intake:
         self.counters["not_mine_sent"] += len(not_mine)
         await self.commit_barrier()
         return IntakeResult(len(accepted), not_mine, errs)
-
-    async def _resolve_now(self, hosts: list[str]) -> None:
-        for i in range(0, len(hosts), self.s.routing.beta):
-            chunk = hosts[i : i + self.s.routing.beta]
-            try:
-                self.counters["consultant_rpcs"] += 1
-                answers = await self.consultant.resolve(chunk)
-            except errors.WancrawlError as exc:
-                log.warning("resolve failed: %s", exc)
-                return
-            now = self.clock()
-            for a in answers:
-                if not a.error and a.agents:
-                    self.cache.put(Route(a.host, a.agents, a.epoch, now + a.ttl))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from agent.settings import bind_ip
 from wancrawl import errors
 from wancrawl.v1 import common_pb2
 
@@ -22,7 +23,7 @@ class Membership:
         if loc.lat is not None:
             location.lat, location.lon, location.has_coordinates = loc.lat, loc.lon, True  # type: ignore[assignment]
         self.counters["consultant_rpcs"] += 1
-        reg = await self.consultant.register(self.id, self.address, location=location, source_ip=self.s.fetch.source_ip or self.s.source_ip, capacity=self.s.capacity)
+        reg = await self.consultant.register(self.id, self.address, location=location, source_ip=bind_ip(self.s), capacity=self.s.capacity)
         self.registered = True
         self.lease = reg.lease_seconds
         self._saw_epoch(reg.epoch)
@@ -36,12 +37,12 @@ class Membership:
             queue_length=len(self.frontier), in_flight=self.in_flight,
             pages_per_second=len(self.rate_window) / 10.0, errors=int(self.counters["errors"]),
             hosts_owned=self.frontier.hosts_with_work(), capacity=self.s.capacity,
-            pages_fetched=int(self.counters["pages"]), spool_pages=len(self.spool),
+            pages_fetched=int(self.counters["pages"]), spool_pages=self.spool.pages,
         )
 
     async def _membership_loop(self) -> None:
         while True:
-            interval = self.s.heartbeat_interval or max(0.5, getattr(self, "lease", 15.0) / 3)
+            interval = self.s.heartbeat_interval or max(0.5, self.lease / 3)
             await asyncio.sleep(interval)
             if self.router.leaving:
                 return
@@ -59,5 +60,4 @@ class Membership:
 
     def _saw_epoch(self, epoch: int) -> None:
         if self.cache.saw_epoch(epoch):
-            self.epoch = epoch
-            self.route_wakeup.set()
+            self.route_wakeup.set()  # cached routes of older epochs are asked again

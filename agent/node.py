@@ -29,7 +29,7 @@ from agent.router import Router, UrlItem
 from agent.routing import Routing
 from agent.scope import Scope
 from agent.seen import SeenSet
-from agent.settings import AgentSettings
+from agent.settings import AgentSettings, fetch_settings
 from agent.spool import Spool
 from consultant.client import Consultant, ConsultantClient
 from storage.client import GrpcStorageClient, StorageClient
@@ -115,7 +115,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         self.spool = Spool(data / "spool", fsync=settings.storage_out.fsync)
         hosts = parse_hosts_file(settings.hosts_file) if settings.hosts_file else {}
         self.resolver = HostResolver(hosts, system_dns=settings.system_dns)
-        self.fetcher = fetcher or create_fetcher(settings.fetcher, settings.fetch, self.resolver)
+        self.fetcher = fetcher or create_fetcher(settings.fetcher, fetch_settings(settings), self.resolver)
         self.consultant: Consultant = consultant or ConsultantClient(settings.consultant)
         self.storage: StorageClient | None = storage or (GrpcStorageClient(settings.storage) if settings.storage else None)
         self.cache = HostCache(settings.routing.host_cache_size)
@@ -155,8 +155,8 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         self.recently_routed: dict[str, None] = {}
         self.drained = asyncio.Event()
         self.metrics_snapshot: dict[str, float] = {}  # status_counters(), refreshed each second
-        self.epoch = 0
         self.registered = False
+        self.lease = 15.0  # the consultant's lease, learnt at Register
         self.rate_window: deque[float] = deque()
         self.counters: dict[str, float] = {
             "fetches": 0, "pages": 0, "bytes": 0, "errors": 0, "robots_fetches": 0, "robots_denied": 0,
@@ -169,8 +169,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         now = self.clock()
-        for it in self.router.submit(self.outbox.load(), now):  # URLs still owed to peers
-            self._intake_local([it])
+        self._intake_local(self.router.submit(self.outbox.load(), now))  # URLs still owed to peers
         for host in list(self.frontier.hosts_ready()):
             await self._wake_host(host)
         try:
@@ -182,10 +181,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
 
     async def stop(self) -> None:
         """Graceful: no new fetches, in-flight ones finish, pushes flush, all is committed."""
-        self.stopping = True
-        self.wakeup.set()
-        if self.fetch_tasks:
-            await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
+        await self._stop_fetching()
         await self._flush_routes(force=True, deadline=self.clock() + 5)
         self._flush_captures(force=True)
         self._commit()
@@ -211,9 +207,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         """Graceful leave: deregister (the consultant hands this agent's hosts to their next
         agents and bumps the epoch), let in-flight fetches finish, route every queued URL to
         its new owner and wait until they acknowledged. Returns (handed over, still owed)."""
-        self.stopping = True
         self.router.leaving = True  # also keeps the membership loop from registering again
-        self.wakeup.set()
         if self.registered:
             try:
                 epoch = await self.consultant.deregister(self.id)
@@ -221,8 +215,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
                 self._saw_epoch(epoch)
             except errors.WancrawlError as exc:
                 log.warning("drain: deregister failed (%s); handing over by cached routes", exc)
-        if self.fetch_tasks:
-            await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
+        await self._stop_fetching()
         handed = 0
         for host in list(self.frontier.hosts_ready()):
             items = self.frontier.export_host(host)
@@ -235,6 +228,13 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         log.info("drained: %d URLs handed over, %d still owed", handed, self.router.pending())
         self.drained.set()
         return handed, self.router.pending()
+
+    async def _stop_fetching(self) -> None:
+        """No new fetches; the ones under way finish (bounded by the fetch timeout)."""
+        self.stopping = True
+        self.wakeup.set()
+        if self.fetch_tasks:
+            await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
 
     # -- status ---------------------------------------------------------------------------------
     def idle(self) -> bool:
@@ -250,7 +250,7 @@ class AgentNode(Membership, Intake, Routing, Crawling, Commit):
         out = dict(self.counters)
         out.update(
             frontier=len(self.frontier), in_flight=self.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
-            seen=len(self.seen), epoch=self.epoch, routed=c.discovered, routed_local=c.local, n=c.n,
+            seen=len(self.seen), epoch=self.cache.epoch, routed=c.discovered, routed_local=c.local, n=c.n,
             m=len(c.m_hosts), pushes=c.pushes, push_failures=c.push_failures, not_mine_received=c.not_mine,
             resolves=c.resolves, resolved_hosts=c.resolved_hosts, resolve_failures=c.resolve_failures,
             host_cache_hit_ratio=self.cache.hit_ratio, host_cache_size=len(self.cache),

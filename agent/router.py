@@ -8,7 +8,8 @@ mu*n/alpha + lambda*2m/beta.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import heapq
+import itertools
 from dataclasses import dataclass, field
 
 from agent.hostcache import HostCache, Route
@@ -48,9 +49,11 @@ class Counters:
 
 class Router:
     """Invariants: every submitted item is in exactly one place until it is delivered: the
-    local result of a call, `waiting` (its host is being or will be resolved), or `outbox`
-    (grouped per owner, waiting to be pushed), or a batch handed out by `due_pushes` and not
-    yet reported back through `pushed` or `push_failed`."""
+    local result of a call, `waiting` (no fresh route for its host yet), `outbox` (grouped per
+    owner, waiting to be pushed), or a batch handed out by `due_pushes` and not yet reported
+    back through `pushed` or `push_failed`. Every host in `waiting` is in exactly one of
+    `resolving` (in a Resolve under way), `_to_ask` (next Resolve) or `_later` (asked again
+    after a failure), so picking the next batch costs O(beta), not O(hosts waiting)."""
 
     def __init__(self, self_id: str, cache: HostCache, *, alpha: int = 1000, beta: int = 1000, flush_interval: float = 0.2):
         self.self_id = self_id
@@ -58,17 +61,17 @@ class Router:
         self.alpha = alpha
         self.beta = beta
         self.flush_interval = flush_interval
-        self.waiting: dict[str, list[UrlItem]] = defaultdict(list)   # host -> items, no fresh route
-        self.resolving: set[str] = set()                              # hosts in a Resolve in flight
-        self.retry_at: dict[str, float] = {}                          # host -> not before (after failures)
-        self.outbox: dict[str, list[UrlItem]] = defaultdict(list)     # owner id -> items
+        self.waiting: dict[str, list[UrlItem]] = {}                   # host -> items, no fresh route
+        self.resolving: set[str] = set()
+        self._to_ask: dict[str, None] = {}                            # oldest first
+        self._later: list[tuple[float, str]] = []                     # heap of (not before, host)
+        self.outbox: dict[str, list[UrlItem]] = {}                    # owner id -> items
         self.addresses: dict[str, str] = {}                           # owner id -> address
         self.oldest: dict[str, float] = {}                            # owner id -> first item's time
         self.owner_backoff: dict[str, float] = {}                     # owner id -> not before
         self.leaving = False    # set by a drain: nothing is local any more
         self.in_push = 0        # push batches handed out and not yet reported back
         self.in_push_urls = 0
-        self.rejected: list[UrlItem] = []  # items of hosts the consultant called malformed (last resolve)
         self.c = Counters()
 
     # -- input ------------------------------------------------------------------------------
@@ -78,73 +81,83 @@ class Router:
         local: list[UrlItem] = []
         for it in items:
             self.c.hosts.add(it.host)
-            self._place(it, now, local)
+            route = self.cache.get(it.host, now)
+            if route is None:
+                self._wait(it)
+            else:
+                self._to_owner(it, route, now, local)
         self.c.local += len(local)
         return local
 
-    def _place(self, it: UrlItem, now: float, local: list[UrlItem]) -> None:
-        route = self.cache.get(it.host, now)
-        if route is None:
-            self.waiting[it.host].append(it)
+    def _wait(self, it: UrlItem, not_before: float = 0.0) -> None:
+        """Park an item until its host has a route; a host new to `waiting` is queued to be asked."""
+        items = self.waiting.get(it.host)
+        if items is not None:
+            items.append(it)
             return
-        self._to_owner(it, route, now, local)
+        self.waiting[it.host] = [it]
+        if not_before > 0:
+            heapq.heappush(self._later, (not_before, it.host))
+        else:
+            self._to_ask[it.host] = None
 
     def _to_owner(self, it: UrlItem, route: Route, now: float, local: list[UrlItem]) -> None:
-        owner = route.owner_id
-        if owner == self.self_id:
+        target = route.agents[0]
+        if target[0] == self.self_id:
             if not self.leaving:
                 local.append(it)
                 return
-            # Leaving: the next agent in the preference list is who owns it once we are gone.
+            # Leaving: the next agent in the preference list owns it once we are gone.
             if len(route.agents) < 2:
-                self.waiting[it.host].append(it)
+                self._wait(it)
                 return
-            owner = route.agents[1][0]
-            self.addresses[owner] = route.agents[1][1]
-            box = self.outbox[owner]
-            if not box:
-                self.oldest[owner] = now
-            box.append(it)
-            self.c.m_hosts.add(it.host)
-            return
-        self.addresses[owner] = route.owner_address
-        box = self.outbox[owner]
+            target = route.agents[1]
+        owner, self.addresses[target[0]] = target[0], target[1]
+        box = self.outbox.setdefault(owner, [])
         if not box:
             self.oldest[owner] = now
         box.append(it)
         self.c.m_hosts.add(it.host)
 
     # -- resolving --------------------------------------------------------------------------
-    def hosts_to_resolve(self, now: float, force: bool = False) -> list[str]:
+    def hosts_to_resolve(self, now: float) -> list[str]:
         """Up to beta hosts for one Resolve, or [] if none is due. Hosts are asked once even
         if many URLs wait on them."""
-        ready = [h for h in self.waiting if h not in self.resolving and self.retry_at.get(h, 0.0) <= now]
-        if not ready:
-            return []
-        batch = ready[: self.beta]
+        while self._later and self._later[0][0] <= now:
+            _, host = heapq.heappop(self._later)
+            if host in self.waiting and host not in self.resolving:
+                self._to_ask[host] = None
+        batch = list(itertools.islice(self._to_ask, self.beta))
+        for h in batch:
+            del self._to_ask[h]
         self.resolving.update(batch)
         return batch
 
-    def resolved(self, routes: list[Route], now: float, errors: dict[str, str] | None = None) -> list[UrlItem]:
-        """A Resolve answered. Returns items that turned out to be local. Hosts with an error
-        (malformed) are dropped with their URLs: returned separately through `rejected`."""
+    def resolved(
+        self, asked: list[str], routes: list[Route], now: float, errors: dict[str, str] | None = None, retry_in: float = 1.0
+    ) -> tuple[list[UrlItem], list[UrlItem]]:
+        """A Resolve of `asked` answered. Returns (items that turned out to be local, items of
+        hosts the consultant called malformed: dropped). A host asked but not answered with an
+        agent is asked again after `retry_in`."""
+        errors = errors or {}
         self.c.resolves += 1
-        self.c.resolved_hosts += len(routes) + len(errors or {})
+        self.c.resolved_hosts += len(asked)
+        answered = {r.host: r for r in routes if r.agents}
         local: list[UrlItem] = []
-        for r in routes:
-            self.resolving.discard(r.host)
-            self.retry_at.pop(r.host, None)
-            if not r.agents:
-                continue
-            self.cache.put(r)
-            for it in self.waiting.pop(r.host, []):
-                self._to_owner(it, r, now, local)
-        self.rejected: list[UrlItem] = []
-        for host in errors or {}:
+        rejected: list[UrlItem] = []
+        for host in asked:
             self.resolving.discard(host)
-            self.rejected.extend(self.waiting.pop(host, []))
+            r = answered.get(host)
+            if r is not None:
+                self.cache.put(r)
+                for it in self.waiting.pop(host, []):
+                    self._to_owner(it, r, now, local)
+            elif host in errors:
+                rejected.extend(self.waiting.pop(host, []))
+            elif host in self.waiting:
+                heapq.heappush(self._later, (now + retry_in, host))
         self.c.local += len(local)
-        return local
+        return local, rejected
 
     def resolve_failed(self, hosts: list[str], now: float, retry_in: float = 1.0) -> list[UrlItem]:
         """The consultant could not be reached: route by any cached answer, however old (cached
@@ -157,8 +170,8 @@ class Router:
             if r is not None:
                 for it in self.waiting.pop(h, []):
                     self._to_owner(it, r, now, local)
-            else:
-                self.retry_at[h] = now + retry_in
+            elif h in self.waiting:
+                heapq.heappush(self._later, (now + retry_in, h))
         self.c.local += len(local)
         return local
 
@@ -169,24 +182,19 @@ class Router:
         out: list[PushBatch] = []
         for owner in list(self.outbox):
             box = self.outbox[owner]
-            if not box:
-                continue
             if self.owner_backoff.get(owner, 0.0) > now:
                 continue
-            if not force and len(box) < self.alpha and now - self.oldest.get(owner, now) < self.flush_interval:
-                continue
-            while box and (force or len(box) >= self.alpha or now - self.oldest.get(owner, now) >= self.flush_interval):
-                chunk, rest = box[: self.alpha], box[self.alpha :]
-                out.append(PushBatch(owner, self.addresses[owner], self.cache.epoch, chunk))
-                box = rest
-                if len(chunk) < self.alpha:
-                    break
-            if box:
-                self.outbox[owner] = box
-                self.oldest[owner] = now
-            else:
+            due = force or now - self.oldest[owner] >= self.flush_interval
+            # Full batches go at once; a partial one only when due (flush interval or force).
+            cut = len(box) if due else len(box) - len(box) % self.alpha
+            for i in range(0, cut, self.alpha):
+                out.append(PushBatch(owner, self.addresses[owner], self.cache.epoch, box[i : min(i + self.alpha, cut)]))
+            if cut == len(box):
                 del self.outbox[owner]
-                self.oldest.pop(owner, None)
+                del self.oldest[owner]
+            elif cut:
+                self.outbox[owner] = box[cut:]
+                self.oldest[owner] = now
         self.in_push += len(out)
         self.in_push_urls += sum(len(b.items) for b in out)
         self.c.pushes += len(out)
@@ -207,7 +215,7 @@ class Router:
             if 0 <= i < len(batch.items):
                 it = batch.items[i]
                 self.cache.drop(it.host)
-                self.waiting[it.host].append(it)
+                self._wait(it)
         return delivered
 
     def push_failed(self, batch: PushBatch, now: float, retry_in: float = 1.0) -> None:
@@ -220,8 +228,7 @@ class Router:
         self.owner_backoff[batch.owner_id] = now + retry_in
         for it in batch.items:
             self.cache.drop(it.host)
-            self.waiting[it.host].append(it)
-            self.retry_at.setdefault(it.host, now + retry_in)
+            self._wait(it, now + retry_in)
 
     # -- state ------------------------------------------------------------------------------
     def pending(self) -> int:
@@ -231,7 +238,7 @@ class Router:
     def idle(self) -> bool:
         return not self.waiting and not any(self.outbox.values()) and self.in_push == 0
 
-    def owns(self, host: str, now: float) -> bool | None:
+    def owns(self, host: str, now: float, count: bool = True) -> bool | None:
         """Does this agent own the host? None when no fresh answer is cached."""
-        r = self.cache.get(host, now)
+        r = self.cache.get(host, now, count=count)
         return None if r is None else r.owner_id == self.self_id

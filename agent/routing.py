@@ -52,25 +52,31 @@ class Routing:
                 return
             await asyncio.sleep(0.05)
 
-    async def _resolve_batch(self, hosts: list[str]) -> None:
+    async def _consult(self, hosts: list[str]) -> tuple[list[Route], dict[str, str]] | None:
+        """One Resolve: the routes (with their TTL) and the per-host errors, or None if the
+        consultant cannot be reached."""
         try:
             self.counters["consultant_rpcs"] += 1
             answers = await self.consultant.resolve(hosts)
         except errors.WancrawlError as exc:
             log.warning("resolve of %d hosts failed: %s", len(hosts), exc)
-            local = self.router.resolve_failed(hosts, self.clock(), self.s.routing.retry_seconds)
-            self._intake_local(local)
-            return
+            return None
         now = self.clock()
-        routes = [Route(a.host, a.agents, a.epoch, now + a.ttl) for a in answers if not a.error and a.agents]
-        errs = {a.host: a.error for a in answers if a.error}
         if answers:
             self._saw_epoch(answers[0].epoch)
-        # The consultant answers with canonical names; we asked with canonical names too.
-        local = self.router.resolved(routes, now, errs)
-        if self.router.rejected:
-            self.counters["invalid_urls"] += len(self.router.rejected)
-            self.outbox.delivered(self.router.rejected)
+        routes = [Route(a.host, a.agents, a.epoch, now + a.ttl) for a in answers if not a.error and a.agents]
+        return routes, {a.host: a.error for a in answers if a.error}
+
+    async def _resolve_batch(self, hosts: list[str]) -> None:
+        answer = await self._consult(hosts)
+        if answer is None:
+            self._intake_local(self.router.resolve_failed(hosts, self.clock(), self.s.routing.retry_seconds))
+            return
+        routes, errs = answer
+        local, rejected = self.router.resolved(hosts, routes, self.clock(), errs, self.s.routing.retry_seconds)
+        if rejected:
+            self.counters["invalid_urls"] += len(rejected)
+            self.outbox.delivered(rejected)
         self._intake_local(local)
 
     async def _push(self, batch: PushBatch) -> None:

@@ -26,7 +26,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def PushUrls(self, request, context):
         if len(request.urls) > MAX_PUSH:
             raise InvalidArgument(f"{len(request.urls)} URLs in one push; at most {MAX_PUSH}")
-        r = await self.node.intake_push(request.sender_id, request.epoch, list(request.urls))
+        r = await self.node.intake_push(request.epoch, list(request.urls))
         return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.cache.epoch, errors=r.errors)
 
     async def Drain(self, request, context):
@@ -44,7 +44,7 @@ class AgentServer:
 
     def __init__(self, settings: AgentSettings, node: AgentNode | None = None, **node_kwargs):
         self.settings = settings
-        self.grpc, self.health = grpcutil.new_server([SERVICE_NAME])
+        self.grpc, self.health = grpcutil.new_server()
         self.port = grpcutil.bind(self.grpc, settings.listen)
         self.address = settings.advertise or grpcutil.host_port(settings.listen, self.port)
         self.node = node or AgentNode(settings, **node_kwargs)

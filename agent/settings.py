@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ class AgentSettings:
     consultant: str = "127.0.0.1:50051"
     storage: str = ""                 # storage address; empty: pages stay in the spool
     data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
-    source_ip: str = ""               # local address fetches come from (the lab needs it)
+    source_ip: str = ""               # local address fetches come from (the lab needs it); also fetch.source_ip
     hosts_file: str = ""              # host -> IP before DNS (the lab's names live only there)
     system_dns: bool = True
     capacity: float = 0.0             # relative capacity reported to the consultant (weighted)
@@ -111,10 +111,22 @@ class AgentSettings:
     source: str = field(default="defaults", compare=False)
 
     def __post_init__(self) -> None:
+        if self.source_ip and self.fetch.source_ip and self.source_ip != self.fetch.source_ip:
+            raise ValueError(f"source_ip {self.source_ip!r} and fetch.source_ip {self.fetch.source_ip!r} differ: set one")
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if self.commit_interval <= 0:
             raise ValueError("commit_interval must be > 0")
+
+
+def bind_ip(s: AgentSettings) -> str:
+    """The address the agent fetches from (one setting, two places to write it)."""
+    return s.source_ip or s.fetch.source_ip
+
+
+def fetch_settings(s: AgentSettings) -> FetchSettings:
+    """The fetcher's settings with the agent's source address in them."""
+    return replace(s.fetch, source_ip=bind_ip(s))
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AgentSettings:

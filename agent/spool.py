@@ -9,9 +9,10 @@ from wancrawl.v1 import storage_pb2
 
 
 class Spool:
-    """One file per PageBatch (`<seq>.batch`), written whole (temp file, fsync, rename) so a
-    crash leaves either the whole batch or nothing. Invariant: a file is removed only after
-    storage acknowledged its batch; resending is safe (record ids make ingest idempotent)."""
+    """One file per PageBatch, `<seq>-<pages>.batch`, written whole (temp file, fsync, rename)
+    so a crash leaves either the whole batch or nothing. Invariant: a file is removed only
+    after storage acknowledged its batch; resending is safe (record ids make ingest
+    idempotent). `_files` mirrors the directory (path -> pages), so counting costs nothing."""
 
     def __init__(self, directory: str | Path, fsync: bool = True):
         self.dir = Path(directory)
@@ -19,15 +20,14 @@ class Spool:
         self.fsync = fsync
         for tmp in self.dir.glob("*.tmp"):
             tmp.unlink()  # a write that never finished: its pages were never marked done
-        seqs = [int(p.stem) for p in self.dir.glob("*.batch")]
-        self._next = max(seqs, default=0) + 1
+        self._files: dict[Path, int] = {p: int(p.stem.split("-")[1]) for p in sorted(self.dir.glob("*.batch"))}
+        self._next = max((int(p.stem.split("-")[0]) for p in self._files), default=0) + 1
 
     def put(self, batch: storage_pb2.PageBatch) -> Path:
         data = batch.SerializeToString()
-        seq = self._next
+        name = f"{self._next:012d}-{len(batch.captures)}"
         self._next += 1
-        tmp = self.dir / f"{seq:012d}.tmp"
-        final = self.dir / f"{seq:012d}.batch"
+        tmp, final = self.dir / f"{name}.tmp", self.dir / f"{name}.batch"
         with open(tmp, "wb") as fh:
             fh.write(data)
             if self.fsync:
@@ -40,10 +40,11 @@ class Spool:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        self._files[final] = len(batch.captures)
         return final
 
     def oldest(self, n: int) -> list[Path]:
-        return sorted(self.dir.glob("*.batch"))[:n]
+        return list(self._files)[:n]  # sequence numbers only grow: insertion order is age
 
     @staticmethod
     def read(path: Path) -> storage_pb2.PageBatch:
@@ -54,9 +55,11 @@ class Spool:
     def remove(self, paths: list[Path]) -> None:
         for p in paths:
             p.unlink(missing_ok=True)
+            self._files.pop(p, None)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.dir.glob("*.batch"))
+        return len(self._files)
 
+    @property
     def pages(self) -> int:
-        return sum(len(self.read(p).captures) for p in self.oldest(10**9))
+        return sum(self._files.values())

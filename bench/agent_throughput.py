@@ -37,8 +37,10 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from lab import topology as lab_topology  # noqa: E402
+from lab.cluster import free_port  # noqa: E402
 from lab.geodb import write_all  # noqa: E402
 from lab.loadgen import get as lab_get  # noqa: E402
 from lab.truth import Scope as TruthScope, Truth  # noqa: E402
@@ -47,27 +49,13 @@ from wancrawl.grpcutil import channel, check_health  # noqa: E402
 from wancrawl.urls import canonicalize  # noqa: E402
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc  # noqa: E402
 
+from measure import cpu_seconds, pin  # noqa: E402
+
 TARGET = 3.0
 SCRAPY_VENV = ROOT / "bench" / ".venv-scrapy"
 SPIDER = ROOT / "bench" / "scrapy_lab_spider.py"
 CRAWLER_CORE, SERVICE_CORE = {0}, {1}
 POLL = 0.05
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pin(cores: set[int]):
-    cores = cores & os.sched_getaffinity(0) or os.sched_getaffinity(0)
-    return lambda: os.sched_setaffinity(0, cores)
 
 
 def spawn(cmd: list, log: Path, cores: set[int], **kw) -> subprocess.Popen:
@@ -217,7 +205,6 @@ concurrency = {args.concurrency}
 log_level = "WARNING"
 
 [fetch]
-source_ip = "{src}"
 allow_networks = ["127.0.0.0/8"]
 max_connections = {max(args.concurrency, 1)}
 max_connections_per_host = {args.per_host}

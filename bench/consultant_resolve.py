@@ -20,27 +20,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from consultant.client import ConsultantClient  # noqa: E402
+from lab.cluster import free_port  # noqa: E402
+from measure import cpu_seconds, pin  # noqa: E402
 from wancrawl.grpcutil import check_health  # noqa: E402
 
 WARM_TARGET, COLD_TARGET = 50_000, 10_000
 BATCH = 256
 AGENTS = 16
 IN_FLIGHT = 4
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def world(tmp: Path, n_hosts: int):
@@ -111,7 +101,7 @@ async def bench_strategy(strategy: str, tmp: Path, topo, paths, hosts, isps) -> 
     cfg = config(tmp, strategy, port, paths, isps)
     proc = subprocess.Popen(
         [sys.executable, "-m", "consultant.cli", "serve", "--config", str(cfg)],
-        cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+        cwd=ROOT, preexec_fn=pin({0}),
     )
     try:
         addr = f"127.0.0.1:{port}"

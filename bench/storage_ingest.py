@@ -15,19 +15,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from measure import cpu_seconds  # noqa: E402
 from storage.client import GrpcStorageClient, make_batch  # noqa: E402
 from storage.testing import fetch_result, synthetic_html  # noqa: E402
 from wancrawl.warcrecords import DEFAULT_LEVEL, build_capture  # noqa: E402
 
 TARGET_PAGES_PER_CORE_S = 3000.0
 TARGET_RATIO = 4.0
-CLK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def _lab_pages(n: int):

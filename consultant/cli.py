@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         return asyncio.run(_client_cmd(args))
     except WancrawlError as exc:
-        print(f"consultant: {exc}".replace("consultant: consultant: ", "consultant: "), file=sys.stderr)
+        print(f"consultant {args.cmd}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

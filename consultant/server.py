@@ -134,7 +134,7 @@ class ConsultantServer:
     def __init__(self, settings: ConsultantSettings, service: ConsultantService):
         self.settings = settings
         self.service = service
-        self.grpc, self.health = grpcutil.new_server([SERVICE_NAME])
+        self.grpc, self.health = grpcutil.new_server()
         pb_grpc.add_ConsultantServicer_to_server(ConsultantServicer(service), self.grpc)
         self.port = grpcutil.bind(self.grpc, settings.listen)
         self.address = grpcutil.host_port(settings.listen, self.port)

@@ -10,7 +10,7 @@ import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from consultant.directory import Directory, Ranked
@@ -70,7 +70,7 @@ def strategy_fingerprint(settings: ConsultantSettings) -> str:
         "preference_length": settings.preference_length,
     }
     if settings.strategy == "asn":
-        parts["fallback"] = asdict(settings.strategy_options(settings.asn.fallback) or {}) if settings.asn.fallback else {}
+        parts["fallback"] = asdict(settings.strategy_options(settings.asn.fallback))
     if settings.strategy in ("geo", "asn"):
         parts["databases"] = asdict(settings.databases)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16] + ":" + settings.strategy
@@ -230,7 +230,7 @@ class ConsultantService:
                 changes.update(lat=g.lat, lon=g.lon, city=rec.city or g.city, country=rec.country or g.country)
         if not rec.asn and self.asn_db is not None:
             changes["asn"] = self.asn_db.lookup(ip)
-        return AgentRecord(**{**asdict(rec), **changes}) if changes else rec
+        return replace(rec, **changes)
 
     async def register(self, rec: AgentRecord) -> tuple[int, AgentRecord]:
         validate_agent_id(rec.agent_id)
@@ -243,7 +243,7 @@ class ConsultantService:
             raise InvalidArgument("capacity must be >= 0")
         rec = self.locate_agent(rec)
         if rec.capacity > 0:
-            rec = AgentRecord(**{**asdict(rec), "weight": rec.capacity})
+            rec = replace(rec, weight=rec.capacity)
         epoch, bumped = await self._run(self.store.register, rec, self.clock(), self.settings.lease_seconds)
         if bumped:
             log.info("agent %s registered at %s (%s, AS%d): epoch %d", rec.agent_id, rec.address, rec.city or "?", rec.asn, epoch)

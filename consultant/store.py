@@ -95,11 +95,11 @@ class Store:
     # -- reads ------------------------------------------------------------------------------
     def epoch(self) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(epoch_t.c.value).where(epoch_t.c.id == 1)).scalar_one())
+            return self._current(conn)
 
     def snapshot(self) -> Snapshot:
         with self.engine.connect() as conn:
-            epoch = int(conn.execute(sa.select(epoch_t.c.value).where(epoch_t.c.id == 1)).scalar_one())
+            epoch = self._current(conn)
             agents = {r.agent_id: _record(r) for r in conn.execute(sa.select(agents_t))}
             overrides = {r.host: r.agent_id for r in conn.execute(sa.select(overrides_t))}
         return Snapshot(epoch, agents, overrides)
@@ -112,7 +112,7 @@ class Store:
     @staticmethod
     def _bump(conn) -> int:
         conn.execute(epoch_t.update().where(epoch_t.c.id == 1).values(value=epoch_t.c.value + 1))
-        return int(conn.execute(sa.select(epoch_t.c.value).where(epoch_t.c.id == 1)).scalar_one())
+        return Store._current(conn)
 
     @staticmethod
     def _current(conn) -> int:

@@ -135,7 +135,6 @@ source_ip = "{src}"
 concurrency = {concurrency}
 heartbeat_interval = 1.0
 [fetch]
-source_ip = "{src}"
 allow_networks = ["127.0.0.0/8"]
 total_timeout = 20.0
 [politeness]

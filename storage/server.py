@@ -144,7 +144,7 @@ class StorageService:
         self.settings = settings
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage-writer")
         self.store = Store(settings)
-        self.server, self.health = grpcutil.new_server([SERVICE_NAME])
+        self.server, self.health = grpcutil.new_server()
         self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
         self.servicer = StorageServicer(self.store, self.committer, self.executor)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)

@@ -28,7 +28,7 @@ def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, so
     base = {
         "listen": "127.0.0.1:0", "consultant": consultant, "data_dir": str(tmp / agent_id),
         "hosts_file": str(hosts_file), "system_dns": False, "source_ip": source_ip,
-        "fetch.source_ip": source_ip, "fetch.allow_networks": ["127.0.0.0/8"],
+        "fetch.allow_networks": ["127.0.0.0/8"],
         "politeness.delay": 0.02, "commit_interval": 0.05, "routing.flush_interval": 0.05,
         "storage_out.flush_interval": 0.1, "heartbeat_interval": 0.5,
         "fetch.total_timeout": 3.0, "fetch.read_timeout": 2.0, "fetch.connect_timeout": 2.0,
@@ -37,6 +37,13 @@ def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, so
     for k, v in base.items():
         s = override(s, k, v)
     return s
+
+
+async def seed(node, urls: list[str]):
+    """Push URLs into an agent as the manager does (no sender epoch)."""
+    from wancrawl.v1 import agent_pb2
+
+    return await node.intake_push(0, [agent_pb2.UrlItem(url=u) for u in urls])
 
 
 def truth_urls(web: Web, seeds: list[str], max_depth: int, allow: list[str] | None = None) -> set[str]:

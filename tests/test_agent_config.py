@@ -20,6 +20,17 @@ def test_example_config_loads_with_paths_relative_to_it():
     assert s.routing.alpha == 1000 and s.scope.max_depth == 8
 
 
+def test_one_source_address_for_registration_and_fetching(tmp_path):
+    from agent.settings import bind_ip, fetch_settings
+
+    s = load_settings(REPO / "configs" / "agent-lab.toml")
+    assert bind_ip(s) == "127.1.1.2" and fetch_settings(s).source_ip == "127.1.1.2"
+    cfg = tmp_path / "a.toml"
+    cfg.write_text('agent_id = "x"\nsource_ip = "127.1.1.2"\n[fetch]\nsource_ip = "127.1.1.3"\n')
+    with pytest.raises(ConfigError, match="differ"):
+        load_settings(cfg)
+
+
 def test_bad_keys_and_values_are_named(tmp_path):
     cfg = tmp_path / "a.toml"
     cfg.write_text('agent_id = "x"\n[routing]\nalfa = 3\n')

@@ -8,14 +8,8 @@ import collections
 from lab import checks
 from lab.testing import ServerThread
 from wancrawl.urls import canonicalize, host_of
-from wancrawl.v1 import agent_pb2
 
-from agent_helpers import cluster, fetched_urls, lab_web, normal_hosts, truth_urls, wait_idle
-
-
-async def _seed(server, urls):
-    stub_resp = await server.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in urls])
-    return stub_resp
+from agent_helpers import cluster, seed, fetched_urls, lab_web, normal_hosts, truth_urls, wait_idle
 
 
 def test_one_agent_fetches_exactly_the_truth_once_and_politely(run, tmp_path):
@@ -32,7 +26,7 @@ def test_one_agent_fetches_exactly_the_truth_once_and_politely(run, tmp_path):
         async def go():
             keys = {"scope.allowed_domains": hosts}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
-                await _seed(agent, seeds)
+                await seed(agent.node, seeds)
                 await wait_idle([agent.node])
                 return agent.node.status_counters(), store
 
@@ -61,10 +55,10 @@ def test_three_agents_each_url_fetched_once_by_its_owner(run, tmp_path):
             async with cluster(tmp_path, lab, 3, agent_keys=keys) as (cs, client, agents, stores):
                 # The manager's job later: every seed to its owner (here: all to the first agent,
                 # which must route them on).
-                await _seed(agents[0], seeds)
+                await seed(agents[0].node, seeds)
                 await wait_idle([a.node for a in agents])
                 routes = await client.resolve(sorted({host_of(u) for u in truth}))
-                owner_addr = {r.host: {a.node.s.fetch.source_ip for a in agents if a.node.id == r.owner[0]} for r in routes}
+                owner_addr = {r.host: {a.node.s.source_ip for a in agents if a.node.id == r.owner[0]} for r in routes}
                 return [a.node.status_counters() for a in agents], owner_addr
 
         counters, owner_of = run(go())
@@ -91,7 +85,8 @@ def test_not_mine_after_an_epoch_change_reroutes_without_loss(run, tmp_path):
                 owner = a if r.owner[0] == a.node.id else b
                 other = b if owner is a else a
                 # `other` learns the route (owner), then the host is moved to `other` itself.
-                await other.node._resolve_now([site.host])
+                routes, _ = await other.node._consult([site.host])
+                other.node.cache.put(routes[0])
                 assert other.node.cache.get(site.host, other.node.clock()).owner_id == owner.node.id
                 await client.set_override(site.host, other.node.id)
                 # `owner` learns the new epoch (its heartbeat) but `other` has not yet: it still
@@ -127,13 +122,13 @@ def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path):
             keys = {"scope.allowed_domains": hosts, "politeness.delay": 0.3}
             async with cluster(tmp_path, lab, 2, agent_keys=keys) as (cs, client, agents, stores):
                 a, b = agents
-                await a.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await seed(a.node, seeds)
                 await asyncio.sleep(1.0)
                 queued = len(a.node.frontier)
                 handed, remaining = await a.node.drain(timeout=30)
                 listed = [x.agent_id for x in (await client.list_agents()).agents]
                 await wait_idle([b.node], timeout=60)
-                return queued, handed, remaining, listed, b.node.id, a.node.s.fetch.source_ip
+                return queued, handed, remaining, listed, b.node.id, a.node.s.source_ip
 
         queued, handed, remaining, listed, b_id, a_ip = run(go())
         assert queued > 0 and handed >= queued and remaining == 0

@@ -6,9 +6,8 @@ import collections
 import time
 
 from lab.testing import ServerThread
-from wancrawl.v1 import agent_pb2
 
-from agent_helpers import cluster, lab_web, wait_idle
+from agent_helpers import cluster, seed, lab_web, wait_idle
 
 
 def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path):
@@ -29,7 +28,7 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
                     "politeness.max_backoff": 2.0, "politeness.max_retry_after": 3.0}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
                 t0 = time.monotonic()
-                await agent.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await seed(agent.node, seeds)
                 await wait_idle([agent.node], timeout=40)
                 return time.monotonic() - t0, agent.node.status_counters(), store
 

@@ -12,7 +12,7 @@ from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 from wancrawl import grpcutil
 from wancrawl.errors import Unavailable
 
-from agent_helpers import cluster, lab_web, normal_hosts, truth_urls, wait_idle
+from agent_helpers import cluster, seed, lab_web, normal_hosts, truth_urls, wait_idle
 from conftest import free_port
 
 
@@ -28,7 +28,7 @@ def test_crawl_survives_a_consultant_restart_with_lost_state_and_re_registers(ru
             port = free_port()
             keys = {"scope.allowed_domains": hosts, "heartbeat_interval": 0.2, "politeness.delay": 0.05}
             async with cluster(tmp_path, lab, 2, agent_keys=keys, consultant_keys={"listen": f"127.0.0.1:{port}"}) as (cs, client, agents, stores):
-                await agents[0].node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await seed(agents[0].node, seeds)
                 await asyncio.sleep(0.3)
                 # The consultant goes away; the crawl carries on with cached routes.
                 await cs.stop(0)
@@ -72,7 +72,7 @@ def test_storage_outage_loses_nothing_and_the_spool_drains(run, tmp_path):
             keys = {"scope.allowed_domains": hosts, "storage_out.retry_seconds": 0.2}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
                 store.fail_next = 10**9  # storage is down
-                await agent.node.intake_push("test", 0, [agent_pb2.UrlItem(url=u) for u in seeds])
+                await seed(agent.node, seeds)
                 for _ in range(200):
                     if agent.node.frontier.hosts_with_work() == 0 and agent.node.in_flight == 0:
                         break
@@ -97,7 +97,7 @@ def test_status_rpc_and_prometheus_metrics(run, tmp_path):
         async def go():
             keys = {"scope.allowed_domains": normal_hosts(web), "metrics_listen": f"127.0.0.1:{mport}"}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], _):
-                await agent.node.intake_push("test", 0, [agent_pb2.UrlItem(url=web.url(web.topology.normal_sites[0], "/"))])
+                await seed(agent.node, [web.url(web.topology.normal_sites[0], "/")])
                 await wait_idle([agent.node])
                 async with grpcutil.channel(agent.address) as ch:
                     st = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest())

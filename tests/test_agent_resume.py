@@ -72,7 +72,6 @@ source_ip = "{src}"
 concurrency = 8
 commit_interval = 0.05
 [fetch]
-source_ip = "{src}"
 allow_networks = ["127.0.0.0/8"]
 [politeness]
 delay = 0.15

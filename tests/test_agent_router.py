@@ -22,7 +22,7 @@ def test_own_hosts_go_local_foreign_ones_wait_for_one_batched_resolve():
     assert first == ["a.cn", "b.cn"], "at most beta hosts per Resolve, each host asked once"
     assert r.hosts_to_resolve(0) == ["c.cn"]
     assert r.hosts_to_resolve(0) == []
-    local = r.resolved([route("a.cn", "me"), route("b.cn", "peer")], now=0)
+    local, _ = r.resolved(first, [route("a.cn", "me"), route("b.cn", "peer")], now=0)
     assert [i.url for i in local] == ["http://a.cn/p1", "http://a.cn/p2"]
     # Cached now: the next URL of a.cn does not wait for the consultant.
     assert r.submit([item("a.cn", 3)], now=1) == [item("a.cn", 3)]
@@ -55,7 +55,7 @@ def test_not_mine_drops_the_cache_entry_and_re_resolves_losing_nothing():
     assert delivered == [] and r.c.not_mine == 2
     assert r.cache.stale("x.cn") is None and r.cache.epoch == 6
     assert r.hosts_to_resolve(1) == ["x.cn"]
-    r.resolved([route("x.cn", "new-owner", epoch=6)], now=1)
+    r.resolved(["x.cn"], [route("x.cn", "new-owner", epoch=6)], now=1)
     [b2] = r.due_pushes(1, force=True)
     assert b2.owner_id == "new-owner" and len(b2.items) == 2
 
@@ -90,16 +90,26 @@ def test_unreachable_owner_keeps_its_urls_and_re_resolves_after_a_pause():
     assert r.pending() == 3 and r.c.push_failures == 1
     assert r.hosts_to_resolve(0.5) == []
     assert r.hosts_to_resolve(1.5) == ["x.cn"]
-    r.resolved([route("x.cn", "backup", epoch=6)], now=1.5)
+    r.resolved(["x.cn"], [route("x.cn", "backup", epoch=6)], now=1.5)
     [b2] = r.due_pushes(1.5, force=True)
     assert b2.owner_id == "backup" and len(b2.items) == 3
 
 
-def test_malformed_hosts_are_rejected_not_retried_forever():
+def test_malformed_hosts_are_rejected_and_unanswered_ones_asked_again():
     r = Router("me", HostCache())
-    r.submit([item("ok.cn")], now=0)
-    r.waiting["bad host"].append(UrlItem("http://bad host/", "bad host"))
+    r.submit([item("ok.cn"), UrlItem("http://bad_/", "bad_"), item("lost.cn")], now=0)
     hosts = r.hosts_to_resolve(0)
-    r.resolved([route("ok.cn", "me")], now=0, errors={"bad host": "malformed"})
-    assert [i.host for i in r.rejected] == ["bad host"] and "bad host" not in r.waiting
-    assert set(hosts) == {"ok.cn", "bad host"}
+    assert hosts == ["ok.cn", "bad_", "lost.cn"]
+    local, rejected = r.resolved(hosts, [route("ok.cn", "me")], now=0, errors={"bad_": "malformed"}, retry_in=2.0)
+    assert [i.host for i in local] == ["ok.cn"]
+    assert [i.host for i in rejected] == ["bad_"] and "bad_" not in r.waiting
+    # Asked but not answered: not lost, not asked again in a tight loop, asked after retry_in.
+    assert r.hosts_to_resolve(1.0) == [] and r.hosts_to_resolve(2.5) == ["lost.cn"]
+
+
+def test_picking_a_batch_does_not_scan_every_waiting_host():
+    r = Router("me", HostCache(), beta=10)
+    r.submit([item(f"h{i}.cn") for i in range(50_000)], now=0)
+    first = r.hosts_to_resolve(0)
+    assert first == [f"h{i}.cn" for i in range(10)]
+    assert len(r._to_ask) == 50_000 - 10 and r.resolving == set(first)

@@ -99,6 +99,6 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     assert sources == {"unicom-beijing": "127.2.1.2", "unicom-beijing-2": "127.2.1.4", "cernet-harbin": "127.3.2.2"}
     assert consultant_settings(consultant).strategy == "hash"
     a = agent_settings(agents["unicom-beijing-2"])
-    assert a.agent_id == "unicom-beijing-2" and a.fetch.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
+    assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
     with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
         write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8, web_port=8080)

@@ -100,11 +100,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def new_server(service_names: Iterable[str]) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    """A grpc.aio server with the error interceptor and the standard health service.
-
-    `service_names` are the full names (e.g. "wancrawl.v1.Consultant") marked SERVING.
-    """
+def new_server() -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """A grpc.aio server with the error interceptor and the standard health service (mark the
+    services SERVING with `mark_serving` once started)."""
     server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=CHANNEL_OPTIONS)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
