@@ -1,9 +1,8 @@
-"""The `lab` command: plan, geodb, web, truth; `up`/`down` come with issue #6."""
+"""The `lab` command: plan, geodb, web, truth, loadgen, and up/down/demo (the topology as processes)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
 import multiprocessing
 import os
@@ -108,7 +107,7 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 
     t = _topo(args)
     if args.port:
-        t = topology.Topology(dataclasses.replace(t.spec, sites=dataclasses.replace(t.spec.sites, port=args.port)), source=t.source)
+        t = t.with_port(args.port)
     web = Web(t, args.seed)
     urls = web.all_page_urls()
     r = asyncio.run(run_load(t, urls, connections=args.connections, duration=args.duration, source=args.source))
@@ -170,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--zero-latency", action="store_true", help="no link model: for throughput benchmarks")
     sp.add_argument("--workers", type=int, default=1, help="processes sharing the sockets (needs --zero-latency)")
     sp.add_argument("--log", metavar="FILE", help="append a JSONL request log here")
-    sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~22 KB each)")
+    sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~24 KB each, with their links)")
     sp.set_defaults(func=cmd_web)
 
     sp = sub.add_parser("truth", help="print the canonical URLs reachable from seeds (BFS over the generator)")

@@ -15,7 +15,7 @@ IPASN_DAT = "ipasn.dat"
 HOSTS = "hosts"
 
 
-def city_record(topology: Topology, isp: str, city: str) -> dict:
+def city_record(topology: Topology, city: str) -> dict:
     c = topology.city(city)
     return {
         "city": {"geoname_id": MmdbU32(c.geoname_id), "names": {"en": c.name}},
@@ -46,7 +46,7 @@ def write_all(topology: Topology, out: str | Path) -> dict[str, Path]:
     asn = MMDBWriter(4, "GeoLite2-ASN", languages=["en"], description=desc)
     lines = [f"; IP-ASN32-DAT file\n; wancrawl lab, topology {topology.spec.name}\n"]
     for b in topology.blocks:
-        city.insert_network(IPSet([b.network]), city_record(topology, b.isp, b.city))
+        city.insert_network(IPSet([b.network]), city_record(topology, b.city))
         asn.insert_network(IPSet([b.network]), asn_record(topology, b.isp))
         lines.append(f"{b.network}\t{topology.isp(b.isp).asn}\n")
     paths = {name: d / name for name in (CITY_DB, ASN_DB, IPASN_DAT, HOSTS)}

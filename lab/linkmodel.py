@@ -110,25 +110,27 @@ class LinkModel:
             b = self._access[key] = TokenBucket(self.spec.access_kbps * 125.0, self.spec.chunk_bytes)
         return b
 
-    def flow(self, client_ip: str, site_ip: str) -> Flow:
+    def flow(self, client_ip: str, site_ip: str) -> Flow | None:
+        """The connection's view of the model; None when either end is outside the plan (a
+        test harness on 127.0.0.1): such a client sees a perfect network."""
         p = self.path(client_ip, site_ip)
-        buckets: list[TokenBucket] = []
-        if p.client is not None and p.site is not None:
-            if p.inter_isp:
-                ic = self.interconnect(p.client[0], p.site[0])
-                if ic is not None:
-                    buckets.append(ic)
-            acc = self.access(client_ip)
-            if acc is not None:
-                buckets.append(acc)
-        f = Flow(self, p, buckets)
         if p.client is None or p.site is None:
-            f.rate = 0.0
-        return f
+            return None
+        buckets: list[TokenBucket] = []
+        if p.inter_isp:
+            ic = self.interconnect(p.client[0], p.site[0])
+            if ic is not None:
+                buckets.append(ic)
+        acc = self.access(client_ip)
+        if acc is not None:
+            buckets.append(acc)
+        return Flow(self, p, buckets)
 
     def expected_time(self, client_ip: str, site_ip: str, nbytes: int, *, first: bool = True) -> float:
         """Model seconds for one response of `nbytes` on an idle network (for tests and docs)."""
         f = self.flow(client_ip, site_ip)
+        if f is None:
+            return 0.0
         f.buckets = [TokenBucket(b.rate, b.burst) for b in f.buckets]  # idle copies
         if not first:
             f.requests = 1

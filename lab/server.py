@@ -8,7 +8,7 @@ import os
 import socket
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from lab.linkmodel import Flow, LinkModel
 from lab.web import REASONS, Response, Web
@@ -39,7 +39,6 @@ class LabServer:
         *,
         port: int | None = None,
         zero_latency: bool = False,
-        model: LinkModel | None = None,
         log_path: str | None = None,
         keep_log: bool = True,
         reuse_port: bool = False,
@@ -51,7 +50,7 @@ class LabServer:
         self.port = self.topology.spec.sites.port
         self.time_scale = web.time_scale
         self.zero_latency = zero_latency
-        self.model = None if zero_latency else (model or LinkModel(self.topology))
+        self.model = None if zero_latency else LinkModel(self.topology)
         self.keep_log = keep_log
         self.log: list[LogEntry] = []
         self.counters: dict[str, Counter[str]] = {}
@@ -126,7 +125,7 @@ class LabServer:
         if self.keep_log:
             self.log.append(e)
         if self._log_fd is not None:
-            self._log_buf.append(json.dumps(asdict(e), separators=(",", ":")) + "\n")
+            self._log_buf.append(json.dumps(e.__dict__, separators=(",", ":")) + "\n")
             if len(self._log_buf) >= 512:
                 self.flush_log()
 
@@ -172,7 +171,6 @@ class _Conn(asyncio.Protocol):
         sock = transport.get_extra_info("sockname")
         self.client_ip, self.client_port = peer[0], peer[1]
         self.site_ip = sock[0]
-        self.default_sites = None
         sock_obj = transport.get_extra_info("socket")
         if sock_obj is not None:
             try:
@@ -180,9 +178,7 @@ class _Conn(asyncio.Protocol):
             except OSError:
                 pass
         if self.srv.model is not None:
-            f = self.srv.model.flow(self.client_ip, self.site_ip)
-            # Clients outside the plan see no link at all, so they take the fast path.
-            self.flow = f if f.path.client is not None and f.path.site is not None else None
+            self.flow = self.srv.model.flow(self.client_ip, self.site_ip)
         self.srv._conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -301,7 +297,7 @@ class _Conn(asyncio.Protocol):
                 tr.write(head + body)
             else:
                 data = memoryview(head + body)
-                step = srv.model.spec.chunk_bytes if srv.model else 16384
+                step = self.flow.model.spec.chunk_bytes
                 t = start
                 for off in range(0, len(data), step):
                     chunk = data[off : off + step]

@@ -30,7 +30,7 @@ class ServerThread:
         last: Exception | None = None
         for _ in range(20):
             port = random.randint(20000, 60000)
-            srv = LabServer(self.web.with_port(port), port=port, **self.kwargs)  # type: ignore[arg-type]
+            srv = LabServer(self.web, port=port, **self.kwargs)  # type: ignore[arg-type]  # it moves the web to the port
             try:
                 asyncio.run_coroutine_threadsafe(srv.start(), self.loop).result(10)
             except OSError as exc:  # port taken on some address: close what bound, try another
@@ -89,9 +89,7 @@ def small_topology(**web: object) -> Topology:
     from lab import topology
 
     base = topology.default_spec()
-    spec = dataclasses.replace(
-        base,
+    return topology.load(
         sites=dataclasses.replace(base.sites, per_block=2),
         web=dataclasses.replace(base.web, **({"pages_max": 200} | web)),  # type: ignore[arg-type]
     )
-    return topology.Topology(spec, source="test")

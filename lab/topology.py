@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from wancrawl.geo import great_circle_km
 from wancrawl.config import build, read_toml
 from wancrawl.errors import ConfigError
 
@@ -19,7 +19,6 @@ SITE_FIRST = 10  # normal sites from .10 up to .239, then shared as virtual host
 SITE_LAST = 239
 HOSTILE_FIRST = 240  # hostile sites from .240 to .254
 HOSTILE_LAST = 254
-EARTH_RADIUS_KM = 6371.0
 
 HOSTILE_KINDS = (
     "redirect-loop",
@@ -141,14 +140,6 @@ def default_spec() -> TopologySpec:
     )
 
 
-def great_circle_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Haversine distance in kilometres."""
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dp, dl = p2 - p1, math.radians(lon2 - lon1)
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
-
-
 @dataclass(frozen=True)
 class Block:
     isp: str  # ISP slug
@@ -188,12 +179,14 @@ class Topology:
         self.spec = spec
         self.source = source
         _validate(spec, source)
-        self._isp = {i.slug: i for i in spec.isps}
-        self._city = {c.slug: c for c in spec.cities}
-        self._isp_index = {i.slug: n for n, i in enumerate(spec.isps, 1)}
-        self._city_index = {c.slug: n for n, c in enumerate(spec.cities, 1)}
 
     # --- ISPs, cities, blocks -------------------------------------------------------------
+    def with_port(self, port: int) -> "Topology":
+        """The same world with its sites on another port."""
+        if port == self.spec.sites.port:
+            return self
+        return Topology(dataclasses.replace(self.spec, sites=dataclasses.replace(self.spec.sites, port=port)), source=self.source)
+
     @property
     def isps(self) -> list[IspSpec]:
         return list(self.spec.isps)
@@ -211,29 +204,10 @@ class Topology:
         return self.spec.cities[self._city_pos(key) - 1]
 
     def _isp_pos(self, key: str | int) -> int:
-        if isinstance(key, int):
-            if 1 <= key <= len(self.spec.isps):
-                return key
-            for n, i in enumerate(self.spec.isps, 1):
-                if i.asn == key:
-                    return n
-        else:
-            k = key.lower()
-            for n, i in enumerate(self.spec.isps, 1):
-                if k in (i.slug, i.name.lower()):
-                    return n
-        raise KeyError(f"no ISP {key!r} in topology {self.source} (known: {', '.join(self._isp)})")
+        return _position(self.spec.isps, key, "ISP", self.source, by_asn=True)
 
     def _city_pos(self, key: str | int) -> int:
-        if isinstance(key, int):
-            if 1 <= key <= len(self.spec.cities):
-                return key
-        else:
-            k = key.lower()
-            for n, c in enumerate(self.spec.cities, 1):
-                if k in (c.slug, c.name.lower()):
-                    return n
-        raise KeyError(f"no city {key!r} in topology {self.source} (known: {', '.join(self._city)})")
+        return _position(self.spec.cities, key, "city", self.source, by_asn=False)
 
     @cached_property
     def blocks(self) -> list[Block]:
@@ -327,6 +301,23 @@ class Topology:
         lines = [f"# wancrawl lab hosts for topology {self.spec.name} ({self.source})"]
         lines += [f"{s.ip}\t{s.host}" for s in self.sites]
         return "\n".join(lines) + "\n"
+
+
+def _position(items: list, key: str | int, what: str, source: str, *, by_asn: bool) -> int:
+    """1-based position of an ISP or city by slug, name, 1-based index (or, for ISPs, ASN)."""
+    if isinstance(key, int):
+        if 1 <= key <= len(items):
+            return key
+        for n, x in enumerate(items, 1):
+            if by_asn and x.asn == key:
+                return n
+    else:
+        k = key.lower()
+        for n, x in enumerate(items, 1):
+            if k in (x.slug, x.name.lower()):
+                return n
+    known = ", ".join(x.slug for x in items)
+    raise KeyError(f"no {what} {key!r} in topology {source} (known: {known})")
 
 
 def _validate(spec: TopologySpec, source: str) -> None:

@@ -10,7 +10,7 @@ from protego import Protego
 
 from lab.web import Web
 from wancrawl.errors import WancrawlError
-from wancrawl.urls import InvalidUrl, canonicalize, host_of
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 
 
 class TruthTooLarge(WancrawlError):
@@ -72,7 +72,7 @@ class Truth:
         sc = self.scope
         if sc.max_depth is not None and depth > sc.max_depth:
             return False
-        host = host_of(url)
+        host = host_of_canonical(url)  # every URL here came out of canonicalize
         if not sc.allows_host(host):
             return False
         if sc.respect_robots and urlsplit(url).path != "/robots.txt" and not self._robots_allow(url, host):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import itertools
 import math
@@ -12,7 +11,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lab.topology import HOSTILE_KINDS, Site, Topology
+from lab.topology import Site, Topology
 
 WORDS = (
     "the of and to in is for on with as by at from that this are be or an it was which will "
@@ -102,15 +101,17 @@ class Web:
         self.site_info = lru_cache(maxsize=None)(self._site_info)
         self._cache_pages = cache_pages
         self.render_page = lru_cache(maxsize=cache_pages)(self._render_page)
+        # Every request of a page needs its links (the Page object): as cached as its body.
+        self.links = lru_cache(maxsize=cache_pages)(self._links)
         self._bomb: bytes | None = None
         self._huge: bytes | None = None
 
     def with_port(self, port: int) -> "Web":
         """The same web served on another port (absolute links and redirects follow it)."""
-        if port == self.topology.spec.sites.port:
+        topo = self.topology.with_port(port)
+        if topo is self.topology:
             return self
-        spec = dataclasses.replace(self.topology.spec, sites=dataclasses.replace(self.topology.spec.sites, port=port))
-        return Web(Topology(spec, source=self.topology.source), self.seed, time_scale=self.time_scale, cache_pages=self._cache_pages)
+        return Web(topo, self.seed, time_scale=self.time_scale, cache_pages=self._cache_pages)
 
     # --- site-level facts -------------------------------------------------------------------
     def _site_info(self, site: Site) -> SiteInfo:
@@ -182,7 +183,7 @@ class Web:
         return None if d is None else self.scaled(d)
 
     # --- the link graph ---------------------------------------------------------------------
-    def links(self, site: Site, i: int) -> tuple[str, ...]:
+    def _links(self, site: Site, i: int) -> tuple[str, ...]:
         """Every href of normal page i, spelled as in the HTML, in document order."""
         return self._page_plan(site, i)[0]
 
@@ -427,18 +428,14 @@ class Web:
             case, is_html = cases[target]
             links = ("/binary.html", "/document", "/no-type") if case == "index" else ()
             return Page(site, target, 200, f"wrong-type:{case}", links=links, html=is_html)
-        if kind == "throttle":
-            cases = {"/": 200, "/busy": 429, "/unavailable": 503, "/maintenance": 503}
-            if target not in cases:
+        if kind in _STATUS_SITES:
+            # An index at "/" linking to paths that answer with fixed statuses.
+            cases = _STATUS_SITES[kind]
+            if target != "/" and target not in cases:
                 return nf
-            links = ("/busy", "/unavailable", "/maintenance") if target == "/" else ()
-            return Page(site, target, cases[target], f"throttle:{target.strip('/') or 'index'}", links=links, html=target == "/")
-        if kind == "server-error":
-            cases = {"/": 200, "/error": 500, "/empty-500": 500, "/bad-gateway": 502}
-            if target not in cases:
-                return nf
-            links = ("/error", "/empty-500", "/bad-gateway") if target == "/" else ()
-            return Page(site, target, cases[target], f"server-error:{target.strip('/') or 'index'}", links=links, html=target == "/")
+            links = tuple(cases) if target == "/" else ()
+            status = 200 if target == "/" else cases[target]
+            return Page(site, target, status, f"{kind}:{target.strip('/') or 'index'}", links=links, html=target == "/")
         if kind == "malformed":
             m = re.fullmatch(r"/m/(\d+)", target)
             k = 0 if target == "/" else (int(m.group(1)) if m and int(m.group(1)) < MALFORMED_PAGES else -1)
@@ -592,6 +589,11 @@ class Web:
         return Response(200, [("Content-Type", f"text/html; charset={charset}")], body.encode("gbk"))
 
 
+_STATUS_SITES = {
+    "throttle": {"/busy": 429, "/unavailable": 503, "/maintenance": 503},
+    "server-error": {"/error": 500, "/empty-500": 500, "/bad-gateway": 502},
+}
+
 _STYLE = """<style>
 body.page{{margin:0;font-family:Helvetica,Arial,sans-serif;color:#222;background:#fafafa}}
 .site-header{{background:hsl({hue},45%,30%);color:#fff}}.site-header__inner{{max-width:960px;margin:0 auto;padding:12px}}
@@ -649,5 +651,3 @@ def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:
     ).encode()
 
 
-def hostile_kinds() -> tuple[str, ...]:
-    return HOSTILE_KINDS

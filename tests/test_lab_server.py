@@ -116,7 +116,7 @@ def test_huge_and_gzip_bomb(lab):
     d = zlib.decompressobj(31)
     decoded = len(d.decompress(r.body, 0))
     assert d.eof and decoded >= 64 * 1024 * 1024 and len(r.body) * 500 < decoded
-    assert gzip.decompress(r.body[:0] + r.body)[:15] == b"<!DOCTYPE html>"
+    assert gzip.decompress(r.body)[:15] == b"<!DOCTYPE html>"
 
 
 def test_wrong_content_types(lab):

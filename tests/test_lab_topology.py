@@ -86,7 +86,12 @@ def test_unknown_keys_and_bad_values_are_named(tmp_path):
         topology.load(p)
 
 
-def test_hosts_file_maps_every_site():
+def test_hosts_file_maps_every_site(tmp_path):
+    from wancrawl.hostres import parse_hosts_file
+
     t = topology.load()
-    lines = [ln.split("\t") for ln in t.hosts_file().splitlines() if not ln.startswith("#")]
-    assert {h: ip for ip, h in lines} == {s.host: s.ip for s in t.sites}
+    (tmp_path / "hosts").write_text(t.hosts_file())
+    # Read back by the reader the consultant and agents use (it also checks every name).
+    mapping = parse_hosts_file(tmp_path / "hosts")
+    assert len(mapping) == len(t.sites) == len({s.host for s in t.sites})
+    assert all(mapping[s.host] == s.ip and t.locate(s.ip) == (s.isp, s.city) for s in t.sites)

@@ -9,18 +9,7 @@ from typing import Any
 from consultant.partition.base import AgentView, Placement, Scored, Site, register
 from consultant.partition.rendezvous import HashPlacement
 from consultant.settings import GeoOptions
-
-EARTH_RADIUS_KM = 6371.0088
-
-
-def great_circle_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Haversine distance in km."""
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dphi = p2 - p1
-    dlmb = math.radians(lon2 - lon1)
-    a = math.sin(dphi / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dlmb / 2) ** 2
-    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(a)))
-
+from wancrawl.geo import great_circle_km
 
 class GeoPlacement:
     """Agents ordered by distance to the site, in buckets of `tie_km`; within a bucket (e.g.
