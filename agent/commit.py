@@ -46,13 +46,17 @@ class Commit:
         await fut
 
     async def _commit_loop(self) -> None:
-        last_snapshot = 0.0
+        last_snapshot = last_purge = self.clock()
         while True:
             await asyncio.sleep(self.s.commit_interval)
             try:
                 self._commit()
             except Exception:  # noqa: BLE001
                 log.exception("commit failed")
+            if self.clock() - last_purge >= 60.0:
+                # Parsed robots.txt of hosts not crawled for a TTL: memory stays bounded.
+                self.robots.purge(self.clock())
+                last_purge = self.clock()
             if self.s.metrics_listen and self.clock() - last_snapshot >= 1.0:
                 # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
                 self.metrics_snapshot = self.status_counters()

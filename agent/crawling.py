@@ -11,7 +11,7 @@ from agent.frontier import Item
 from agent.links import extract_links
 from agent.router import UrlItem
 from wancrawl import errors
-from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of, host_of_canonical
+from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of_canonical
 from wancrawl.warcrecords import FetchResult, build_capture
 
 log = logging.getLogger("agent")
@@ -51,6 +51,10 @@ class Crawling:
             ready = self.frontier.ready_at(host)
             if ready is None:
                 self.scheduler.remove(host)
+                if self.politeness.next_time(host) <= now:
+                    # Idle and past its delay: its politeness state can go (memory grows
+                    # with every host ever crawled otherwise); _wake_known restores Crawl-delay.
+                    self.politeness.forget(host)
             else:
                 self.scheduler.wake(host, ip, ready)
             return
@@ -66,8 +70,7 @@ class Crawling:
             self._finish(item)
             self._wake_known(host)
             return
-        limit = self.s.scope.max_pages_per_host
-        if limit is not None and self.pages_per_host.get(host, 0) >= limit:
+        if self.scope.host_full(self.pages_per_host.get(host, 0)):
             self.counters["out_of_scope"] += 1
             self._finish(item)
             self._wake_known(host)
@@ -109,7 +112,7 @@ class Crawling:
                 hops += 1
                 try:
                     url = canonicalize(resp.location, url)
-                    resp = await self.fetcher.fetch(FetchRequest(url, host_of(url), None))
+                    resp = await self.fetcher.fetch(FetchRequest(url, host_of_canonical(url), None))
                 except InvalidUrl:
                     break
             self.counters["robots_fetches"] += 1
@@ -126,7 +129,6 @@ class Crawling:
         now = self.clock()
         host = item.host
         retry = resp.error in RETRY_ERRORS or resp.status in RETRY_STATUSES
-        self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=True)
         if retry:
             n = self.attempts.get(item.url, 0) + 1
             if self.stopping or n <= self.s.politeness.max_retries:
@@ -138,9 +140,11 @@ class Crawling:
                 if resp.status:
                     self._capture(item, resp)
                 self.frontier.retry(item, now + wait)
-                self._wake_known(host)
+                self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=True)
+                self._wake_known(host)  # with the retried URL's not-before
                 return
             self.counters["given_up"] += 1
+        self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
         if resp.error and not resp.status:
             self.counters["errors"] += 1
@@ -193,7 +197,7 @@ class Crawling:
         hops = self.redirect_hops.pop(item.url, 0) + 1
         try:
             url = canonicalize(location, item.url, sort_query=self.s.sort_query)
-            host = host_of(url)
+            host = host_of_canonical(url)
         except UnsupportedScheme:
             self.counters["dropped_schemes"] += 1
             return

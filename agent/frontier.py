@@ -101,7 +101,6 @@ class Frontier:
         self._db.executescript(_SCHEMA)
         self._hosts: dict[str, _HostQ] = {}
         self._work: set[str] = set()  # hosts with queued items (hot or cold)
-        self._activated: list[str] = []  # hosts that gained work since take_activated()
         self._inflight: dict[int, Item] = {}  # seq -> item
         self._queued = 0
         self._hot_total = 0
@@ -123,7 +122,6 @@ class Frontier:
             q.cold = n
             self._hosts[host] = q
             self._work.add(host)
-            self._activated.append(host)
             self._queued += n
         # Seqs only grow, even if meta lagged (it is written in the same transaction, but be safe).
         row = self._db.execute("SELECT max(seq) FROM queue").fetchone() if self._queued else None
@@ -158,11 +156,6 @@ class Frontier:
     def has_work(self, host: str) -> bool:
         return host in self._work
 
-    def take_activated(self) -> list[str]:
-        """Hosts that went from no queued item to some since the last call (for the scheduler)."""
-        out, self._activated = self._activated, []
-        return [h for h in out if h in self._work]
-
     def pending(self) -> int:
         """Buffered changes not yet durable."""
         return len(self._adds) + len(self._updates) + len(self._deletes)
@@ -195,7 +188,6 @@ class Frontier:
                 self._hot_total -= 1
         if host not in self._work:
             self._work.add(host)
-            self._activated.append(host)
 
     def add(self, items: Iterable[Item | tuple]) -> int:
         """Queue new items (already deduplicated by the seen set). Returns how many were queued.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from agent.frontier import Item
 from agent.router import UrlItem
-from wancrawl.urls import InvalidUrl, canonicalize, host_of
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -52,6 +52,11 @@ class Intake:
         t.add_done_callback(self.bg_tasks.discard)
 
     def _wake_known(self, host: str) -> None:
+        if not self.politeness.tracks(host):
+            # New to politeness (or forgotten while idle): its robots.txt Crawl-delay again.
+            delay = self.robots.crawl_delay(host)
+            if delay is not None:
+                self.politeness.set_delay(host, delay)
         ip = self.host_ip.get(host)
         self.scheduler.wake(host, ip or "unresolved", self.frontier.ready_at(host) or 0.0)
         self.wakeup.set()
@@ -73,7 +78,7 @@ class Intake:
         for i, u in enumerate(urls):
             try:
                 url = canonicalize(u.url, sort_query=self.s.sort_query)
-                parsed.append((i, UrlItem(url, host_of(url), u.depth, u.via)))
+                parsed.append((i, UrlItem(url, host_of_canonical(url), u.depth, u.via)))
             except InvalidUrl as exc:
                 errs.append(f"{i}: {exc}")
         # One cache look-up per host; hosts without a fresh answer are resolved first.

@@ -187,6 +187,10 @@ class Politeness:
         h.backoff_until = max(h.backoff_until, now + wait)
         return h.backoff_until
 
+    def tracks(self, host: str) -> bool:
+        """Whether the host has state here (delay, backoff, fetches under way)."""
+        return host in self._hosts
+
     def forget(self, host: str) -> None:
         """Drop an idle host's state (e.g. after a handover); in-flight hosts are kept."""
         h = self._hosts.get(host)

@@ -46,9 +46,6 @@ class RobotsCache:
         e = self._hosts.get(host)
         return e is None or now >= e.expires
 
-    def known(self, host: str) -> bool:
-        return host in self._hosts
-
     def update(self, host: str, status: int, body: bytes | str | None, now: float) -> None:
         """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response)."""
         prev = self._hosts.get(host)
@@ -107,11 +104,6 @@ class RobotsCache:
         if e is None or e.rules is None:
             return []
         return list(e.rules.sitemaps)
-
-    def status(self, host: str) -> int | None:
-        """The status of the last update (0: network error), or None if never fetched."""
-        e = self._hosts.get(host)
-        return None if e is None else e.status
 
     def forget(self, host: str) -> None:
         self._hosts.pop(host, None)

@@ -11,7 +11,7 @@ from wancrawl.urls import canonical_host
 # Stable reason names (counter keys), in the order check() tries them.
 REASONS = (
     "url_length", "depth", "domain", "denied_domain", "denied_pattern", "pattern",
-    "path_depth", "repeated_segments", "query_params", "host_pages",
+    "path_depth", "repeated_segments", "query_params",
 )
 
 

@@ -125,8 +125,14 @@ def bind_ip(s: AgentSettings) -> str:
 
 
 def fetch_settings(s: AgentSettings) -> FetchSettings:
-    """The fetcher's settings with the agent's source address in them."""
-    return replace(s.fetch, source_ip=bind_ip(s))
+    """The fetcher's settings as the agent runs it: its source address, and connections per
+    host and in all from the politeness and concurrency settings (the scheduler decides when
+    a host may be fetched; a lower pool limit would make fetches wait inside the fetcher with
+    their timeouts running)."""
+    return replace(
+        s.fetch, source_ip=bind_ip(s), max_connections_per_host=s.politeness.max_per_host,
+        max_connections=max(s.fetch.max_connections, s.concurrency),
+    )
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AgentSettings:

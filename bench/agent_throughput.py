@@ -207,7 +207,6 @@ log_level = "WARNING"
 [fetch]
 allow_networks = ["127.0.0.0/8"]
 max_connections = {max(args.concurrency, 1)}
-max_connections_per_host = {args.per_host}
 
 [politeness]
 delay = 0.0

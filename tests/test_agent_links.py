@@ -89,6 +89,16 @@ def test_fast_path_agrees_with_canonicalize(href, base, sort_query):
     assert fast == canonicalize(href, base, sort_query=sort_query), href
 
 
+def test_fast_path_takes_the_plain_hrefs_of_real_pages():
+    # The property test above only checks agreement when _fast answers: check that it does.
+    origin, directory = _split_base("http://a.lab:8080/d/e.html")
+    for href in ("x.html", "/x/y.html?q=1", "//b.lab/p", "http://b.lab:8080/p", "sub/z.html#f"):
+        assert _fast(href, origin, directory, False) is not None, href
+    hrefs = [h for s in WEB.topology.normal_sites[:10] for i in range(min(WEB.pages(s), 10)) for h in WEB.links(s, i)]
+    fast = sum(1 for h in hrefs if _fast(h, *_split_base("http://www.x.lab:8080/docs/p.html"), False) is not None)
+    assert fast / len(hrefs) > 0.5, f"only {fast}/{len(hrefs)} hrefs take the fast path"
+
+
 def test_cpu_per_page_is_well_under_a_millisecond():
     pages = []
     for s in WEB.topology.normal_sites[:10]:

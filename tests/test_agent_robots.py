@@ -16,7 +16,6 @@ def test_2xx_rules_ua_group_delay_and_sitemaps():
     assert not rc.needs_fetch("a.lab", 99) and rc.needs_fetch("a.lab", 100)
     # Our own group applies (by product token), not the * group.
     assert rc.allowed("http://a.lab/private/x", "a.lab") and not rc.allowed("http://a.lab/search?q=1", "a.lab")
-    assert RobotsCache("OtherBot/2").update("a.lab", 200, TXT, 0) is None
     other = RobotsCache("OtherBot/2")
     other.update("a.lab", 200, TXT, 0)
     assert not other.allowed("http://a.lab/private/x", "a.lab") and other.crawl_delay("a.lab") == 2.0

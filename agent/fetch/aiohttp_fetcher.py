@@ -11,7 +11,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
-from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, Resolver, apply_sink, content_encoding, finish_headers, late_failure as _late
+from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, Resolver, apply_sink, finish_headers, late_failure as _late
 
 
 
@@ -83,8 +83,7 @@ class AiohttpFetcher(BaseFetcher):
                     peer = r.connection.transport.get_extra_info("peername")
                     if peer:
                         resp.ip = peer[0]
-                finish_headers(resp)
-                sink = BodySink(self.settings, content_encoding(resp.headers))
+                sink = BodySink(self.settings, finish_headers(resp))
                 content = r.content
                 while True:
                     chunk = await content.readany()

@@ -56,14 +56,6 @@ class FetchResponse:
         """A complete 2xx response."""
         return self.error is None and self.truncated is None and 200 <= self.status < 300
 
-    def header(self, name: str) -> str | None:
-        """The first header of that name (case-insensitive), or None."""
-        name = name.lower()
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return None
-
 
 @runtime_checkable
 class Fetcher(Protocol):
@@ -147,9 +139,10 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def finish_headers(resp: FetchResponse) -> None:
-    """Fill the fields derived from the response head."""
-    ct = cl = loc = ra = None
+def finish_headers(resp: FetchResponse) -> str:
+    """Fill the fields derived from the response head (one pass over the headers); returns
+    the Content-Encoding, lower-cased ("" if none), for the body pipeline."""
+    ct = ce = loc = ra = None
     for k, v in resp.headers:
         kl = k.lower()
         if kl == "content-type" and ct is None:
@@ -158,18 +151,12 @@ def finish_headers(resp: FetchResponse) -> None:
             loc = v
         elif kl == "retry-after" and ra is None:
             ra = v
-        elif kl == "content-encoding" and cl is None:
-            cl = v
+        elif kl == "content-encoding" and ce is None:
+            ce = v
     resp.content_type, resp.charset = parse_content_type(ct)
     resp.location = loc if 300 <= resp.status < 400 else None
     resp.retry_after = parse_retry_after(ra)
-
-
-def content_encoding(headers: list[tuple[str, str]]) -> str:
-    for k, v in headers:
-        if k.lower() == "content-encoding":
-            return v.strip().lower()
-    return ""
+    return (ce or "").strip().lower()
 
 
 # --- the body pipeline ----------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 import httpcore
 import httpx
 
-from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, HostSlots, Resolver, apply_sink, content_encoding, finish_headers, late_failure as _late
+from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, HostSlots, Resolver, apply_sink, finish_headers, late_failure as _late
 
 
 
@@ -93,8 +93,7 @@ class HttpxFetcher(BaseFetcher):
                     peer = stream.get_extra_info("server_addr")
                     if peer:
                         resp.ip = peer[0]
-                finish_headers(resp)
-                sink = BodySink(self.settings, content_encoding(resp.headers))
+                sink = BodySink(self.settings, finish_headers(resp))
                 complete = True
                 async for chunk in r.aiter_raw():
                     if not sink.feed(chunk):
