@@ -7,22 +7,8 @@ from typing import Protocol
 
 import grpc
 
-from wancrawl import errors, grpcutil
+from wancrawl import grpcutil
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
-
-_ERRORS = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: errors.NotFound,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
-    grpc.StatusCode.UNIMPLEMENTED: errors.NotBuiltYet,
-}
-
-
-def translate(exc: grpc.aio.AioRpcError) -> errors.WancrawlError:
-    """A gRPC failure as one of our errors (UNAVAILABLE and the rest: Unavailable)."""
-    cls = _ERRORS.get(exc.code(), errors.Unavailable)
-    return cls(f"consultant: {exc.code().name}: {exc.details()}")
-
 
 @dataclass(frozen=True)
 class HostRoute:
@@ -79,7 +65,7 @@ class ConsultantClient:
         try:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise translate(exc) from None
+            raise grpcutil.translate(exc, "consultant") from None
 
     async def register(self, agent_id, address, *, location=None, source_ip="", capacity=0.0) -> Registration:
         r = await self._call(self.stub.Register, pb.RegisterRequest(

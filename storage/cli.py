@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import json
 import logging
 import sys
 from datetime import datetime, timezone
 
-from wancrawl.config import override
 from wancrawl.errors import WancrawlError
 
 from storage import config as storage_config
@@ -29,10 +29,7 @@ def _parse_time(text: str) -> float:
 
 
 def _settings(args) -> storage_config.StorageSettings:
-    settings = storage_config.load(args.config) if args.config else storage_config.StorageSettings()
-    if getattr(args, "listen", None):
-        settings = override(settings, "listen", args.listen)
-    return settings
+    return storage_config.load(args.config, {"listen": getattr(args, "listen", None)})
 
 
 def _open_store(args):
@@ -64,14 +61,13 @@ def cmd_get(args) -> int:
         info = {f.name: v for f, v in resp.capture.ListFields()}
         head, body = resp.http_headers, resp.body
     else:
-        from storage.store import row_dict
 
         store = _open_store(args)
         try:
             row, head, body = store.get(args.url, at)
         finally:
             store.close()
-        info = row_dict(row)
+        info = dataclasses.asdict(row)
     if args.info:
         print(json.dumps(info, indent=2, default=str))
         return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -10,7 +12,6 @@ from typing import Protocol, runtime_checkable
 import grpc
 
 from wancrawl import grpcutil
-from wancrawl.errors import InvalidArgument, NotFound, Unavailable
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 from wancrawl.warcrecords import Capture
 
@@ -33,13 +34,8 @@ class Ack:
 
 
 def to_proto(c: Capture) -> storage_pb2.Capture:
-    return storage_pb2.Capture(
-        record_id=c.record_id, url=c.url, agent_id=c.agent_id, fetched_at=c.fetched_at,
-        warc_date=c.warc_date, status=c.status, content_type=c.content_type,
-        payload_digest=c.payload_digest, payload_length=c.payload_length, ip=c.ip,
-        truncated=c.truncated, response=c.response, request=c.request, metadata=c.metadata,
-        http_headers=c.http_headers, raw_length=c.raw_length,
-    )
+    # The dataclass and the message carry the same fields under the same names.
+    return storage_pb2.Capture(**dataclasses.asdict(c))
 
 
 def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> storage_pb2.PageBatch:
@@ -83,7 +79,7 @@ class GrpcStorageClient:
         try:
             ack = await self._stub.Ingest(gen(), timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise _domain_error(exc, f"storage {self.target}: Ingest") from None
+            raise grpcutil.translate(exc, f"storage {self.target}: Ingest") from None
         return Ack.from_proto(ack)
 
     async def get(self, url: str = "", at: float | None = None, record_id: str = "") -> storage_pb2.GetResponse:
@@ -91,13 +87,13 @@ class GrpcStorageClient:
         try:
             return await self._stub.Get(req, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise _domain_error(exc, f"storage {self.target}: Get") from None
+            raise grpcutil.translate(exc, f"storage {self.target}: Get") from None
 
     async def stats(self, top: int = 20) -> storage_pb2.StatsResponse:
         try:
             return await self._stub.Stats(storage_pb2.StatsRequest(top=top), timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise _domain_error(exc, f"storage {self.target}: Stats") from None
+            raise grpcutil.translate(exc, f"storage {self.target}: Stats") from None
 
     async def close(self) -> None:
         await self._channel.close()
@@ -107,12 +103,3 @@ class GrpcStorageClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
-
-
-def _domain_error(exc: grpc.aio.AioRpcError, what: str) -> Exception:
-    code, detail = exc.code(), exc.details()
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidArgument(f"{what}: {detail}")
-    if code == grpc.StatusCode.NOT_FOUND:
-        return NotFound(f"{what}: {detail}")
-    return Unavailable(f"{what}: {code.name}: {detail}")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wancrawl.config import build, read_toml
-from wancrawl.errors import ConfigError
+from wancrawl import config
 
 FSYNC_POLICIES = ("always", "os")
 
@@ -69,33 +68,7 @@ class StorageSettings:
         return self.index.url or f"sqlite:///{Path(self.data_dir) / 'index.sqlite'}"
 
 
-def _resolve(path: str, base: Path) -> str:
-    return path if not path or Path(path).is_absolute() else str(base / path)
-
-
-def load(path: str | Path) -> StorageSettings:
-    """Read a storage TOML file; relative paths are taken from the file's directory."""
-    data = read_toml(path)
-    settings = build(StorageSettings, data, source=str(path))
-    return resolve_paths(settings, Path(path).resolve().parent)
-
-
-def resolve_paths(settings: StorageSettings, base: Path) -> StorageSettings:
-    from dataclasses import replace
-
-    if settings.index.url.startswith("sqlite:///") and not settings.index.url.startswith("sqlite:////"):
-        rel = settings.index.url[len("sqlite:///"):]
-        if rel and rel != ":memory:":
-            settings = replace(settings, index=replace(settings.index, url=f"sqlite:///{_resolve(rel, base)}"))
-    return replace(
-        settings,
-        data_dir=_resolve(settings.data_dir, base),
-        warc=replace(settings.warc, dir=_resolve(settings.warc.dir, base)),
-    )
-
-
-def from_dict(data: dict, source: str = "config") -> StorageSettings:
-    try:
-        return build(StorageSettings, data, source=source)
-    except ConfigError:
-        raise
+def load(path: str | Path | None = None, overrides: dict | None = None) -> StorageSettings:
+    """Storage settings from a TOML file (or the defaults), then dotted `overrides`; relative
+    paths and sqlite URLs are taken from the file's directory."""
+    return config.load(StorageSettings, path, overrides, paths=("data_dir", "warc.dir"), sqlite_urls=("index.url",))

@@ -75,7 +75,6 @@ class Row:
     raw_length: int
 
 
-ROW_FIELDS = tuple(Row.__dataclass_fields__)
 
 
 class Index:

@@ -90,10 +90,9 @@ def stats_message(s: dict) -> storage_pb2.StatsResponse:
 
 
 class StorageServicer(storage_pb2_grpc.StorageServicer):
-    def __init__(self, store: Store, committer: GroupCommitter, executor: ThreadPoolExecutor):
+    def __init__(self, store: Store, committer: GroupCommitter):
         self.store = store
         self.committer = committer
-        self.executor = executor
         # Since start, for Prometheus: what was acknowledged.
         self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
                          "rejected": 0, "bytes_written": 0}
@@ -146,7 +145,7 @@ class StorageService:
         self.store = Store(settings)
         self.server, self.health = grpcutil.new_server()
         self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
-        self.servicer = StorageServicer(self.store, self.committer, self.executor)
+        self.servicer = StorageServicer(self.store, self.committer)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
         self.metrics_server = None
         self.port = grpcutil.bind(self.server, settings.listen)

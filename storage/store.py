@@ -21,7 +21,7 @@ from wancrawl.v1 import storage_pb2
 
 from storage.config import StorageSettings
 from storage.index import Index, Row
-from storage.warcfile import SUFFIX, WarcWriter, recover
+from storage.warcfile import WarcWriter, recover
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def validate(c: storage_pb2.Capture, full: bool = False) -> tuple[str, str]:
     if not c.agent_id or len(c.agent_id) > 128:
         raise InvalidArgument("agent_id must be 1..128 characters")
     canonical = urls.canonicalize(c.url)
-    host = urls.host_of(canonical)
+    host = urls.host_of_canonical(canonical)
     if not c.payload_digest or ":" not in c.payload_digest or len(c.payload_digest) > 64:
         raise InvalidArgument(f"payload_digest {c.payload_digest!r} is not 'algorithm:value'")
     if not c.warc_date:
@@ -139,25 +139,25 @@ class Store:
                 except InvalidArgument as exc:
                     res.rejected.append((i, c.record_id, f"batch {b.batch_id!r} capture {i} ({c.url!r}): {exc}"))
                     continue
-                todo.append((res, c, canonical, host))
+                todo.append((res, c, canonical, host, self._dedupable(c)))
         if not todo:
             return results
 
-        existing = self.index.existing_ids(c.record_id for _, c, _, _ in todo)
-        eligible = [c.payload_digest for _, c, _, _ in todo if self._dedupable(c)]
+        existing = self.index.existing_ids(t[1].record_id for t in todo)
+        eligible = [c.payload_digest for _, c, _, _, dedupable in todo if dedupable]
         originals = self.index.originals(set(eligible)) if eligible else {}
 
         rows: list[dict] = []
         self.writer.begin()
         try:
-            for res, c, canonical, host in todo:
+            for res, c, canonical, host, dedupable in todo:
                 if c.record_id in existing:
                     res.duplicates += 1
                     continue
                 existing.add(c.record_id)
-                orig = originals.get(c.payload_digest) if self._dedupable(c) else None
+                orig = originals.get(c.payload_digest) if dedupable else None
                 if orig is not None and c.http_headers:
-                    first, first_raw = warcrecords.build_revisit(
+                    first = warcrecords.build_revisit(
                         record_id=c.record_id, url=c.url, warc_date_str=c.warc_date,
                         payload_digest=c.payload_digest, http_headers=c.http_headers,
                         refers_to_id=orig[0], refers_to_url=orig[1], refers_to_date=orig[2], ip=c.ip,
@@ -166,7 +166,7 @@ class Store:
                     res.revisits += 1
                 else:
                     first, record_type, refers_to = c.response, "response", None
-                    if self._dedupable(c):
+                    if dedupable:
                         originals.setdefault(c.payload_digest, (c.record_id, c.url, c.warc_date))
                 group = first + c.request + c.metadata
                 name, offset = self.writer.append(group)
@@ -306,10 +306,4 @@ class Store:
                 "problems": problems, "ok": not problems}
 
 
-def list_warc_files(directory: Path) -> list[Path]:
-    return sorted(Path(directory).glob(f"*{SUFFIX}"))
-
-
-def row_dict(row: Row) -> dict[str, Any]:
-    return {k: getattr(row, k) for k in Row.__dataclass_fields__}
 

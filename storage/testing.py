@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import itertools
+
 import random
-import socket
-import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 from wancrawl.v1 import storage_pb2
 from wancrawl.warcrecords import FetchResult
@@ -24,7 +22,7 @@ def _vocabulary(rng: random.Random, n: int = 3000) -> list[str]:
 _VOCAB = _vocabulary(random.Random(12345))
 # Zipf-like word frequencies, as in natural text: a few words are very common.
 _WEIGHTS = [1.0 / (i + 1) for i in range(len(_VOCAB))]
-_CUM = list(__import__("itertools").accumulate(_WEIGHTS))
+_CUM = list(itertools.accumulate(_WEIGHTS))
 
 
 def _words(rng: random.Random, k: int) -> str:
@@ -117,67 +115,6 @@ class FakeStorageClient:
 
     async def close(self) -> None:
         pass
-
-
-def _port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-@contextmanager
-def postgres_schema() -> Iterator[tuple[str, str]]:
-    """(SQLAlchemy URL, fresh schema name) on a reachable PostgreSQL; the schema is dropped after.
-
-    Order: $WANCRAWL_TEST_PG_URL, 127.0.0.1:5432 database `test`, then testcontainers when a
-    Docker engine exists. Raises RuntimeError saying why when none is available.
-    """
-    import sqlalchemy as sa
-
-    url = os.environ.get("WANCRAWL_TEST_PG_URL")
-    container = None
-    reasons = []
-    if not url:
-        if _port_open("127.0.0.1", 5432):
-            for user in ("postgres", "root"):
-                candidate = f"postgresql+psycopg://{user}@127.0.0.1:5432/test"
-                try:
-                    eng = sa.create_engine(candidate)
-                    with eng.connect() as c:
-                        c.execute(sa.text("select 1"))
-                    eng.dispose()
-                    url = candidate
-                    break
-                except Exception as exc:  # noqa: BLE001
-                    reasons.append(f"{candidate}: {type(exc).__name__}")
-        else:
-            reasons.append("nothing listens on 127.0.0.1:5432")
-    if not url:
-        if os.path.exists("/var/run/docker.sock") or os.environ.get("DOCKER_HOST"):
-            try:
-                from testcontainers.postgres import PostgresContainer
-
-                container = PostgresContainer("postgres:16-alpine", driver="psycopg")
-                container.start()
-                url = container.get_connection_url()
-            except Exception as exc:  # noqa: BLE001
-                reasons.append(f"testcontainers: {type(exc).__name__}: {exc}")
-        else:
-            reasons.append("no Docker engine for testcontainers")
-    if not url:
-        raise RuntimeError("no PostgreSQL: " + "; ".join(reasons))
-    schema = f"wc_storage_test_{uuid.uuid4().hex[:10]}"
-    try:
-        yield url, schema
-    finally:
-        eng = sa.create_engine(url)
-        with eng.begin() as c:
-            c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        eng.dispose()
-        if container is not None:
-            container.stop()
 
 
 def pages(n: int, *, seed: int = 1, hosts: Sequence[str] = ("a.example", "b.example", "c.example"),

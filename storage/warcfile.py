@@ -50,6 +50,10 @@ class WarcWriter:
 
     # A "group" is what one index transaction covers; rollback undoes its appends.
     def begin(self) -> None:
+        # Files the last group rotated away from stayed open for its rollback: close them now.
+        for f in self._touched.values():
+            if f is not self.current and not f.fh.closed:
+                f.fh.close()
         self._touched.clear()
         self._marks.clear()
         self._new.clear()

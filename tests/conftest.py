@@ -17,37 +17,61 @@ PG_DB = os.environ.get("WANCRAWL_TEST_PG_DB", "test")
 PG_USER = os.environ.get("WANCRAWL_TEST_PG_USER", "postgres")
 
 
-def _pg_reason() -> str | None:
-    """None when PostgreSQL answers on 127.0.0.1:5432, else why not."""
+@pytest.fixture(scope="session")
+def pg_server():
+    """A SQLAlchemy URL of a PostgreSQL database for tests: the server on 127.0.0.1:5432
+    (database `test`, trust auth) when it answers, else testcontainers' PostgreSQL where a
+    Docker engine runs, else a skip that says why."""
+    import sqlalchemy as sa
+
+    reasons = []
+    url = f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{PG_PORT}/{PG_DB}"
     try:
         with socket.create_connection((PG_HOST, PG_PORT), timeout=1):
             pass
-    except OSError as exc:
-        return f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT} ({exc}); no Docker engine for testcontainers either"
+        eng = sa.create_engine(url, connect_args={"connect_timeout": 2})
+        with eng.connect() as c:
+            c.execute(sa.text("select 1"))
+        eng.dispose()
+        yield url
+        return
+    except Exception as exc:  # noqa: BLE001 - any reason: say it in the skip
+        reasons.append(f"{url}: {type(exc).__name__}: {exc}".splitlines()[0])
+    if not (os.path.exists("/var/run/docker.sock") or os.environ.get("DOCKER_HOST")):
+        pytest.skip("no PostgreSQL: " + "; ".join(reasons + ["no Docker engine for testcontainers"]))
     try:
-        import psycopg
+        from testcontainers.postgres import PostgresContainer
 
-        with psycopg.connect(host=PG_HOST, port=PG_PORT, dbname=PG_DB, user=PG_USER, connect_timeout=2):
-            pass
+        container = PostgresContainer("postgres:16-alpine", driver="psycopg")
+        container.start()
     except Exception as exc:  # noqa: BLE001
-        return f"PostgreSQL on {PG_HOST}:{PG_PORT} refused database {PG_DB!r} as {PG_USER!r}: {exc}"
-    return None
+        pytest.skip("no PostgreSQL: " + "; ".join(reasons + [f"testcontainers: {type(exc).__name__}: {exc}"]))
+    try:
+        yield container.get_connection_url()
+    finally:
+        container.stop()
 
 
 @pytest.fixture
-def pg_url():
-    """A SQLAlchemy URL to a fresh schema of the test database, dropped afterwards."""
-    reason = _pg_reason()
-    if reason:
-        pytest.skip(reason)
-    import psycopg
+def pg_schema(pg_server):
+    """(SQLAlchemy URL of the test database, a fresh schema in it), dropped afterwards."""
+    import sqlalchemy as sa
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(host=PG_HOST, port=PG_PORT, dbname=PG_DB, user=PG_USER, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{PG_PORT}/{PG_DB}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(host=PG_HOST, port=PG_PORT, dbname=PG_DB, user=PG_USER, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    eng = sa.create_engine(pg_server)
+    with eng.begin() as c:
+        c.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    yield pg_server, schema
+    with eng.begin() as c:
+        c.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    eng.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_schema):
+    """A SQLAlchemy URL whose search path is a fresh schema (tables land there)."""
+    url, schema = pg_schema
+    return f"{url}?options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture

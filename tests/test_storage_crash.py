@@ -48,20 +48,17 @@ def test_sigkill_during_ingest_loses_no_acknowledged_page(tmp_path, fsync):
     batches = [make_batch(caps[i:i + 10], f"b{i}") for i in range(0, len(caps), 10)]
     proc, addr = start_storage(cfg)
     acked: set[str] = set()
-    in_flight: list = []
 
     async def sender():
         client = GrpcStorageClient(addr, timeout=10)
         try:
             for b in batches:
-                in_flight[:] = [b]
                 try:
                     ack = await client.send(b)
                 except Unavailable:
                     return
                 assert not ack.rejected
                 acked.update(c.record_id for c in b.captures)
-                in_flight.clear()
         finally:
             await client.close()
 

@@ -136,7 +136,7 @@ def test_cli_reads_directly_and_over_grpc(tmp_path, capsys):
         loop = asyncio.get_running_loop()
         assert await loop.run_in_executor(None, cli.main, ["stats", "--json", "--storage", addr]) == 0
         stats = json.loads(capsys.readouterr().out)
-        assert stats["pages"] == 6 and stats["per_host"][0] == ["a.example", 2, stats["per_host"][0][2]]
+        assert stats["pages"] == 6 and stats["per_host"][0][:2] == ["a.example", 2] and stats["per_host"][0][2] > 0
         assert await loop.run_in_executor(None, cli.main, ["get", caps[2].url, "--storage", addr]) == 0
         assert capsys.readouterr().out == body.decode()
 

@@ -59,14 +59,15 @@ def test_decoded_body_gets_honest_headers():
 
 def test_revisit_built_from_headers():
     c = build_capture(fetch_result("http://a.example/", b"y" * 1000))
-    member, raw_len = build_revisit(record_id="urn:uuid:r", url=c.url, warc_date_str=c.warc_date,
+    member = build_revisit(record_id="urn:uuid:r", url=c.url, warc_date_str=c.warc_date,
                                     payload_digest=c.payload_digest, http_headers=c.http_headers,
                                     refers_to_id=c.record_id, refers_to_url=c.url, refers_to_date=c.warc_date)
     (rec, payload), = read_all(member)
     assert rec.rec_type == "revisit" and payload == b""
     assert rec.http_headers.get_statuscode() == "200"
     assert rec.rec_headers.get_header("WARC-Refers-To") == f"<{c.record_id}>"
-    assert raw_len == len(gzip.decompress(member))
+    assert rec.rec_headers.get_header("WARC-Profile").endswith("/revisit/identical-payload-digest")
+    assert rec.rec_headers.get_header("WARC-Refers-To-Target-URI") == c.url
 
 
 @pytest.mark.parametrize("kw, msg", [

@@ -44,8 +44,6 @@ def build(cls: type[T], data: dict[str, Any] | None, *, where: str = "", source:
         kwargs[attr] = _coerce(hints[attr], value, f"{where}{key}", source)
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{source}: {where or 'top level'}: {exc}") from None
 

@@ -36,6 +36,18 @@ STATUS_FOR: dict[type[errors.WancrawlError], grpc.StatusCode] = {
 }
 
 
+def translate(exc: grpc.aio.AioRpcError, what: str) -> errors.WancrawlError:
+    """A failed call as one of our errors, the inverse of STATUS_FOR (the client side of the
+    mapping): UNAVAILABLE, DEADLINE_EXCEEDED and anything unknown become Unavailable, which
+    callers retry; the others will fail the same way again."""
+    cls: type[errors.WancrawlError] = errors.Unavailable
+    for err, code in STATUS_FOR.items():
+        if code == exc.code() and err is not errors.ConfigError:
+            cls = err
+            break
+    return cls(f"{what}: {exc.code().name}: {exc.details()}")
+
+
 def status_for(exc: BaseException) -> grpc.StatusCode:
     for cls in type(exc).__mro__:
         if cls in STATUS_FOR:

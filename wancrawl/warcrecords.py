@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 import uuid
 import zlib
 from urllib.parse import quote, urlsplit
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from io import BytesIO
-
-from warcio.recordbuilder import RecordBuilder
-from warcio.statusandheaders import StatusAndHeadersParser
-from warcio.warcwriter import BufferWARCWriter
 
 from wancrawl.errors import InvalidArgument
 
 WARC_VERSION = "1.1"
-# Level 6 compresses HTML within a few percent of level 9 at about half the CPU (bench/storage_ingest.py).
 DEFAULT_LEVEL = 4  # the agent's default too (storage_out.gzip_level): ratio ~4.5 for 2/3 of level 6's CPU
 TRUNCATED_REASONS = ("length", "time", "disconnect", "unspecified")
-REVISIT_PROFILE = RecordBuilder.REVISIT_PROFILE_1_1
+REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 # Bodies reach us de-chunked (and maybe decoded), so these headers would lie about the stored payload.
 _HOP_HEADERS = ("transfer-encoding",)
 
@@ -70,7 +65,6 @@ class Capture:
     metadata: bytes  # gzip member holding the metadata record
     http_headers: bytes  # raw status line + headers, so storage can write a revisit instead
     raw_length: int  # uncompressed bytes of the three records
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def sha1_digest(data: bytes) -> str:
@@ -89,19 +83,11 @@ def gzip_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     return comp.compress(data) + comp.flush()
 
 
-def _record_bytes(record) -> bytes:
-    writer = BufferWARCWriter(gzip=False, warc_version=WARC_VERSION)
-    writer.write_record(record)
-    return writer.get_contents()
-
-
 def _clean_headers(headers: Headers, body_decoded: bool, body_len: int) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for name, value in headers:
         low = name.lower()
-        if low in _HOP_HEADERS or (body_decoded and low == "content-encoding"):
-            out.append((f"X-Wancrawl-Orig-{name}", value))
-        elif body_decoded and low == "content-length":
+        if low in _HOP_HEADERS or (body_decoded and low in ("content-encoding", "content-length")):
             out.append((f"X-Wancrawl-Orig-{name}", value))
         else:
             out.append((name, value))
@@ -182,7 +168,7 @@ def build_capture(fetch: FetchResult, *, level: int = DEFAULT_LEVEL, record_id: 
 
     meta_fields = [
         ("agent-id", fetch.agent_id),
-        ("fetch-start", warc_date(fetch.started_at)),
+        ("fetch-start", date),
         ("fetch-end", warc_date(fetch.ended_at)),
         ("fetch-time-ms", f"{(fetch.ended_at - fetch.started_at) * 1000:.3f}"),
         ("payload-length", str(len(fetch.body))),
@@ -214,29 +200,26 @@ def _request_target(url: str) -> str:
 def build_revisit(
     *, record_id: str, url: str, warc_date_str: str, payload_digest: str, http_headers: bytes,
     refers_to_id: str, refers_to_url: str, refers_to_date: str, ip: str = "", level: int = DEFAULT_LEVEL,
-) -> tuple[bytes, int]:
-    """The gzip member of a revisit record (identical-payload-digest profile) and its raw length.
+) -> bytes:
+    """The gzip member of a revisit record (identical-payload-digest profile): the capture's
+    HTTP head as the agent sent it, no payload.
 
     Storage calls this when a capture's payload is already archived; it reuses the capture's
     record id so the request and metadata records' WARC-Concurrent-To still resolve.
     """
-    builder = RecordBuilder(warc_version=WARC_VERSION)
-    parsed = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1", "HTTP/2", "HTTP/2.0", "HTTP/3"]).parse(BytesIO(http_headers))
-    headers = {"WARC-Record-ID": f"<{record_id}>", "WARC-Date": warc_date_str, "WARC-Refers-To": f"<{refers_to_id}>"}
+    fields = [("WARC-Type", "revisit"), ("WARC-Record-ID", f"<{record_id}>"), ("WARC-Date", warc_date_str),
+              ("WARC-Target-URI", url)]
     if ip:
-        headers["WARC-IP-Address"] = ip
-    rec = builder.create_revisit_record(url, payload_digest, refers_to_url, refers_to_date,
-                                        http_headers=parsed, warc_headers_dict=headers)
-    raw = _record_bytes(rec)
-    return gzip_member(raw, level), len(raw)
+        fields.append(("WARC-IP-Address", ip))
+    fields += [("WARC-Profile", REVISIT_PROFILE), ("WARC-Refers-To", f"<{refers_to_id}>"),
+               ("WARC-Refers-To-Target-URI", refers_to_url), ("WARC-Refers-To-Date", refers_to_date),
+               ("WARC-Payload-Digest", payload_digest)]
+    return gzip_member(_warc_record(fields, "application/http; msgtype=response", http_headers), level)
 
 
 def warcinfo_member(filename: str, info: dict[str, str]) -> bytes:
     """The gzip member of a warcinfo record that opens each WARC file."""
-    builder = RecordBuilder(warc_version=WARC_VERSION)
-    rec = builder.create_warcinfo_record(filename, info)
-    return gzip_member(_record_bytes(rec))
-
-
-def members(capture: Capture) -> Iterable[bytes]:
-    return (m for m in (capture.response, capture.request, capture.metadata) if m)
+    body = "".join(f"{k}: {_field(v)}\r\n" for k, v in info.items()).encode("utf-8")
+    fields = [("WARC-Type", "warcinfo"), ("WARC-Record-ID", f"<urn:uuid:{uuid.uuid4()}>"),
+              ("WARC-Date", warc_date(time.time())), ("WARC-Filename", filename)]
+    return gzip_member(_warc_record(fields, "application/warc-fields", body))
