@@ -76,9 +76,23 @@ def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(x) for x in items) + "]"
 
 
+@dataclass
+class Service:
+    config: Path
+    address: str
+    source_ip: str = ""  # agents: the address they fetch from
+
+
+@dataclass
+class Configs:
+    consultant: Service
+    storage: Service
+    agents: dict[str, Service]  # by agent id
+
+
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
-                  concurrency: int, web_port: int) -> tuple[Path, Path, dict[str, Path], dict[str, str], dict[str, str]]:
-    """Consultant, storage and agent configs for the run; returns their paths and addresses."""
+                  concurrency: int) -> Configs:
+    """Consultant, storage and agent configs for the run, with the addresses they listen on."""
     paths = geodb.write_all(topo, run / "geo")
     cport, sport = free_port(), free_port()
     isps = "".join(f'"{i.slug}" = [{i.asn}]\n' for i in topo.isps)
@@ -106,9 +120,7 @@ data_dir = "{run}/storage"
 fsync = "os"
 """)
     allowed = [s.host for s in topo.normal_sites]
-    agents: dict[str, Path] = {}
-    addresses: dict[str, str] = {}
-    sources: dict[str, str] = {}
+    agents: dict[str, Service] = {}
     for spec in groups:
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         block, _, slot = spec.partition("#")
@@ -142,10 +154,8 @@ delay = {delay}
 [scope]
 allowed_domains = {_toml_list(allowed)}
 """)
-        agents[g] = cfg
-        addresses[g] = f"127.0.0.1:{aport}"
-        sources[g] = src
-    return consultant, storage, agents, addresses, sources
+        agents[g] = Service(cfg, f"127.0.0.1:{aport}", src)
+    return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
 
 
 def _start(name: str, args: list[str], run: Path, cpu: int | None = None) -> Proc:
@@ -197,8 +207,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     topo = topology.load(topology_path)
     groups = list(groups or DEFAULT_GROUPS)
     web_port = free_port()
-    consultant, storage, agent_cfgs, agent_addrs, sources = write_configs(
-        run, topo, strategy, groups, delay=delay, concurrency=concurrency, web_port=web_port)
+    cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:
@@ -208,7 +217,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     web_log = run / "web-requests.jsonl"
     cl = Cluster(str(run), strategy, web_port, "", "", seeds_file=str(seeds), web_log=str(web_log),
                  topology=topology_path or "", seed=seed, time_scale=time_scale,
-                 allowed_domains=[s.host for s in topo.normal_sites], agent_sources=sources)
+                 allowed_domains=[s.host for s in topo.normal_sites],
+                 agent_sources={g: a.source_ip for g, a in cfgs.agents.items()})
     web_args = ["lab.cli", "web", "--port", str(web_port), "--seed", str(seed), "--time-scale", str(time_scale), "--log", str(web_log)]
     if topology_path:
         web_args += ["--topology", topology_path]
@@ -219,27 +229,20 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
         cl.save()
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
             raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
-        c = _start("consultant", ["consultant.cli", "serve", "--config", str(consultant)], run)
-        c.address = consultant.read_text().split('listen = "', 1)[1].split('"', 1)[0]
-        cl.procs.append(c)
-        cl.consultant = c.address
-        st = _start("storage", ["storage.cli", "serve", "--config", str(storage)], run)
-        st.address = storage.read_text().split('listen = "', 1)[1].split('"', 1)[0]
-        cl.procs.append(st)
-        cl.storage = st.address
-        cl.save()
-        for name, addr in (("consultant", c.address), ("storage", st.address)):
-            if not asyncio.run(_healthy(addr, timeout)):
-                raise Unavailable(f"{name} did not come up: see {run}/logs/{name}.log")
-        for g, cfg in agent_cfgs.items():
-            a = _start(f"agent-{g}", ["agent.cli", "run", "--config", str(cfg)], run)
-            a.address = agent_addrs[g]
-            cl.procs.append(a)
-            cl.agents[g] = a.address
-        cl.save()
-        for g, addr in agent_addrs.items():
-            if not asyncio.run(_healthy(addr, timeout)):
-                raise Unavailable(f"agent {g} did not come up: see {run}/logs/agent-{g}.log")
+        cl.consultant, cl.storage = cfgs.consultant.address, cfgs.storage.address
+        core = [("consultant", "consultant.cli", "serve", cfgs.consultant), ("storage", "storage.cli", "serve", cfgs.storage)]
+        agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
+        cl.agents = {g: a.address for g, a in cfgs.agents.items()}
+        # Agents need the consultant and storage: start and wait for those first.
+        for group in (core, agents):
+            for name, module, command, svc in group:
+                p = _start(name, [module, command, "--config", str(svc.config)], run)
+                p.address = svc.address
+                cl.procs.append(p)
+                cl.save()
+            for name, _, _, svc in group:
+                if not asyncio.run(_healthy(svc.address, timeout)):
+                    raise Unavailable(f"{name} did not come up: see {run}/logs/{name}.log")
     except BaseException:
         down(run)
         raise

@@ -8,10 +8,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from consultant.client import ConsultantClient
 from wancrawl import grpcutil
-from wancrawl.errors import InvalidArgument, Unavailable, WancrawlError
-from wancrawl.urls import InvalidUrl, canonicalize, host_of
+from wancrawl.errors import InvalidArgument, Unavailable
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
 BATCH = 1000
@@ -47,49 +49,50 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
     return out
 
 
-async def _push(address: str, urls: list[str]) -> agent_pb2.PushUrlsResponse:
-    async with grpcutil.channel(address) as ch:
-        return await agent_pb2_grpc.AgentStub(ch).PushUrls(
-            agent_pb2.PushUrlsRequest(sender_id="manager", urls=[agent_pb2.UrlItem(url=u) for u in urls]), timeout=60
-        )
-
-
 async def inject(consultant: ConsultantClient, urls: list[str]) -> tuple[Counter, list[str]]:
     """Push URLs to their owners. Returns (accepted per agent, URLs that could not be placed).
-    An owner that cannot be reached is replaced by the next agent of the host's preference
-    list, then by any live agent (which routes the URL on); "not mine" answers re-resolve."""
+    A batch whose owner cannot be reached goes to the next agent of the host's preference
+    list, then to any live agent (which routes it on); "not mine" answers are resolved again."""
     accepted: Counter = Counter()
     pending = list(urls)
-    for _ in range(MAX_ROUNDS):
-        if not pending:
-            break
-        hosts = sorted({host_of(u) for u in pending})
-        routes = {}
-        for i in range(0, len(hosts), BATCH):
-            for r in await consultant.resolve(hosts[i : i + BATCH]):
-                routes[r.host] = r
-        live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
-        by_agent: dict[tuple[str, str], list[str]] = {}
-        for u in pending:
-            r = routes.get(host_of(u))
-            candidates = list(r.agents) if r is not None and r.agents else []
-            by_agent.setdefault(candidates[0] if candidates else live[0], []).append(u)
-        pending = []
-        for (agent_id, address), group in by_agent.items():
-            order = [(agent_id, address)] + [a for a in live if a[0] != agent_id]
-            for target in order:
-                try:
-                    resp = None
-                    for i in range(0, len(group), BATCH):
-                        chunk = group[i : i + BATCH]
-                        resp = await _push(target[1], chunk)
-                        accepted[target[0]] += resp.accepted
+    channels: dict[str, object] = {}
+
+    async def push(address: str, chunk: list[str]) -> agent_pb2.PushUrlsResponse:
+        ch = channels.get(address) or channels.setdefault(address, grpcutil.channel(address))
+        req = agent_pb2.PushUrlsRequest(sender_id="manager", urls=[agent_pb2.UrlItem(url=u) for u in chunk])
+        return await agent_pb2_grpc.AgentStub(ch).PushUrls(req, timeout=60)
+
+    try:
+        for _ in range(MAX_ROUNDS):
+            if not pending:
+                break
+            hosts = sorted({host_of_canonical(u) for u in pending})
+            routes = {r.host: r for i in range(0, len(hosts), BATCH) for r in await consultant.resolve(hosts[i : i + BATCH])}
+            live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
+            if not live:
+                raise Unavailable("no live agent is registered with the consultant")
+            by_agent: dict[tuple[str, str], list[str]] = {}
+            for u in pending:
+                r = routes.get(host_of_canonical(u))
+                by_agent.setdefault(r.agents[0] if r is not None and r.agents else live[0], []).append(u)
+            pending = []
+            for first, group in by_agent.items():
+                order = [first] + [a for a in live if a != first]
+                for i in range(0, len(group), BATCH):
+                    chunk = group[i : i + BATCH]
+                    for agent_id, address in order:
+                        try:
+                            resp = await push(address, chunk)
+                        except grpc.aio.AioRpcError:
+                            continue  # unreachable: the next agent
+                        accepted[agent_id] += resp.accepted
                         pending += [chunk[j] for j in resp.not_mine]
-                    break
-                except Exception:  # noqa: BLE001 - unreachable agent: the next one
-                    continue
-            else:
-                pending += group
+                        break
+                    else:
+                        pending += chunk
+    finally:
+        for ch in channels.values():
+            await ch.close()  # type: ignore[attr-defined]
     return accepted, pending
 
 
@@ -108,12 +111,7 @@ async def run_seed(args) -> int:
     failed: list[str] = []
     if seeds.urls:
         async with ConsultantClient(args.consultant) as c:
-            try:
-                if not (await c.list_agents()).agents:
-                    raise Unavailable("no live agent is registered with the consultant")
-                accepted, failed = await inject(c, seeds.urls)
-            except WancrawlError:
-                raise
+            accepted, failed = await inject(c, seeds.urls)
     summary = {
         "valid": len(seeds.urls), "bad_lines": len(seeds.bad), "duplicates": seeds.duplicates,
         "accepted": sum(accepted.values()), "per_agent": dict(accepted), "not_injected": len(failed),

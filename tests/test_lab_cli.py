@@ -93,12 +93,14 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     from lab.cluster import write_configs
 
     topo = topo_mod.load()
-    consultant, storage, agents, addrs, sources = write_configs(
-        tmp_path, topo, "hash", ["unicom-beijing#0", "unicom-beijing#2", "cernet-harbin"], delay=0.1, concurrency=8, web_port=8080)
-    assert sorted(agents) == ["cernet-harbin", "unicom-beijing", "unicom-beijing-2"]
-    assert sources == {"unicom-beijing": "127.2.1.2", "unicom-beijing-2": "127.2.1.4", "cernet-harbin": "127.3.2.2"}
-    assert consultant_settings(consultant).strategy == "hash"
-    a = agent_settings(agents["unicom-beijing-2"])
+    cfgs = write_configs(tmp_path, topo, "hash", ["unicom-beijing#0", "unicom-beijing#2", "cernet-harbin"], delay=0.1, concurrency=8)
+    assert sorted(cfgs.agents) == ["cernet-harbin", "unicom-beijing", "unicom-beijing-2"]
+    assert {g: a.source_ip for g, a in cfgs.agents.items()} == {
+        "unicom-beijing": "127.2.1.2", "unicom-beijing-2": "127.2.1.4", "cernet-harbin": "127.3.2.2"}
+    c = consultant_settings(cfgs.consultant.config)
+    assert c.strategy == "hash" and c.listen == cfgs.consultant.address
+    a = agent_settings(cfgs.agents["unicom-beijing-2"].config)
+    assert a.consultant == cfgs.consultant.address and a.storage == cfgs.storage.address
     assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
     with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
-        write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8, web_port=8080)
+        write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8)
