@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from wancrawl.errors import FailedPrecondition, InvalidArgument, Unavailable, WancrawlError
+from wancrawl.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 EXPLAIN_CHUNK = 50  # Explain calls in flight at once
 MAX_BINS = 300  # points per line in the pages/s plot
@@ -112,8 +112,6 @@ def read_fetches(url: str, schema: str | None = None, bin_seconds: float | None 
             series: dict[str, dict[int, int]] = defaultdict(dict)
             for agent, k, n in conn.execute(sa.select(c.agent_id, bucket, sa.func.count()).group_by(c.agent_id, bucket)):
                 series[agent][int(k)] = int(n)
-    except WancrawlError:
-        raise
     except sa.exc.DBAPIError as exc:
         missing = "storage_captures" in str(exc.orig) or "no such table" in str(exc.orig)
         what = "has no storage_captures table (is it storage's index?)" if missing else f"cannot be read: {exc.orig}"
