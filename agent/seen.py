@@ -79,31 +79,28 @@ class SeenSet:
             self._insert(fp)
 
     # -- in-memory table ----------------------------------------------------------------------------
-    def _insert(self, fp: int) -> bool:
+    def _slot(self, fp: int) -> int:
+        """Index of fp in the table, or of the empty slot where it would go (linear probing)."""
         t, mask = self._t, self._mask
         i = fp & mask
         while True:
             v = t[i]
-            if v == fp:
-                return False
-            if not v:
-                t[i] = fp
-                self._n += 1
-                if self._n > self._grow_at:
-                    self._grow()
-                return True
+            if v == fp or not v:
+                return i
             i = (i + 1) & mask
 
+    def _insert(self, fp: int) -> bool:
+        i = self._slot(fp)
+        if self._t[i]:
+            return False
+        self._t[i] = fp
+        self._n += 1
+        if self._n > self._grow_at:
+            self._grow()
+        return True
+
     def _has(self, fp: int) -> bool:
-        t, mask = self._t, self._mask
-        i = fp & mask
-        while True:
-            v = t[i]
-            if v == fp:
-                return True
-            if not v:
-                return False
-            i = (i + 1) & mask
+        return bool(self._t[self._slot(fp)])
 
     def _grow(self) -> None:
         old = self._t
@@ -120,14 +117,9 @@ class SeenSet:
 
     def _remove(self, fp: int) -> bool:
         t, mask = self._t, self._mask
-        i = fp & mask
-        while True:
-            v = t[i]
-            if not v:
-                return False
-            if v == fp:
-                break
-            i = (i + 1) & mask
+        i = self._slot(fp)
+        if not t[i]:
+            return False
         # Backward-shift deletion: pull later members of the run into the hole when their home slot
         # does not lie cyclically in (hole, j], so every run stays contiguous without tombstones.
         t[i] = 0
