@@ -134,7 +134,7 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
             if len(cache) >= _CACHE_SIZE:
                 cache.clear()
             cache[key] = u
-        if u.__class__ is tuple:
+        if isinstance(u, tuple):
             if u[0] == "scheme":
                 dropped[u[1]] += 1
             else:

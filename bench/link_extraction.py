@@ -1,5 +1,8 @@
 """Link extraction on the lab's pages: CPU per page (cold and warm href cache) and the share of
-hrefs the fast path canonicalises, beside the agent's 1 ms-per-page budget.
+hrefs the fast path canonicalises, beside the agent's 1 ms-per-page budget (the target).
+
+This is also where the CPU-per-page figure lives that tests/test_agent_links.py used to assert
+(< 1.5 ms); the test now checks that cold and warm href caches give the same links.
 
     python bench/link_extraction.py [--pages 2000]
 """
@@ -17,6 +20,8 @@ from agent import links  # noqa: E402
 from lab import topology  # noqa: E402
 from lab.web import Web  # noqa: E402
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402
+
+TARGET_US = 1000.0  # CPU per page for the whole of extract_links
 
 
 def main() -> int:
@@ -45,11 +50,13 @@ def main() -> int:
         fast += sum(1 for h in hs if links._fast(h, origin, directory, False) is not None)
     kb = sum(len(p[1]) for p in pages) / n / 1024
     print(f"{n} lab pages (seed 1, {kb:.1f} KB average), {hrefs / n:.0f} hrefs per page")
-    print(f"  extract_links, cold href cache: {cold:6.0f} us CPU per page   (budget for the whole page: 1000 us)")
-    print(f"  extract_links, warm href cache: {warm:6.0f} us CPU per page")
+    for name, us in (("cold", cold), ("warm", warm)):
+        verdict = "OK" if us <= TARGET_US else "ABOVE TARGET"
+        print(f"  extract_links, {name} href cache: {us:6.0f} us CPU per page   "
+              f"(target {TARGET_US:.0f} us: x{TARGET_US / us:.2f} headroom, {verdict})")
     print(f"  of which decode + lexbor parse + hrefs: {parse:6.0f} us")
     print(f"  hrefs taking the fast path: {fast / hrefs:.0%}")
-    return 0
+    return 0 if max(cold, warm) <= TARGET_US else 1
 
 
 if __name__ == "__main__":

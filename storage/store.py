@@ -131,7 +131,7 @@ class Store:
             raise Unavailable("store opened read-only")
         cfg = self.settings.ingest
         results = [BatchResult(b.batch_id) for b in batches]
-        todo: list[tuple[BatchResult, storage_pb2.Capture, str, str]] = []
+        todo: list[tuple[BatchResult, storage_pb2.Capture, str, str, bool]] = []  # (result, capture, canonical, host, dedupable)
         for b, res in zip(batches, results):
             for i, c in enumerate(b.captures):
                 try:

@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from wancrawl import warcrecords
 
@@ -27,7 +28,7 @@ def needs_rotation(size: int | None, header_len: int, incoming: int, max_bytes: 
 class _Open:
     name: str
     path: Path
-    fh: object
+    fh: BinaryIO
     size: int
     header_len: int
 
@@ -63,7 +64,7 @@ class WarcWriter:
     def append(self, data: bytes) -> tuple[str, int]:
         """Write one capture group; return (file name, offset)."""
         cur = self.current
-        if needs_rotation(cur.size if cur else None, cur.header_len if cur else 0, len(data), self.max_bytes):
+        if cur is None or needs_rotation(cur.size, cur.header_len, len(data), self.max_bytes):
             cur = self._rotate()
         offset = cur.size
         cur.fh.write(data)
@@ -93,9 +94,9 @@ class WarcWriter:
             f.fh.seek(keep)
             f.size = keep
         for name in new_names:
-            f = self._touched.get(name) or (self.current if self.current and self.current.name == name else None)
-            if f is not None:
-                f.fh.close()
+            created = self._touched.get(name) or (self.current if self.current and self.current.name == name else None)
+            if created is not None:
+                created.fh.close()
             (self.dir / name).unlink(missing_ok=True)
             if self.current is not None and self.current.name == name:
                 self.current = None

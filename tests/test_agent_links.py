@@ -1,12 +1,11 @@
-"""Link extraction: lexbor finds what truth expects; base, schemes, charsets, malformed HTML, CPU."""
+"""Link extraction: lexbor finds what truth expects; base, schemes, charsets, malformed HTML, href cache."""
 
-import time
 from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.links import _fast, _split_base, choose_charset, extract_links
+from agent.links import _CACHE, _fast, _split_base, choose_charset, extract_links
 from lab.testing import small_topology
 from lab.web import Web
 from wancrawl.urls import InvalidUrl, canonicalize
@@ -99,16 +98,20 @@ def test_fast_path_takes_the_plain_hrefs_of_real_pages():
     assert fast / len(hrefs) > 0.5, f"only {fast}/{len(hrefs)} hrefs take the fast path"
 
 
-def test_cpu_per_page_is_well_under_a_millisecond():
+def test_href_cache_gives_the_same_links_cold_and_warm():
+    # Every page three times, the first with an empty href cache: cached answers (shared between
+    # pages of a directory) must be the ones canonicalize gives. The CPU per page of this run is
+    # a benchmark figure, not a test: bench/link_extraction.py prints it beside its target.
     pages = []
     for s in WEB.topology.normal_sites[:10]:
         for i in range(min(WEB.pages(s), 10)):
             p = WEB.page_path(s, i)
-            pages.append((canonicalize(s.base_url + p), WEB.respond(s.host, p).body))
-    kb = sum(len(b) for _, b in pages) / len(pages) / 1024
-    t = time.process_time()
-    for url, body in pages * 3:
-        extract_links(body, url, "utf-8")
-    ms = (time.process_time() - t) / (3 * len(pages)) * 1000
-    print(f"extract_links: {ms:.3f} ms CPU per page of {kb:.1f} KB")
-    assert ms < 1.5  # ~0.45 ms measured; generous for a loaded CI machine
+            pages.append((canonicalize(s.base_url + p), WEB.respond(s.host, p).body, WEB.links(s, i)))
+    _CACHE.clear()
+    cold = [extract_links(body, url, "utf-8") for url, body, _ in pages]
+    for (url, _, hrefs), res in zip(pages, cold):
+        assert res.links == _truth_links(url, hrefs), url
+    for _ in range(2):
+        warm = [extract_links(body, url, "utf-8") for url, body, _ in pages]
+        assert [(r.links, r.dropped_schemes, r.invalid, r.hrefs) for r in warm] == \
+            [(r.links, r.dropped_schemes, r.invalid, r.hrefs) for r in cold]

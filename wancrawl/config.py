@@ -56,7 +56,7 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(inner[0], value, key, source)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: '{key}' must be a table, got {type(value).__name__}")
         return build(tp, value, where=f"{key}.", source=source)

@@ -93,9 +93,11 @@ class HostResolver:
                 )
             except (OSError, asyncio.TimeoutError, UnicodeError):
                 infos = []
-        addrs = [i[4][0] for i in infos]
+        # A host name resolves to AF_INET/AF_INET6 answers, whose sockaddr starts with the address
+        # string (the stubs also allow (int, bytes), for CPython builds without IPv6 support).
+        addrs = [a for i in infos if isinstance(a := i[4][0], str)]
         v4 = [a for a in addrs if ":" not in a]
-        ip = (v4 or addrs or [None])[0]
+        ip = v4[0] if v4 else addrs[0] if addrs else None
         if ip is None:
             self.failures += 1
         self._cache[host] = (ip, self.clock() + (self.ttl if ip else self.negative_ttl))

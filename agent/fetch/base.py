@@ -7,6 +7,7 @@ import email.utils
 import ipaddress
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -162,6 +163,17 @@ def finish_headers(resp: FetchResponse) -> str:
 # --- the body pipeline ----------------------------------------------------------------------
 
 
+class _Decoder(Protocol):
+    """What BodySink needs of a decoder: zlib's decompressobj API, or a stand-in with the same shape."""
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
 class _Identity:
     def decompress(self, data: bytes, max_length: int) -> bytes:
         return data
@@ -200,7 +212,7 @@ class _Deflate:
         return self._d.flush() if self._d is not None else b""
 
 
-DECODERS = {"identity": _Identity, "gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate}
+DECODERS: dict[str, Callable[[], _Decoder]] = {"identity": _Identity, "gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate}
 
 
 class BodySink:
@@ -222,7 +234,7 @@ class BodySink:
         factory = DECODERS.get(enc)
         # An encoding we did not ask for: keep the bytes as they came, say so.
         self.undecodable = None if factory is not None else enc
-        self._dec = (factory or _Identity)()
+        self._dec: _Decoder = (factory or _Identity)()
 
     def feed(self, chunk: bytes) -> bool:
         """Add one wire chunk; False when reading must stop (cap reached or bad stream)."""
