@@ -58,11 +58,10 @@ def _run(args) -> int:
 async def _status(args) -> int:
     from google.protobuf import json_format
 
-    from wancrawl import grpcutil
-    from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+    from agent.client import AgentClient
 
-    async with grpcutil.channel(args.agent) as ch:
-        r = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest(), timeout=10)
+    async with AgentClient(args.agent) as client:
+        r = await client.status(timeout=10)
     if args.json:
         print(json_format.MessageToJson(r, preserving_proto_field_name=True))
     else:

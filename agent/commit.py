@@ -1,95 +1,96 @@
-"""Group commit (spool, outbox, frontier, seen set, in that order) and shipping the spool to storage."""
+"""Group commit: spool, outbox, frontier, seen set, in that order, as one object."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
+from agent.frontier import Frontier, Item
+from agent.outbox import Outbox
+from agent.seen import SeenSet
+from agent.spool import Spool
 from storage.client import make_batch
-from wancrawl import errors
+from wancrawl.warcrecords import Capture
 
 log = logging.getLogger("agent")
 
 
-class Commit:
-    """Part of AgentNode. A crash between two steps of `_commit` can only repeat work (a page
-    fetched again, a URL pushed again and deduplicated by its owner), never lose any."""
+class CommitLog:
+    """Crash safety rests on one rule kept here: a page counts as done (its frontier row goes)
+    only after its capture is in the spool and its links are durable (local frontier, or the
+    outbox). `commit` writes outbox first, then the frontier (links added and pages done in one
+    transaction), then the seen set: a crash between steps can only cause a repeat (a page
+    fetched again, a URL pushed again and deduplicated by its owner), never a loss.
+
+    Invariant: every finished item is in exactly one of `_finished` (its capture is buffered,
+    not yet spooled) and `_spooled` (its capture is in the spool: done at the next commit)."""
+
+    def __init__(self, frontier: Frontier, seen: SeenSet, outbox: Outbox, spool: Spool, *, batch_pages: int,
+                 flush_interval: float, clock: Callable[[], float]):
+        self.frontier = frontier
+        self.seen = seen
+        self.outbox = outbox
+        self.spool = spool
+        self.batch_pages = batch_pages
+        self.flush_interval = flush_interval
+        self.clock = clock
+        self._captures: list[Capture] = []
+        self._captures_since = 0.0
+        self._finished: list[Item] = []
+        self._spooled: list[Item] = []
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def finish(self, item: Item | None, capture: Capture | None = None) -> None:
+        """The item is finished (fetched, given up or refused), with its capture if it has one.
+        item None: a capture alone (a response to a try that will be retried)."""
+        if capture is not None:
+            if not self._captures:
+                self._captures_since = self.clock()
+            self._captures.append(capture)
+        if item is not None:
+            self._finished.append(item)
+        if len(self._captures) >= self.batch_pages:
+            self._flush_captures(force=True)
 
     def _flush_captures(self, force: bool) -> None:
-        due = self.captures and (force or self.clock() - self.captures_since >= self.s.storage_out.flush_interval)
+        due = self._captures and (force or self.clock() - self._captures_since >= self.flush_interval)
         if due:
-            self.spool.put(make_batch(self.captures))
-            self.captures = []
-        if due or not self.captures:
+            self.spool.put(make_batch(self._captures))
+            self._captures = []
+        if due or not self._captures:
             # Every finished page's capture is in the spool now (or it had none).
-            self.spooled_items.extend(self.finished_items)
-            self.finished_items = []
+            self._spooled.extend(self._finished)
+            self._finished = []
 
-    def _commit(self) -> None:
-        """Outbox first, then the frontier (links added and pages done in one transaction), then
-        the seen set: a crash between steps can only cause a repeat, never a loss."""
-        self._flush_captures(force=False)
+    def commit(self, force: bool = False) -> None:
+        """One group commit (force: spool partial capture batches at once, e.g. at stop)."""
+        self._flush_captures(force)
         self.outbox.flush()
-        for it in self.spooled_items:
+        for it in self._spooled:
             self.frontier.done(it)
-        self.spooled_items = []
+        self._spooled = []
         self.frontier.flush()
         self.seen.flush()
-        waiters, self.commit_waiters = self.commit_waiters, []
+        waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
 
-    async def commit_barrier(self) -> None:
+    async def barrier(self) -> None:
+        """Return after the next commit: what was accepted before the call is durable."""
         fut = asyncio.get_running_loop().create_future()
-        self.commit_waiters.append(fut)
+        self._waiters.append(fut)
         await fut
 
-    async def _commit_loop(self) -> None:
-        last_snapshot = last_purge = self.clock()
+    def busy(self) -> bool:
+        """Finished pages not yet done for good."""
+        return bool(self._captures or self._finished or self._spooled)
+
+    async def run(self, interval: float) -> None:
         while True:
-            await asyncio.sleep(self.s.commit_interval)
+            await asyncio.sleep(interval)
             try:
-                self._commit()
-            except Exception:  # noqa: BLE001
+                self.commit()
+            except Exception:  # noqa: BLE001 - the next commit tries again (buffers are kept)
                 log.exception("commit failed")
-            if self.clock() - last_purge >= 60.0:
-                # Parsed robots.txt of hosts not crawled for a TTL: memory stays bounded.
-                self.robots.purge(self.clock())
-                last_purge = self.clock()
-            if self.s.metrics_listen and self.clock() - last_snapshot >= 1.0:
-                # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
-                self.metrics_snapshot = self.status_counters()
-                last_snapshot = self.clock()
-
-    # -- storage --------------------------------------------------------------------------------
-    async def _storage_loop(self) -> None:
-        while True:
-            sent = await self._send_spool(max_batches=10)
-            retry = self.s.storage_out.retry_seconds
-            if sent > 0:
-                await asyncio.sleep(0.05)       # more may be waiting
-            elif sent == 0:
-                await asyncio.sleep(retry / 4)  # nothing to send: look again soon
-            else:
-                await asyncio.sleep(retry)      # storage is down
-
-    async def _send_spool(self, max_batches: int) -> int:
-        """Send the oldest spooled batches; how many were acknowledged, or -1 if storage failed."""
-        if self.storage is None:
-            return 0
-        paths = self.spool.oldest(max_batches)
-        if not paths:
-            return 0
-        batches = [self.spool.read(p) for p in paths]
-        try:
-            ack = await self.storage.send(batches)
-        except errors.WancrawlError as exc:
-            self.counters["storage_failures"] += 1
-            log.warning("storage unavailable (%s); %d batches stay in the spool", exc, len(self.spool))
-            return -1
-        if ack.rejected:
-            log.warning("storage rejected %d captures: %s", len(ack.rejected), ack.rejected[:3])
-        self.spool.remove(paths)
-        self.counters["spool_batches_sent"] += len(paths)
-        return len(paths)

@@ -229,6 +229,7 @@ class Frontier:
         limit = want + q.inflight + min(len(deleted), self.hot_per_host)
         while True:
             b = q.bound
+            assert b is not None  # a page-in only happens while the host has cold items
             rows = self._db.execute(
                 "SELECT depth, seq, url, via, not_before FROM queue WHERE host=? AND (depth, seq) >= (?, ?) "
                 "ORDER BY depth, seq LIMIT ?",

@@ -3,36 +3,22 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from consultant.client import HostRoute
 
-@dataclass(frozen=True)
-class Route:
-    """One consultant answer: agents owner first as (agent_id, address), valid until `expires`."""
-
-    host: str
-    agents: tuple[tuple[str, str], ...]
-    epoch: int
-    expires: float
-
-    @property
-    def owner_id(self) -> str:
-        return self.agents[0][0]
-
-    @property
-    def owner_address(self) -> str:
-        return self.agents[0][1]
+__all__ = ["HostCache", "HostRoute"]
 
 
 class HostCache:
-    """LRU of routes. Invariant: `get` returns a route only while it is fresh, i.e. its TTL has
-    not run out and no newer epoch is known (a newer epoch means membership or assignment
-    changed; the host is asked again, in the next batched Resolve). `stale` returns any route
-    held, for when the consultant cannot be reached: cached assignments carry on."""
+    """LRU of placement answers (HostRoute: agents owner first, the epoch, the TTL). Invariant:
+    `get` returns a route only while it is fresh, i.e. its TTL has not run out and no newer
+    epoch is known (a newer epoch means membership or assignment changed; the host is asked
+    again, in the next batched Resolve). `stale` returns any route held, for when the
+    consultant cannot be reached: cached assignments carry on."""
 
     def __init__(self, capacity: int = 1_000_000):
         self.capacity = capacity
-        self.routes: OrderedDict[str, Route] = OrderedDict()
+        self.routes: OrderedDict[str, tuple[HostRoute, float]] = OrderedDict()  # host -> (route, expires)
         self.epoch = 0  # the newest consultant epoch seen in any reply
         self.hits = 0
         self.misses = 0
@@ -44,23 +30,25 @@ class HostCache:
             return True
         return False
 
-    def get(self, host: str, now: float, count: bool = True) -> Route | None:
+    def get(self, host: str, now: float, count: bool = True) -> HostRoute | None:
         """The fresh route of a host, or None. `count=False` for a second look at the same
         host in one decision, so the hit ratio counts each look-up once."""
-        r = self.routes.get(host)
-        if r is not None and r.expires > now and r.epoch >= self.epoch:
+        e = self.routes.get(host)
+        if e is not None and e[1] > now and e[0].epoch >= self.epoch:
             self.routes.move_to_end(host)
             self.hits += count
-            return r
+            return e[0]
         self.misses += count
         return None
 
-    def stale(self, host: str) -> Route | None:
-        return self.routes.get(host)
+    def stale(self, host: str) -> HostRoute | None:
+        e = self.routes.get(host)
+        return None if e is None else e[0]
 
-    def put(self, route: Route) -> None:
+    def put(self, route: HostRoute, now: float) -> None:
+        """Keep an answer with agents (the caller leaves out errors) until now + its TTL."""
         self.saw_epoch(route.epoch)
-        self.routes[route.host] = route
+        self.routes[route.host] = (route, now + route.ttl)
         self.routes.move_to_end(route.host)
         while len(self.routes) > self.capacity:
             self.routes.popitem(last=False)

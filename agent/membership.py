@@ -1,11 +1,13 @@
-"""Membership: register with the consultant, heartbeat with load figures, register again when forgotten."""
+"""Membership: register with placement, keep the lease with heartbeats, register again when forgotten, leave."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from agent.settings import bind_ip
+from agent.placement import Placement
+from agent.settings import AgentSettings, bind_ip
 from wancrawl import errors
 from wancrawl.v1 import common_pb2
 
@@ -13,51 +15,62 @@ log = logging.getLogger("agent")
 
 
 class Membership:
-    """Part of AgentNode (agent/node.py holds the state it uses). A consultant outage never
-    stops the crawl: heartbeats fail, cached routes carry on, the agent registers again when
-    the consultant answers that it does not know it."""
+    """Owns this agent's registration: registered or not, the lease, left for good. A
+    consultant outage never stops the crawl: heartbeats fail, cached routes carry on, the agent
+    registers again when the consultant answers that it does not know it. Epochs it learns go
+    to `saw_epoch`; its heartbeats carry `load()`."""
+
+    def __init__(self, settings: AgentSettings, placement: Placement, address: str, *,
+                 saw_epoch: Callable[[int], object], load: Callable[[], common_pb2.LoadReport]):
+        self.s = settings
+        self.id = settings.agent_id
+        self.placement = placement
+        self.address = address
+        self.saw_epoch = saw_epoch
+        self.load = load
+        self.registered = False
+        self.left = False       # deregistered for good (a drain): never registers again
+        self.lease = 15.0       # the consultant's lease, learnt at Register
+        self.counters: dict[str, float] = {"consultant_rpcs": 0}
 
     async def register(self) -> None:
         loc = self.s.location
         location = common_pb2.Location(city=loc.city, country=loc.country, asn=loc.asn)
-        if loc.lat is not None:
-            location.lat, location.lon, location.has_coordinates = loc.lat, loc.lon, True  # type: ignore[assignment]
+        if loc.lat is not None and loc.lon is not None:
+            location.lat, location.lon, location.has_coordinates = loc.lat, loc.lon, True
         self.counters["consultant_rpcs"] += 1
-        reg = await self.consultant.register(self.id, self.address, location=location, source_ip=bind_ip(self.s), capacity=self.s.capacity)
+        reg = await self.placement.register(self.id, self.address, location=location, source_ip=bind_ip(self.s),
+                                            capacity=self.s.capacity)
         self.registered = True
         self.lease = reg.lease_seconds
-        self._saw_epoch(reg.epoch)
+        self.saw_epoch(reg.epoch)
         log.info("registered %s at %s (epoch %d, lease %.0fs)", self.id, self.address, reg.epoch, reg.lease_seconds)
 
-    def load_report(self) -> common_pb2.LoadReport:
-        now = self.clock()
-        while self.rate_window and self.rate_window[0] < now - 10:
-            self.rate_window.popleft()
-        return common_pb2.LoadReport(
-            queue_length=len(self.frontier), in_flight=self.in_flight,
-            pages_per_second=len(self.rate_window) / 10.0, errors=int(self.counters["errors"]),
-            hosts_owned=self.frontier.hosts_with_work(), capacity=self.s.capacity,
-            pages_fetched=int(self.counters["pages"]), spool_pages=self.spool.pages,
-        )
-
-    async def _membership_loop(self) -> None:
-        while True:
-            interval = self.s.heartbeat_interval or max(0.5, self.lease / 3)
-            await asyncio.sleep(interval)
-            if self.router.leaving:
+    async def run(self) -> None:
+        while not self.left:
+            await asyncio.sleep(self.s.heartbeat_interval or max(0.5, self.lease / 3))
+            if self.left:
                 return
             try:
                 if not self.registered:
                     await self.register()
                     continue
                 self.counters["consultant_rpcs"] += 1
-                self._saw_epoch(await self.consultant.heartbeat(self.id, self.load_report()))
+                self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
             except errors.NotFound:
                 log.info("consultant forgot %s (restart or expiry): registering again", self.id)
                 self.registered = False
             except errors.WancrawlError as exc:
                 log.warning("heartbeat failed (%s); crawling on cached routes", exc)
 
-    def _saw_epoch(self, epoch: int) -> None:
-        if self.cache.saw_epoch(epoch):
-            self.route_wakeup.set()  # cached routes of older epochs are asked again
+    async def leave(self) -> None:
+        """Deregister for good (the consultant moves this agent's hosts and bumps the epoch)."""
+        self.left = True
+        if not self.registered:
+            return
+        try:
+            self.counters["consultant_rpcs"] += 1
+            self.saw_epoch(await self.placement.deregister(self.id))
+            self.registered = False
+        except errors.WancrawlError as exc:
+            log.warning("deregister failed: %s", exc)

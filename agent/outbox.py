@@ -1,11 +1,11 @@
-"""URLs on their way to other agents, on disk until the owner acknowledges them (crash-safe)."""
+"""URLs owed to other agents, on disk until the owner acknowledges them (crash-safe)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-from agent.router import UrlItem
+from agent.frontier import Item
 
 
 class Outbox:
@@ -26,21 +26,17 @@ class Outbox:
         self._adds: dict[int, tuple] = {}   # seq -> row, written at the next flush
         self._dels: list[tuple[int]] = []
 
-    def add(self, items: list[UrlItem]) -> list[UrlItem]:
-        """Give each item an outbox sequence number; the row is written at the next flush."""
-        out = []
-        for it in items:
-            seq = self._next
-            self._next += 1
-            self._adds[seq] = (seq, it.url, it.host, it.depth, it.via)
-            out.append(UrlItem(it.url, it.host, it.depth, it.via, seq))
-        return out
+    def hold(self, it: Item) -> None:
+        """Give the item an outbox row (its seq); the row is written at the next flush."""
+        seq = it.seq = self._next
+        self._next += 1
+        self._adds[seq] = (seq, it.url, it.host, it.depth, it.via)
 
-    def delivered(self, items: list[UrlItem]) -> None:
+    def delivered(self, items: list[Item]) -> None:
         """These were acknowledged (or turned out local): forget them. A row not yet written is
-        simply never written, so URLs routed at once cost no disk write."""
+        simply never written, so URLs delivered within a commit interval cost no disk write."""
         for it in items:
-            if it.seq and self._adds.pop(it.seq, None) is None:
+            if it.seq > 0 and self._adds.pop(it.seq, None) is None:
                 self._dels.append((it.seq,))
 
     def flush(self) -> None:
@@ -55,8 +51,8 @@ class Outbox:
         self._adds.clear()
         self._dels.clear()
 
-    def load(self) -> list[UrlItem]:
-        return [UrlItem(u, h, d, v, s) for s, u, h, d, v in self.db.execute("SELECT seq, url, host, depth, via FROM outbox ORDER BY seq")]
+    def load(self) -> list[Item]:
+        return [Item(u, h, d, v, 0.0, s) for s, u, h, d, v in self.db.execute("SELECT seq, url, host, depth, via FROM outbox ORDER BY seq")]
 
     def __len__(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]) + len(self._adds) - len(self._dels)

@@ -187,6 +187,19 @@ class Politeness:
         h.backoff_until = max(h.backoff_until, now + wait)
         return h.backoff_until
 
+    def backoff_state(self, host: str) -> tuple[float, int]:
+        """(backoff_until, level) of a host, for a handover; (0, 0) when untracked."""
+        h = self._hosts.get(host)
+        return (h.backoff_until, h.level) if h is not None else (0.0, 0)
+
+    def restore_backoff(self, host: str, until: float, level: int) -> None:
+        """Take over a handed host's backoff (the later of both, the higher level)."""
+        if until <= 0 and level <= 0:
+            return
+        h = self._host(host)
+        h.backoff_until = max(h.backoff_until, until)
+        h.level = max(h.level, level)
+
     def tracks(self, host: str) -> bool:
         """Whether the host has state here (delay, backoff, fetches under way)."""
         return host in self._hosts

@@ -19,6 +19,18 @@ class _Entry:
     fetched_ok: float | None  # when rules last came from a real answer (2xx/4xx)
     failing_since: float | None  # first of the current run of 5xx / network errors
     status: int
+    text: str = ""  # the file the rules came from: a host handed over carries it
+
+
+@dataclass(frozen=True)
+class RobotsState:
+    """A host's entry as plain data (for a handover): what `update` saw, not the parsed rules."""
+
+    status: int
+    text: str
+    expires: float
+    fetched_ok: float | None
+    failing_since: float | None
 
 
 class RobotsCache:
@@ -57,7 +69,7 @@ class RobotsCache:
                 rules = Protego.parse(text)
             except Exception:  # noqa: BLE001 - an unparseable file is treated as empty (RFC 9309 2.2)
                 rules = None
-            self._hosts[host] = _Entry(rules, rules is None, now + self.ttl, now, None, status)
+            self._hosts[host] = _Entry(rules, rules is None, now + self.ttl, now, None, status, text)
         elif 300 <= status < 400 or (400 <= status < 500 and status != 429):
             # "Unavailable" (4xx, or redirects the caller gave up on): no restrictions.
             # 3xx is retried sooner: it usually means the caller could not follow.
@@ -70,7 +82,7 @@ class RobotsCache:
             if now - since >= self.unreachable_allow_after:
                 self._hosts[host] = _Entry(None, True, now + self.error_ttl, None, since, status)
             elif prev is not None and prev.fetched_ok is not None and now - prev.fetched_ok < self.unreachable_allow_after:
-                self._hosts[host] = _Entry(prev.rules, prev.allow_all, now + self.error_ttl, prev.fetched_ok, since, status)
+                self._hosts[host] = _Entry(prev.rules, prev.allow_all, now + self.error_ttl, prev.fetched_ok, since, status, prev.text)
             else:
                 self._hosts[host] = _Entry(None, False, now + self.error_ttl, None, since, status)
 
@@ -107,6 +119,32 @@ class RobotsCache:
 
     def forget(self, host: str) -> None:
         self._hosts.pop(host, None)
+
+    def export(self, host: str) -> RobotsState | None:
+        e = self._hosts.get(host)
+        if e is None:
+            return None
+        return RobotsState(e.status, e.text, e.expires, e.fetched_ok, e.failing_since)
+
+    def import_(self, host: str, st: RobotsState) -> None:
+        """Take over a handed host's entry, unless this cache holds a fresher one."""
+        mine = self._hosts.get(host)
+        if mine is not None and mine.expires >= st.expires:
+            return
+        rules = None
+        if 200 <= st.status < 300 or (st.text and st.fetched_ok is not None):
+            # A 2xx file, or a failing host's rules kept from its last good answer.
+            try:
+                rules = Protego.parse(st.text)
+            except Exception:  # noqa: BLE001 - as in update(): unparseable = empty
+                rules = None
+            allow_all = rules is None
+        else:
+            # Same reading as update(): "unavailable" allows all; "unreachable" allows all only
+            # after a long failure, else everything is disallowed until refetched.
+            allow_all = (300 <= st.status < 500 and st.status != 429) or (
+                st.failing_since is not None and st.expires - st.failing_since >= self.unreachable_allow_after)
+        self._hosts[host] = _Entry(rules, allow_all, st.expires, st.fetched_ok, st.failing_since, st.status, st.text)
 
     def purge(self, now: float, grace: float = 0.0) -> int:
         """Drop entries expired for longer than grace; returns how many went."""

@@ -187,8 +187,9 @@ class SeenSet:
                 i = (i + 1) & mask
         return out
 
-    def contains(self, host: str, url: str) -> bool:
-        return self._has(fingerprint(url))
+    def hosts(self) -> list[str]:
+        """Hosts with fingerprints here (a snapshot): the hosts whose history this agent holds."""
+        return list(self._hid)
 
     def __contains__(self, url: str) -> bool:
         return self._has(fingerprint(url))
@@ -235,14 +236,16 @@ class SeenSet:
 
     # -- handover (by host: cost proportional to the host's URLs, after merging the log) -----------
     def export_host(self, host: str) -> list[int]:
-        """The host's fingerprints (signed 64-bit ints), for a new owner's import_host."""
+        """The host's fingerprints (signed 64-bit ints), for a new owner's import_host: those on
+        disk and those not flushed yet. Nothing is flushed here (the group commit orders flushes:
+        frontier before seen set)."""
         hid = self._hid.get(host)
         if hid is None:
             return []
-        self.flush()
         if self._log_rows:
             self.merge()
-        return [fp for (fp,) in self._db.execute("SELECT fp FROM seen WHERE hid=?", (hid,))]
+        fps = [fp for (fp,) in self._db.execute("SELECT fp FROM seen WHERE hid=?", (hid,))]
+        return fps + [fp for h, fp in self._pending if h == hid]
 
     def import_host(self, host: str, fps: Iterable[int]) -> int:
         """Record fingerprints received with a host handover; returns how many were new here."""
@@ -256,7 +259,8 @@ class SeenSet:
             if self._insert(fp):
                 pend((hid, fp))
                 n += 1
-        self.flush()
+        # Durable at the next flush: the group commit flushes the frontier first, so a crash never
+        # leaves a handed URL seen here but not queued.
         return n
 
     def drop_host(self, host: str) -> int:
@@ -270,6 +274,8 @@ class SeenSet:
         fps = self.export_host(host)
         for fp in fps:
             self._remove(fp)
+        self._pending = [r for r in self._pending if r[0] != hid]
+        self._new_hosts = [r for r in self._new_hosts if r[0] != hid]
         db = self._db
         db.execute("BEGIN")
         db.execute("DELETE FROM seen WHERE hid=?", (hid,))

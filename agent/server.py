@@ -1,4 +1,4 @@
-"""The agent's gRPC shell (PushUrls, Status), Prometheus metrics, create_server() and serve()."""
+"""The agent's gRPC shell (PushUrls, HandOver, Drain, Status), Prometheus metrics, create_server() and serve()."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def PushUrls(self, request, context):
         if len(request.urls) > MAX_PUSH:
             raise InvalidArgument(f"{len(request.urls)} URLs in one push; at most {MAX_PUSH}")
-        r = await self.node.intake_push(request.epoch, list(request.urls))
-        return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.cache.epoch, errors=r.errors)
+        r = await self.node.push(request.epoch, request.urls, request.route)
+        return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.directory.epoch, errors=r.errors)
+
+    async def HandOver(self, request_iterator, context):
+        return await self.node.handoff.receive(request_iterator)
 
     async def Drain(self, request, context):
         handed, remaining = await self.node.drain(request.timeout_seconds or 120.0)
@@ -47,23 +50,33 @@ class AgentServer:
         self.grpc, self.health = grpcutil.new_server()
         self.port = grpcutil.bind(self.grpc, settings.listen)
         self.address = settings.advertise or grpcutil.host_port(settings.listen, self.port)
-        self.node = node or AgentNode(settings, **node_kwargs)
-        self.node.address = self.address
+        self.node = node or AgentNode(settings, address=self.address, **node_kwargs)
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.node), self.grpc)
         self.metrics_server = None
+        self.metrics_snapshot: dict[str, float] = {}
+        self._snapshots: asyncio.Task | None = None
 
     async def start(self) -> None:
         await self.grpc.start()
         await self.node.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         if self.settings.metrics_listen:
-            self.node.metrics_snapshot = self.node.status_counters()
+            self.metrics_snapshot = self.node.status_counters()
+            self._snapshots = asyncio.create_task(self._snapshot_loop())
             self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_agent", {"agent": self.node.id},
-                                                lambda: dict(self.node.metrics_snapshot))
+                                                lambda: dict(self.metrics_snapshot))
         log.info("agent %s serving on %s", self.node.id, self.address)
+
+    async def _snapshot_loop(self) -> None:
+        # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
+        while True:
+            await asyncio.sleep(1.0)
+            self.metrics_snapshot = self.node.status_counters()
 
     async def stop(self, grace: float = 5.0) -> None:
         await grpcutil.mark_not_serving(self.health)
+        if self._snapshots is not None:
+            self._snapshots.cancel()
         await self.node.stop()
         await self.grpc.stop(grace)
         if self.metrics_server is not None:

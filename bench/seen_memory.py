@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             probes.append(f"https://{host_name(h)}/{WORDS[k % 20]}?id={k}&ref={WORDS[(k * 7) % 20]}&sort=desc&p={k % 97}")
         probes.append(f"https://{host_name(h)}/absent/{lr.getrandbits(40)}")
     t0 = time.perf_counter()
-    hits = sum(1 for u in probes if s.contains("", u))
+    hits = sum(1 for u in probes if (u in s))
     t_look = time.perf_counter() - t0
 
     delta = after - base

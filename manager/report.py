@@ -107,8 +107,8 @@ def read_fetches(url: str, schema: str | None = None, bin_seconds: float | None 
                 per[agent][host] = int(n)
             offset = (c.fetched_at - start) / b
             # PostgreSQL rounds a float cast to integer; SQLite truncates and may lack floor().
-            bucket = sa.func.floor(offset) if engine.dialect.name == "postgresql" else sa.cast(offset, sa.Integer)
-            bucket = bucket.label("bucket")
+            raw = sa.func.floor(offset) if engine.dialect.name == "postgresql" else sa.cast(offset, sa.Integer)
+            bucket = raw.label("bucket")
             series: dict[str, dict[int, int]] = defaultdict(dict)
             for agent, k, n in conn.execute(sa.select(c.agent_id, bucket, sa.func.count()).group_by(c.agent_id, bucket)):
                 series[agent][int(k)] = int(n)
@@ -182,7 +182,7 @@ def summarize(f: Fetches, places: Places) -> dict[str, Any]:
     seconds = max(span, f.bin_seconds)
     agents = sorted(set(f.per_agent_host) | set(places.agents))
     per: dict[str, Any] = {}
-    overall = defaultdict(int)
+    overall: defaultdict[str, int] = defaultdict(int)
     for agent in agents:
         hosts = f.per_agent_host.get(agent, {})
         pages = sum(hosts.values())
@@ -193,7 +193,7 @@ def summarize(f: Fetches, places: Places) -> dict[str, Any]:
             "location_known": home is not None,
         }
         if home is not None:
-            k = defaultdict(int)
+            k: defaultdict[str, int] = defaultdict(int)
             for host, n in hosts.items():
                 site = places.sites.get(host, Place())
                 same_isp = bool(home.isp and site.isp and home.isp == site.isp)
@@ -257,7 +257,7 @@ def plot(f: Fetches, summary: dict[str, Any], out: Path) -> dict[str, Path]:
 
     fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     nbins = f.bins()
-    total = [0] * nbins
+    total = [0.0] * nbins
     for agent in agents:
         counts = f.series.get(agent, {})
         ys = [counts.get(i, 0) / f.bin_seconds for i in range(nbins)]

@@ -1,4 +1,4 @@
-"""`manager seed`: check every line, send each URL straight to its owner (one hop saved)."""
+"""`manager seed`: check every line, hand the URLs to live agents, which route them to their owners."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-
+from agent.client import AgentPool
 from consultant.client import ConsultantClient
-from wancrawl import grpcutil
-from wancrawl.errors import InvalidArgument, Unavailable
-from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+from wancrawl.errors import InvalidArgument, Unavailable, WancrawlError
+from wancrawl.urls import InvalidUrl, canonicalize
+from wancrawl.v1 import agent_pb2
 
 BATCH = 1000
-MAX_ROUNDS = 4
 
 
 @dataclass
@@ -50,50 +47,30 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
 
 
 async def inject(consultant: ConsultantClient, urls: list[str]) -> tuple[Counter, list[str]]:
-    """Push URLs to their owners. Returns (accepted per agent, URLs that could not be placed).
-    A batch whose owner cannot be reached goes to the next agent of the host's preference
-    list, then to any live agent (which routes it on); "not mine" answers are resolved again."""
-    accepted: Counter = Counter()
-    pending = list(urls)
-    channels: dict[str, object] = {}
-
-    async def push(address: str, chunk: list[str]) -> agent_pb2.PushUrlsResponse:
-        ch = channels.get(address) or channels.setdefault(address, grpcutil.channel(address))
-        req = agent_pb2.PushUrlsRequest(sender_id="manager", urls=[agent_pb2.UrlItem(url=u) for u in chunk])
-        return await agent_pb2_grpc.AgentStub(ch).PushUrls(req, timeout=60)
-
-    try:
-        for _ in range(MAX_ROUNDS):
-            if not pending:
+    """Hand URLs to live agents in chunks (PushUrls with route): each agent keeps those of its
+    own hosts and pushes the rest to their owners, so the manager is not a second router. A
+    chunk an agent cannot take goes to the next live agent. Returns (URLs taken per agent,
+    URLs no agent took)."""
+    live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
+    if not live:
+        raise Unavailable("no live agent is registered with the consultant")
+    taken: Counter = Counter()
+    failed: list[str] = []
+    async with AgentPool(timeout=60) as pool:
+        for n, i in enumerate(range(0, len(urls), BATCH)):
+            chunk = urls[i : i + BATCH]
+            items = [agent_pb2.UrlItem(url=u) for u in chunk]
+            for k in range(len(live)):
+                agent_id, address = live[(n + k) % len(live)]  # spread the routing work
+                try:
+                    r = await pool.get(address).push("manager", 0, items, route=True)
+                except WancrawlError:
+                    continue  # unreachable or failing: the next agent
+                taken[agent_id] += r.accepted
                 break
-            hosts = sorted({host_of_canonical(u) for u in pending})
-            routes = {r.host: r for i in range(0, len(hosts), BATCH) for r in await consultant.resolve(hosts[i : i + BATCH])}
-            live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
-            if not live:
-                raise Unavailable("no live agent is registered with the consultant")
-            by_agent: dict[tuple[str, str], list[str]] = {}
-            for u in pending:
-                r = routes.get(host_of_canonical(u))
-                by_agent.setdefault(r.agents[0] if r is not None and r.agents else live[0], []).append(u)
-            pending = []
-            for first, group in by_agent.items():
-                order = [first] + [a for a in live if a != first]
-                for i in range(0, len(group), BATCH):
-                    chunk = group[i : i + BATCH]
-                    for agent_id, address in order:
-                        try:
-                            resp = await push(address, chunk)
-                        except grpc.aio.AioRpcError:
-                            continue  # unreachable: the next agent
-                        accepted[agent_id] += resp.accepted
-                        pending += [chunk[j] for j in resp.not_mine]
-                        break
-                    else:
-                        pending += chunk
-    finally:
-        for ch in channels.values():
-            await ch.close()  # type: ignore[attr-defined]
-    return accepted, pending
+            else:
+                failed += chunk
+    return taken, failed
 
 
 async def run_seed(args) -> int:
@@ -114,13 +91,13 @@ async def run_seed(args) -> int:
             accepted, failed = await inject(c, seeds.urls)
     summary = {
         "valid": len(seeds.urls), "bad_lines": len(seeds.bad), "duplicates": seeds.duplicates,
-        "accepted": sum(accepted.values()), "per_agent": dict(accepted), "not_injected": len(failed),
+        "accepted": sum(accepted.values()), "routed_by": dict(accepted), "not_injected": len(failed),
     }
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{summary['valid']} seed URLs, {summary['bad_lines']} bad lines, {summary['duplicates']} duplicates; "
-              f"{summary['accepted']} accepted by {len(accepted)} agents"
+              f"{summary['accepted']} accepted (routed to their owners by {len(accepted)} agents)"
               + "".join(f"\n  {a}: {n}" for a, n in sorted(accepted.items()))
               + (f"\n{len(failed)} could not be injected" if failed else ""))
     return 1 if failed else 0

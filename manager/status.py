@@ -8,10 +8,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from agent.client import AgentClient, AgentPool
 from consultant.client import ConsultantClient
-from wancrawl import grpcutil
-from wancrawl.errors import NotFound
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+from wancrawl.errors import NotFound, WancrawlError
 
 STATE = {1: "alive", 2: "dead", 3: "left"}
 
@@ -50,13 +49,15 @@ class Snapshot:
         }
 
 
-async def _agent_status(address: str) -> dict[str, float] | None:
+async def _agent_status(client: AgentClient) -> dict[str, float] | None:
     try:
-        async with grpcutil.channel(address) as ch:
-            r = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest(), timeout=3)
-            return dict(r.counters)
-    except Exception:  # noqa: BLE001 - shown as unreachable
+        return dict((await client.status(timeout=3)).counters)
+    except WancrawlError:  # shown as unreachable
         return None
+
+
+async def _none() -> None:
+    return None
 
 
 async def snapshot(consultant: ConsultantClient, include_dead: bool = False, storage: str | None = None) -> Snapshot:
@@ -65,7 +66,8 @@ async def snapshot(consultant: ConsultantClient, include_dead: bool = False, sto
         AgentView(a.agent_id, a.address, STATE.get(a.state, "?"), a.location.city, a.location.isp)
         for a in listed.agents
     ]
-    results = await asyncio.gather(*(_agent_status(v.address) if v.state == "alive" else asyncio.sleep(0) for v in views))
+    async with AgentPool() as pool:
+        results = await asyncio.gather(*(_agent_status(pool.get(v.address)) if v.state == "alive" else _none() for v in views))
     for v, c in zip(views, results):
         if c:
             v.counters, v.reachable = c, True
@@ -76,14 +78,14 @@ async def snapshot(consultant: ConsultantClient, include_dead: bool = False, sto
 
 
 async def _storage_stats(address: str) -> dict | None:
+    from google.protobuf import json_format
+
+    from storage.client import GrpcStorageClient
+
     try:
-        from google.protobuf import json_format
-
-        from storage.client import GrpcStorageClient
-
         async with GrpcStorageClient(address, timeout=5) as s:
             return json_format.MessageToDict(await s.stats(top=0), preserving_proto_field_name=True)
-    except Exception as exc:  # noqa: BLE001
+    except WancrawlError as exc:
         return {"error": str(exc)}
 
 
@@ -164,7 +166,7 @@ async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float,
     while True:
         try:
             snap = await snapshot(consultant)
-        except Exception as exc:  # noqa: BLE001 - the consultant may be restarting
+        except WancrawlError as exc:  # the consultant may be restarting
             if not quiet:
                 print(f"waiting: {exc}", file=sys.stderr)
             snap = None
@@ -173,7 +175,7 @@ async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float,
             k = snap.progress_key()
             if k != key:
                 since, key = now, k
-            elif now - since >= stable:
+            elif since is not None and now - since >= stable:
                 return True
         else:
             since, key = None, None
@@ -202,7 +204,7 @@ async def run_drain(args) -> int:
         agents = {a.agent_id: a.address for a in (await c.list_agents()).agents}
     if args.agent not in agents:
         raise NotFound(f"no live agent {args.agent!r} (known: {', '.join(sorted(agents)) or 'none'})")
-    async with grpcutil.channel(agents[args.agent]) as ch:
-        r = await agent_pb2_grpc.AgentStub(ch).Drain(agent_pb2.DrainRequest(timeout_seconds=args.timeout), timeout=args.timeout + 30)
-    print(f"{args.agent}: {r.handed_over} queued URLs handed over, {r.remaining} still owed (kept in its outbox)")
-    return 0 if r.remaining == 0 else 1
+    async with AgentClient(agents[args.agent]) as client:
+        handed, remaining = await client.drain(args.timeout)
+    print(f"{args.agent}: {handed} queued URLs handed over with their hosts' state, {remaining} still held or owed")
+    return 0 if remaining == 0 else 1

@@ -40,10 +40,10 @@ def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, so
 
 
 async def seed(node, urls: list[str]):
-    """Push URLs into an agent as the manager does (no sender epoch)."""
+    """Hand URLs to an agent as the manager does: it routes them to their owners."""
     from wancrawl.v1 import agent_pb2
 
-    return await node.intake_push(0, [agent_pb2.UrlItem(url=u) for u in urls])
+    return await node.push(0, [agent_pb2.UrlItem(url=u) for u in urls], route=True)
 
 
 def truth_urls(web: Web, seeds: list[str], max_depth: int, allow: list[str] | None = None) -> set[str]:
@@ -81,8 +81,8 @@ async def wait_idle(nodes, timeout: float = 60.0, stable: float = 0.5) -> None:
             quiet_since = None
         await asyncio.sleep(0.05)
     raise AssertionError("crawl did not finish: " + "; ".join(
-        f"{n.id}: frontier={len(n.frontier)} in_flight={n.in_flight} router={n.router.pending()} "
-        f"hosts={[(h, n.frontier.queue_len(h), n.frontier.ready_at(h), h in set(n.scheduler.hosts()), n.politeness.next_time(h) - n.clock()) for h in list(n.frontier.hosts_ready())[:5]]}"
+        f"{n.id}: frontier={len(n.frontier)} in_flight={n.dispatcher.in_flight} routing={n.routing.pending()} "
+        f"hosts={[(h, n.frontier.queue_len(h), n.frontier.ready_at(h), h in set(n.dispatcher.scheduler.hosts()), n.dispatcher.politeness.next_time(h) - n.clock()) for h in list(n.frontier.hosts_ready())[:5]]}"
         for n in nodes))
 
 

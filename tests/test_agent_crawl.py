@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from agent.frontier import Item
 from lab import checks
 from lab.testing import ServerThread
 from wancrawl.urls import canonicalize, host_of
@@ -85,19 +86,18 @@ def test_not_mine_after_an_epoch_change_reroutes_without_loss(run, tmp_path):
                 owner = a if r.owner[0] == a.node.id else b
                 other = b if owner is a else a
                 # `other` learns the route (owner), then the host is moved to `other` itself.
-                routes, _ = await other.node._consult([site.host])
-                other.node.cache.put(routes[0])
-                assert other.node.cache.get(site.host, other.node.clock()).owner_id == owner.node.id
+                await other.node.directory.lookup([site.host])
+                assert other.node.directory.cache.get(site.host, other.node.clock()).agents[0][0] == owner.node.id
                 await client.set_override(site.host, other.node.id)
                 # `owner` learns the new epoch (its heartbeat) but `other` has not yet: it still
                 # pushes to `owner`, which answers "not mine"; `other` re-resolves and keeps it.
                 for _ in range(40):
-                    if owner.node.cache.epoch > other.node.cache.epoch:
+                    if owner.node.directory.epoch > other.node.directory.epoch:
                         break
                     await asyncio.sleep(0.05)
-                other.node.cache.epoch = 0  # hold other's view back for the race
+                other.node.directory.cache.epoch = 0  # hold other's view back for the race
                 url = canonicalize(web.url(site, "/"))
-                other.node.route([__import__("agent.router", fromlist=["UrlItem"]).UrlItem(url, site.host)])
+                other.node.routing.route([Item(url, site.host)])
                 await wait_idle([a.node, b.node])
                 return owner.node.status_counters(), other.node.status_counters(), lab.server.log
 
@@ -135,5 +135,8 @@ def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path):
         assert listed == [b_id], "the drained agent left the consultant"
         got = set(fetched_urls(lab, port))
         assert got >= truth, "nothing queued was lost"
+        fetched = fetched_urls(lab, port)
+        twice = [u for u, n in collections.Counter(fetched).items() if n > 1]
+        assert not twice, f"the new owner got the seen set with the queue: nothing fetched twice ({twice[:3]})"
         late = [e for e in lab.server.log if e.client == a_ip and e.t > 0]
         assert late, "the leaver had crawled before the drain"

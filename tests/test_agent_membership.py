@@ -32,9 +32,9 @@ def test_crawl_survives_a_consultant_restart_with_lost_state_and_re_registers(ru
                 await asyncio.sleep(0.3)
                 # The consultant goes away; the crawl carries on with cached routes.
                 await cs.stop(0)
-                before = sum(a.node.counters["pages"] for a in agents)
+                before = sum(a.node.status_counters()["pages"] for a in agents)
                 await asyncio.sleep(1.0)
-                during = sum(a.node.counters["pages"] for a in agents)
+                during = sum(a.node.status_counters()["pages"] for a in agents)
                 # It comes back with an empty state (a new database): agents register again.
                 s2 = override(override(cs.settings, "state_url", f"sqlite:///{tmp_path}/fresh.db"), "listen", f"127.0.0.1:{port}")
                 cs2, _ = create_consultant(s2)
@@ -74,14 +74,14 @@ def test_storage_outage_loses_nothing_and_the_spool_drains(run, tmp_path):
                 store.fail_next = 10**9  # storage is down
                 await seed(agent.node, seeds)
                 for _ in range(200):
-                    if agent.node.frontier.hosts_with_work() == 0 and agent.node.in_flight == 0:
+                    if agent.node.frontier.hosts_with_work() == 0 and agent.node.dispatcher.in_flight == 0:
                         break
                     await asyncio.sleep(0.05)
                 spooled = len(agent.node.spool)
                 assert not agent.node.idle(), "pages waiting for storage: the crawl is not finished"
                 store.fail_next = 0  # storage is back
                 await wait_idle([agent.node])
-                return spooled, {c.url for c in store.captures.values()}, agent.node.counters["storage_failures"]
+                return spooled, {c.url for c in store.captures.values()}, agent.node.status_counters()["storage_failures"]
 
         spooled, stored, failures = run(go())
         assert spooled > 0 and failures > 0

@@ -18,7 +18,7 @@ def test_add_new_reports_new_once_including_repeats_in_a_batch(tmp_path):
     s = SeenSet(tmp_path / "s.db")
     assert s.add_new("a", ["http://a/1", "http://a/2", "http://a/1"]) == [True, True, False]
     assert s.add_new("a", ["http://a/2", "http://a/3"]) == [False, True]
-    assert s.contains("a", "http://a/3") and not s.contains("a", "http://a/4")
+    assert ("http://a/3" in s) and not ("http://a/4" in s)
     assert len(s) == 3
 
 
@@ -34,8 +34,8 @@ def test_growth_keeps_every_member_and_matches_a_set(tmp_path):
             assert new == (u not in model)
             model.add(u)
     assert s.capacity > start_cap and len(s) == len(model)
-    assert all(s.contains("", u) for u in model)
-    assert not any(s.contains("", f"http://h{h}/x{h}") for h in range(40))
+    assert all((u in s) for u in model)
+    assert not any((f"http://h{h}/x{h}" in s) for h in range(40))
     assert s.memory_bytes() <= 8 * 4 * len(model)  # load stays above 25%
 
 
@@ -49,8 +49,8 @@ def test_flushed_survives_a_crash_and_unflushed_does_not(tmp_path):
     del s  # a crash: no close()
     t = SeenSet(tmp_path / "s.db", merge_rows=3)
     assert len(t) == 7
-    assert all(t.contains("a", u) for u in _urls("a", 5)) and all(t.contains("b", u) for u in _urls("b", 2))
-    assert not t.contains("a", "http://a/unflushed")
+    assert all((u in t) for u in _urls("a", 5)) and all((u in t) for u in _urls("b", 2))
+    assert not ("http://a/unflushed" in t)
     assert t.add_new("a", ["http://a/unflushed", _urls("a", 1)[0]]) == [True, False]
     t.close()
     assert len(SeenSet(tmp_path / "s.db")) == 8
@@ -67,19 +67,19 @@ def test_handover_moves_one_host(tmp_path):
     new = SeenSet(tmp_path / "new.db")
     assert new.import_host("a", fps) == 130
     assert new.import_host("a", fps[:5]) == 0
-    assert all(new.contains("a", u) for u in _urls("a", 120) + _urls("a", 10, "late"))
+    assert all((u in new) for u in _urls("a", 120) + _urls("a", 10, "late"))
     assert new.add_new("a", _urls("a", 3)) == [False] * 3
     assert old.drop_host("a") == 130
     assert len(old) == 80
-    assert not any(old.contains("a", u) for u in _urls("a", 120))
-    assert all(old.contains("b", u) for u in _urls("b", 80))
+    assert not any((u in old) for u in _urls("a", 120))
+    assert all((u in old) for u in _urls("b", 80))
     assert old.export_host("a") == []
     old.close()
     new.close()
     old = SeenSet(tmp_path / "old.db")
     new = SeenSet(tmp_path / "new.db")
     assert len(old) == 80 and len(new) == 130
-    assert not old.contains("a", _urls("a", 1)[0]) and new.contains("a", _urls("a", 1)[0])
+    assert not (_urls("a", 1)[0] in old) and (_urls("a", 1)[0] in new)
     assert old.add_new("a", _urls("a", 2)) == [True, True]  # the host can come back later
 
 

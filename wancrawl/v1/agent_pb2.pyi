@@ -18,14 +18,16 @@ class UrlItem(_message.Message):
     def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ...) -> None: ...
 
 class PushUrlsRequest(_message.Message):
-    __slots__ = ("sender_id", "epoch", "urls")
+    __slots__ = ("sender_id", "epoch", "urls", "route")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     URLS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     epoch: int
     urls: _containers.RepeatedCompositeFieldContainer[UrlItem]
-    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., urls: _Optional[_Iterable[_Union[UrlItem, _Mapping]]] = ...) -> None: ...
+    route: bool
+    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., urls: _Optional[_Iterable[_Union[UrlItem, _Mapping]]] = ..., route: _Optional[bool] = ...) -> None: ...
 
 class PushUrlsResponse(_message.Message):
     __slots__ = ("accepted", "not_mine", "epoch", "errors")
@@ -73,3 +75,69 @@ class DrainResponse(_message.Message):
     handed_over: int
     remaining: int
     def __init__(self, handed_over: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
+
+class QueuedUrl(_message.Message):
+    __slots__ = ("url", "depth", "via", "not_before")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    depth: int
+    via: str
+    not_before: float
+    def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ..., not_before: _Optional[float] = ...) -> None: ...
+
+class RobotsState(_message.Message):
+    __slots__ = ("status", "body", "expires", "fetched_ok", "failing_since")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_OK_FIELD_NUMBER: _ClassVar[int]
+    FAILING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    body: bytes
+    expires: float
+    fetched_ok: float
+    failing_since: float
+    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., expires: _Optional[float] = ..., fetched_ok: _Optional[float] = ..., failing_since: _Optional[float] = ...) -> None: ...
+
+class HostState(_message.Message):
+    __slots__ = ("host", "queue", "seen", "crawl_delay", "backoff_until", "backoff_level", "robots", "pages")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SEEN_FIELD_NUMBER: _ClassVar[int]
+    CRAWL_DELAY_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ROBOTS_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    queue: _containers.RepeatedCompositeFieldContainer[QueuedUrl]
+    seen: _containers.RepeatedScalarFieldContainer[int]
+    crawl_delay: float
+    backoff_until: float
+    backoff_level: int
+    robots: RobotsState
+    pages: int
+    def __init__(self, host: _Optional[str] = ..., queue: _Optional[_Iterable[_Union[QueuedUrl, _Mapping]]] = ..., seen: _Optional[_Iterable[int]] = ..., crawl_delay: _Optional[float] = ..., backoff_until: _Optional[float] = ..., backoff_level: _Optional[int] = ..., robots: _Optional[_Union[RobotsState, _Mapping]] = ..., pages: _Optional[int] = ...) -> None: ...
+
+class HandOverRequest(_message.Message):
+    __slots__ = ("sender_id", "epoch", "host")
+    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    sender_id: str
+    epoch: int
+    host: HostState
+    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[_Union[HostState, _Mapping]] = ...) -> None: ...
+
+class HandOverResponse(_message.Message):
+    __slots__ = ("hosts", "queued", "seen")
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    SEEN_FIELD_NUMBER: _ClassVar[int]
+    hosts: int
+    queued: int
+    seen: int
+    def __init__(self, hosts: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ...) -> None: ...

@@ -49,6 +49,11 @@ class AgentStub:
                 request_serializer=wancrawl_dot_v1_dot_agent__pb2.DrainRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_agent__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.HandOver = channel.stream_unary(
+                '/wancrawl.v1.Agent/HandOver',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -74,6 +79,16 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HandOver(self, request_iterator, context):
+        """One host's whole state (queue, seen fingerprints, politeness and robots state, counts)
+        moves to another agent (seed 001's REFRESH_TASK): a drain, later failover and join.
+        Parts of one host come queue first, then seen fingerprints. Answered only once all of it
+        is durable at the receiver.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +106,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=wancrawl_dot_v1_dot_agent__pb2.DrainRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_agent__pb2.DrainResponse.SerializeToString,
+            ),
+            'HandOver': grpc.stream_unary_rpc_method_handler(
+                    servicer.HandOver,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +194,33 @@ class Agent:
             '/wancrawl.v1.Agent/Drain',
             wancrawl_dot_v1_dot_agent__pb2.DrainRequest.SerializeToString,
             wancrawl_dot_v1_dot_agent__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandOver(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/wancrawl.v1.Agent/HandOver',
+            wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.FromString,
             options,
             channel_credentials,
             insecure,

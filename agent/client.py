@@ -1,0 +1,102 @@
+"""The one client of the Agent service: peers, the manager and the CLI call agents through it.
+
+Errors are translated at this boundary (wancrawl.grpcutil.translate): callers see
+Unavailable (retry), InvalidArgument, NotFound... never a raw grpc error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from wancrawl import grpcutil
+from wancrawl.v1 import agent_pb2, agent_pb2_grpc
+
+
+@dataclass(frozen=True)
+class PushResult:
+    accepted: int
+    not_mine: list[int]   # indices of URLs whose host the receiver does not own
+    epoch: int            # the receiver's epoch
+    errors: list[str]     # "index: reason" for malformed URLs
+
+
+class AgentClient:
+    """One agent, over one channel."""
+
+    def __init__(self, address: str, timeout: float = 30.0):
+        self.address = address
+        self.timeout = timeout
+        self._channel = grpcutil.channel(address)
+        self._stub = agent_pb2_grpc.AgentStub(self._channel)
+
+    def _error(self, exc: grpc.aio.AioRpcError, what: str) -> Exception:
+        return grpcutil.translate(exc, f"agent {self.address}: {what}")
+
+    async def push(self, sender_id: str, epoch: int, urls: Iterable[agent_pb2.UrlItem], *, route: bool = False,
+                   timeout: float | None = None) -> PushResult:
+        """PushUrls. route=True: the receiver routes every URL itself (the manager's seeds)."""
+        req = agent_pb2.PushUrlsRequest(sender_id=sender_id, epoch=epoch, urls=urls, route=route)
+        try:
+            r = await self._stub.PushUrls(req, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "PushUrls") from None
+        return PushResult(r.accepted, list(r.not_mine), r.epoch, list(r.errors))
+
+    async def status(self, timeout: float | None = None) -> agent_pb2.StatusResponse:
+        try:
+            return await self._stub.Status(agent_pb2.StatusRequest(), timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Status") from None
+
+    async def drain(self, timeout: float = 120.0) -> tuple[int, int]:
+        """Graceful leave of that agent: (URLs handed over, URLs still owed)."""
+        try:
+            r = await self._stub.Drain(agent_pb2.DrainRequest(timeout_seconds=timeout), timeout=timeout + 30)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Drain") from None
+        return r.handed_over, r.remaining
+
+    async def hand_over(self, parts: AsyncIterator[agent_pb2.HandOverRequest] | Iterable[agent_pb2.HandOverRequest],
+                        timeout: float | None = None) -> agent_pb2.HandOverResponse:
+        """Stream host states; the answer means all of them are durable at the receiver."""
+        try:
+            return await self._stub.HandOver(parts, timeout=timeout or self.timeout * 4)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "HandOver") from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AgentPool:
+    """One AgentClient per address, reused across calls."""
+
+    def __init__(self, timeout: float = 30.0):
+        self.timeout = timeout
+        self._clients: dict[str, AgentClient] = {}
+
+    def get(self, address: str) -> AgentClient:
+        c = self._clients.get(address)
+        if c is None:
+            c = self._clients[address] = AgentClient(address, self.timeout)
+        return c
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+
+    async def __aenter__(self) -> AgentPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,364 @@
+"""The dispatcher: politeness picks a host, robots.txt first, fetch, then the outcome is carried out."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.fetch import FetchRequest, FetchResponse, Fetcher
+from agent.frontier import Frontier, Item
+from agent.links import extract_links
+from agent.outcome import MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide
+from agent.politeness import Politeness, Scheduler
+from agent.robots import RobotsCache, RobotsState
+from agent.scope import Scope
+from agent.settings import AgentSettings
+from agent.waker import HostSignal
+from wancrawl import errors
+from wancrawl.hostres import HostResolver
+from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of_canonical
+from wancrawl.warcrecords import Capture, FetchResult, build_capture
+
+log = logging.getLogger("agent")
+
+UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
+
+
+@dataclass(frozen=True)
+class HostCrawlState:
+    """The dispatcher's part of one host's state (agent/ledger.py HostState holds the rest)."""
+
+    crawl_delay: float | None
+    backoff_until: float
+    backoff_level: int
+    robots: RobotsState | None
+    pages: int
+
+
+class Dispatcher:
+    """Owns the crawl of this agent's hosts: scheduler and politeness, robots.txt, fetches in
+    flight, per-host page counts and retry counts. Hosts get work through `signal` (intake and
+    the ledger wake them); finished pages go to `finish` (the commit log) and their links to
+    `route`. `wake`, `stop`, `idle` and the host export/import/drop are its public entries."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        frontier: Frontier,
+        fetcher: Fetcher,
+        resolver: HostResolver,
+        scope: Scope,
+        signal: HostSignal,
+        *,
+        route: Callable[[list[Item]], None],
+        finish: Callable[[Item | None, Capture | None], None],
+        clock: Callable[[], float],
+    ):
+        self.s = settings
+        self.id = settings.agent_id
+        self.frontier = frontier
+        self.fetcher = fetcher
+        self.resolver = resolver
+        self.scope = scope
+        self.signal = signal
+        self.route = route
+        self.finish = finish
+        self.clock = clock
+        p = settings.politeness
+        self.policy = Policy(p.max_retries, p.max_retry_after)
+        self.politeness = Politeness(
+            p.delay, max_per_host=p.max_per_host, max_per_ip=p.max_per_ip, ip_delay=p.ip_delay,
+            max_delay=p.max_crawl_delay, max_backoff=p.max_backoff, max_retry_after=p.max_retry_after,
+        )
+        self.scheduler = Scheduler(self.politeness)
+        self.robots = RobotsCache(settings.fetch.user_agent, ttl=settings.robots.ttl, error_ttl=settings.robots.error_ttl)
+        self.host_ip: dict[str, str | None] = {}
+        self.pages_per_host: dict[str, int] = {}
+        self.attempts: dict[str, int] = {}       # URL -> failed tries so far
+        self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
+        # URLs routed lately (in scope), oldest first; a pure traffic/CPU saver: the owner's
+        # seen set is what guarantees each URL is crawled once.
+        self.recent: dict[str, None] = {}
+        self.in_flight = 0
+        self.fetch_tasks: set[asyncio.Task] = set()
+        self.bg_tasks: set[asyncio.Task] = set()
+        self.robots_in_flight: set[str] = set()
+        self.stopping = False
+        self.rate_window: deque[float] = deque()  # times of recent pages (pages/s for heartbeats)
+        self.counters: dict[str, float] = {
+            "fetches": 0, "pages": 0, "bytes": 0, "errors": 0, "robots_fetches": 0, "robots_denied": 0,
+            "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
+            "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0,
+        }
+
+    # -- waking hosts -----------------------------------------------------------------------------
+    def wake(self, host: str) -> None:
+        """The host has work: into the scheduler (after a DNS look-up if it is new here)."""
+        if host in self.host_ip:
+            self._schedule(host)
+        else:
+            t = asyncio.get_running_loop().create_task(self._resolve_and_schedule(host))
+            self.bg_tasks.add(t)
+            t.add_done_callback(self.bg_tasks.discard)
+
+    def _schedule(self, host: str) -> None:
+        if not self.politeness.tracks(host):
+            # New to politeness (or forgotten while idle): its robots.txt Crawl-delay again.
+            delay = self.robots.crawl_delay(host)
+            if delay is not None:
+                self.politeness.set_delay(host, delay)
+        self.scheduler.wake(host, self.host_ip.get(host) or UNRESOLVED, self.frontier.ready_at(host) or 0.0)
+        self.signal.waker.set()
+
+    async def _resolve_and_schedule(self, host: str) -> None:
+        if host not in self.host_ip:
+            self.host_ip[host] = await self.resolver.resolve(host)
+        if self.frontier.has_work(host):
+            self._schedule(host)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        last_purge = self.clock()
+        while not self.stopping:
+            for host in self.signal.take():
+                self.wake(host)
+            now = self.clock()
+            started = False
+            while self.in_flight < self.s.concurrency:
+                ready = self.scheduler.pop_ready(now)
+                if ready is None:
+                    break
+                self._start(ready, now)
+                started = True
+            if started:
+                await asyncio.sleep(0)
+                continue
+            if now - last_purge >= 60.0:
+                # Parsed robots.txt of hosts not crawled for a TTL: memory stays bounded.
+                self.robots.purge(now)
+                last_purge = now
+            nxt = self.scheduler.next_wakeup(now)
+            timeout = 0.5 if nxt is None else max(0.0, min(0.5, nxt - now))
+            await self.signal.waker.wait(timeout)
+
+    async def stop(self) -> None:
+        """No new fetches; the ones under way finish (bounded by the fetch timeout)."""
+        self.stopping = True
+        self.signal.waker.set()
+        if self.fetch_tasks:
+            await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
+
+    def idle(self) -> bool:
+        return self.in_flight == 0
+
+    def _start(self, host: str, now: float) -> None:
+        ip = self.host_ip.get(host) or UNRESOLVED
+        item = self.frontier.pop(host, now)
+        if item is None:
+            ready = self.frontier.ready_at(host)
+            if ready is None:
+                self.scheduler.remove(host)
+                if self.politeness.next_time(host) <= now:
+                    # Idle and past its delay: its politeness state can go (memory grows
+                    # with every host ever crawled otherwise); _schedule restores Crawl-delay.
+                    self.politeness.forget(host)
+            else:
+                self.scheduler.wake(host, ip, ready)
+            return
+        if self.s.robots.enabled and self.robots.needs_fetch(host, now):
+            # robots.txt first, from the origin (scheme, port) of the URL that needs it.
+            self.frontier.retry(item)
+            if host not in self.robots_in_flight:
+                self.robots_in_flight.add(host)
+                self._spawn(self._fetch_robots(host, ip, item.url))
+            return
+        if self.s.robots.enabled and not self.robots.allowed(item.url, host):
+            self.counters["robots_denied"] += 1
+            self.finish(item, None)
+            self._schedule(host)
+            return
+        if self.scope.host_full(self.pages_per_host.get(host, 0)):
+            self.counters["out_of_scope"] += 1
+            self.finish(item, None)
+            self._schedule(host)
+            return
+        self._spawn(self._fetch_page(item, ip))
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        self.in_flight += 1
+        t = asyncio.get_running_loop().create_task(coro)
+        self.fetch_tasks.add(t)
+        t.add_done_callback(self._fetch_done)
+
+    def _fetch_done(self, t: asyncio.Task) -> None:
+        self.fetch_tasks.discard(t)
+        self.in_flight -= 1
+        self.signal.waker.set()
+        if not t.cancelled() and t.exception() is not None:
+            log.error("fetch task failed", exc_info=t.exception())
+
+    async def _fetch(self, url: str, host: str, ip: str | None) -> FetchResponse:
+        """One request through the fetcher, counted (robots.txt and its redirect hops too)."""
+        try:
+            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip))
+        except Exception as exc:  # noqa: BLE001 - a fetcher bug must not stop the crawl
+            log.exception("fetcher raised on %s", url)
+            resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
+        self.counters["fetches"] += 1
+        self.counters["bytes"] += resp.raw_length
+        return resp
+
+    async def _fetch_robots(self, host: str, ip: str, page_url: str) -> None:
+        scheme, _, rest = page_url.partition("://")
+        url = f"{scheme}://{rest.split('/', 1)[0]}/robots.txt"
+        # The host's slot is held for the whole chain, so its politeness sees one request.
+        self.scheduler.started(host, ip, self.clock())
+        try:
+            resp = await self._fetch(url, host, ip)
+            hops = 0
+            # RFC 9309 2.3.1.2: follow at least five redirects for robots.txt.
+            while resp.status in REDIRECTS and resp.location and hops < 5:
+                hops += 1
+                try:
+                    url = canonicalize(resp.location, url)
+                except InvalidUrl:
+                    break
+                target = host_of_canonical(url)
+                resp = await self._fetch(url, target, ip if target == host else None)
+            self.counters["robots_fetches"] += 1
+            self.robots.update(host, resp.status if not resp.error else 0, resp.body, self.clock())
+            delay = self.robots.crawl_delay(host)
+            if delay is not None:
+                self.politeness.set_delay(host, delay)
+            self.scheduler.finished(host, ip, self.clock(), resp.status or None, resp.retry_after, has_work=True)
+        finally:
+            self.robots_in_flight.discard(host)
+
+    async def _fetch_page(self, item: Item, ip: str) -> None:
+        host = item.host
+        self.scheduler.started(host, ip, self.clock())
+        resp = await self._fetch(item.url, host, ip)
+        now = self.clock()
+        o = decide(resp, self.attempts.get(item.url, 0), self.policy, stopping=self.stopping)
+        if o.retry:
+            if o.attempt is not None:
+                self.attempts[item.url] = o.attempt
+                self.counters["retries"] += 1
+            if o.record:
+                self.finish(None, self._capture(item, resp))  # the response is kept; the URL is not done
+            self.frontier.retry(item, now + o.wait)
+            self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=True)
+            self._schedule(host)  # with the retried URL's not-before
+            return
+        self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=self.frontier.has_work(host))
+        self.attempts.pop(item.url, None)
+        self.counters["given_up"] += o.given_up
+        if not o.page:
+            self.counters["errors"] += 1
+            self.finish(item, None)
+            return
+        self.pages_per_host[host] = self.pages_per_host.get(host, 0) + 1
+        self.counters["pages"] += 1
+        self.rate_window.append(now)
+        if resp.truncated:
+            self.counters["truncated"] += 1
+        if o.follow is not None:
+            self.counters["redirects"] += 1
+            self._follow_redirect(item, o.follow)
+        elif o.parse:
+            res = extract_links(resp.body, item.url, resp.charset, sort_query=self.s.sort_query)
+            self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
+            self.counters["invalid_urls"] += res.invalid
+            self._discover(item, res.links)
+        self.counters["not_html"] += o.not_html
+        self.finish(item, self._capture(item, resp))
+
+    def pages_per_second(self, window: float = 10.0) -> float:
+        now = self.clock()
+        while self.rate_window and self.rate_window[0] < now - window:
+            self.rate_window.popleft()
+        return len(self.rate_window) / window
+
+    # -- links ------------------------------------------------------------------------------------
+    def _discover(self, item: Item, links: list[str]) -> None:
+        """Route a page's links (canonical already, from extract_links)."""
+        depth = item.depth + 1
+        recent = self.recent
+        out: list[Item] = []
+        for url in links:
+            # Navigation repeats the same links on every page: a URL routed a moment ago is
+            # already with its owner (or owed to it), so skip it before any more work.
+            if url in recent:
+                self.counters["recent_skips"] += 1
+                continue
+            host = host_of_canonical(url)
+            if self.scope.check(url, host, depth) is not None:
+                self.counters["out_of_scope"] += 1
+                continue
+            if len(recent) >= self.s.routing.recent_filter:
+                # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
+                for old in list(itertools.islice(recent, len(recent) // 8 or 1)):
+                    del recent[old]
+            recent[url] = None
+            out.append(Item(url, host, depth, item.url))
+        self.route(out)
+
+    def _follow_redirect(self, item: Item, location: str) -> None:
+        """A redirect is a new URL one level deeper, through routing; at most MAX_REDIRECT_HOPS
+        in a row (counted on this agent)."""
+        hops = self.redirect_hops.pop(item.url, 0) + 1
+        try:
+            url = canonicalize(location, item.url, sort_query=self.s.sort_query)
+            host = host_of_canonical(url)
+        except UnsupportedScheme:
+            self.counters["dropped_schemes"] += 1
+            return
+        except InvalidUrl:
+            self.counters["invalid_urls"] += 1
+            return
+        if hops > MAX_REDIRECT_HOPS or self.scope.check(url, host, item.depth + 1) is not None:
+            self.counters["out_of_scope"] += 1
+            return
+        self.redirect_hops[url] = hops
+        self.route([Item(url, host, item.depth + 1, item.url)])
+
+    def _capture(self, item: Item, resp: FetchResponse) -> Capture | None:
+        trunc = {"decoded": "length"}.get(resp.truncated or "", resp.truncated)
+        fr = FetchResult(
+            url=item.url, status=resp.status, response_headers=resp.headers, body=resp.body, agent_id=self.id,
+            started_at=resp.started_at, ended_at=resp.ended_at, request_headers=resp.request_headers,
+            reason=resp.reason, http_version=resp.http_version or "HTTP/1.1", ip=resp.ip or "",
+            truncated=trunc, body_decoded=True,
+        )
+        try:
+            return build_capture(fr, level=self.s.storage_out.gzip_level)
+        except errors.InvalidArgument as exc:
+            log.warning("cannot record %s: %s", item.url, exc)
+            return None
+
+    # -- per-host state, for the ledger -----------------------------------------------------------
+    def export_host(self, host: str) -> HostCrawlState:
+        until, level = self.politeness.backoff_state(host)
+        return HostCrawlState(self.robots.crawl_delay(host), until, level, self.robots.export(host),
+                              self.pages_per_host.get(host, 0))
+
+    def import_host(self, host: str, st: HostCrawlState) -> None:
+        if st.robots is not None:
+            self.robots.import_(host, st.robots)
+        if st.crawl_delay is not None:
+            self.politeness.set_delay(host, st.crawl_delay)
+        self.politeness.restore_backoff(host, st.backoff_until, st.backoff_level)
+        if st.pages:
+            self.pages_per_host[host] = self.pages_per_host.get(host, 0) + st.pages
+
+    def drop_host(self, host: str) -> None:
+        """Forget the host (its queue went with a handover); in-flight fetches are not touched."""
+        self.scheduler.remove(host)
+        self.politeness.forget(host)
+        self.robots.forget(host)
+        self.pages_per_host.pop(host, None)
+        self.host_ip.pop(host, None)

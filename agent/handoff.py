@@ -1,0 +1,103 @@
+"""HandOff: host states to and from other agents over the HandOver RPC (seed 001's REFRESH_TASK)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from agent.client import AgentPool
+from agent.ledger import HostLedger, HostState
+from agent.placement import HostDirectory
+from wancrawl import errors
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+
+@dataclass
+class Handed:
+    hosts: int = 0
+    urls: int = 0      # queued URLs handed over
+    kept_urls: int = 0  # queued URLs of hosts no other agent could take (still here)
+    kept_hosts: int = 0
+
+
+class HandOff:
+    """Sends hosts to their next owner and takes hosts in. A host leaves this agent only once
+    the receiver answered, i.e. once its state is durable there; until then it stays whole here
+    (a failed handover loses nothing: the host is simply still ours)."""
+
+    def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
+                 durable: Callable[[], Awaitable[None]]):
+        self.self_id = self_id
+        self.ledger = ledger
+        self.directory = directory
+        self.peers = peers
+        self.durable = durable  # returns after the next group commit
+        self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0}
+
+    async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
+        """host -> (agent id, address) of the next agent of its preference list other than this
+        one: the agent that owns the host once this one is gone. Hosts without one are absent."""
+        out: dict[str, tuple[str, str]] = {}
+        for h, r in (await self.directory.routes(hosts)).items():
+            nxt = next((a for a in r.agents if a[0] != self.self_id), None)
+            if nxt is not None:
+                out[h] = nxt
+        return out
+
+    async def hand_over_all(self) -> Handed:
+        """Every host held here to its successor, one stream per successor."""
+        hosts = self.ledger.owned_hosts()
+        succ = await self.successors(hosts)
+        by_agent: dict[tuple[str, str], list[str]] = {}
+        for h in hosts:
+            if h in succ:
+                by_agent.setdefault(succ[h], []).append(h)
+        res = Handed()
+        for (agent_id, address), group in by_agent.items():
+            states = [self.ledger.export(h) for h in group]
+            try:
+                await self.send(address, states)
+            except errors.WancrawlError as exc:
+                self.counters["handover_failures"] += 1
+                log.warning("handover of %d hosts to %s failed: %s", len(group), agent_id, exc)
+                continue
+            for st in states:
+                self.ledger.release(st)
+            res.hosts += len(states)
+            res.urls += sum(len(st.queue) for st in states)
+            self.counters["hosts_handed_out"] += len(states)
+            log.info("handed %d hosts (%d queued URLs) to %s", len(states), sum(len(s.queue) for s in states), agent_id)
+        left = [n for n in map(self.ledger.queued, self.ledger.owned_hosts()) if n]
+        res.kept_hosts, res.kept_urls = len(left), sum(left)
+        return res
+
+    async def send(self, address: str, states: list[HostState]) -> agent_pb2.HandOverResponse:
+        epoch = self.directory.epoch
+
+        async def parts() -> AsyncIterator[agent_pb2.HandOverRequest]:
+            for st in states:
+                for p in st.parts():
+                    yield agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto())
+
+        return await self.peers.get(address).hand_over(parts())
+
+    async def receive(self, parts: AsyncIterator[agent_pb2.HandOverRequest]) -> agent_pb2.HandOverResponse:
+        """Import every part, then answer once all of it is durable (the next group commit)."""
+        hosts: set[str] = set()
+        queued = seen = 0
+        async for req in parts:
+            self.directory.saw_epoch(req.epoch)
+            h = req.host.host
+            if not h:
+                raise errors.InvalidArgument("HandOver: a part without a host")
+            st = HostState.from_proto(req.host, first=h not in hosts)
+            hosts.add(h)
+            q, s = self.ledger.import_(st)
+            queued += q
+            seen += s
+        await self.durable()
+        self.counters["hosts_handed_in"] += len(hosts)
+        return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen)

@@ -1,0 +1,128 @@
+"""HostLedger: one host's whole state, exported, imported and dropped in one place.
+
+Everything that moves a host between agents (a drain today; failover, join and load balancing
+later) goes through here, so no feature has to know where a host's state lives: the frontier
+(its queue), the seen set (its history), the dispatcher (politeness, robots.txt, page count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent.dispatcher import Dispatcher, HostCrawlState
+from agent.frontier import Frontier, Item
+from agent.robots import RobotsState
+from agent.seen import SeenSet
+from wancrawl.v1 import agent_pb2
+
+# Items or fingerprints per HandOver message: a host of millions of URLs goes in parts of a
+# few MB, under gRPC's message limit and without one huge allocation.
+PART_ITEMS = 20_000
+PART_FINGERPRINTS = 200_000
+
+
+@dataclass
+class HostState:
+    """One host's state, or one part of it (`crawl` only in the first part). Parts of one host
+    are imported in order: queue parts before fingerprint parts, so a queued URL is never
+    taken for seen before it is queued."""
+
+    host: str
+    queue: list[Item] = field(default_factory=list)  # queued and in flight, breadth-first
+    seen: list[int] = field(default_factory=list)    # fingerprints (agent.seen.fingerprint)
+    crawl: HostCrawlState | None = None
+
+    def parts(self) -> list[HostState]:
+        """The state in messages of bounded size: queue parts first, then fingerprint parts; the
+        crawl state rides in the first."""
+        q, s = self.queue, self.seen
+        out = [HostState(self.host, q[i : i + PART_ITEMS]) for i in range(0, len(q), PART_ITEMS)]
+        out += [HostState(self.host, [], s[i : i + PART_FINGERPRINTS]) for i in range(0, len(s), PART_FINGERPRINTS)]
+        if not out:
+            out = [HostState(self.host)]
+        out[0].crawl = self.crawl
+        return out
+
+    def to_proto(self) -> agent_pb2.HostState:
+        m = agent_pb2.HostState(
+            host=self.host, seen=self.seen,
+            queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via, not_before=i.not_before) for i in self.queue],
+        )
+        c = self.crawl
+        if c is not None:
+            m.crawl_delay = c.crawl_delay or 0.0
+            m.backoff_until, m.backoff_level, m.pages = c.backoff_until, c.backoff_level, c.pages
+            if c.robots is not None:
+                r = c.robots
+                m.robots.CopyFrom(agent_pb2.RobotsState(
+                    status=r.status, body=r.text.encode(), expires=r.expires, fetched_ok=r.fetched_ok or 0.0,
+                    failing_since=r.failing_since or 0.0))
+        return m
+
+    @classmethod
+    def from_proto(cls, m: agent_pb2.HostState, first: bool) -> HostState:
+        """A received part; `first`: the first part of its host (it carries the crawl state)."""
+        crawl = None
+        if first:
+            robots = None
+            if m.HasField("robots"):
+                r = m.robots
+                robots = RobotsState(r.status, r.body.decode("utf-8", "replace"), r.expires, r.fetched_ok or None,
+                                     r.failing_since or None)
+            crawl = HostCrawlState(m.crawl_delay or None, m.backoff_until, m.backoff_level, robots, m.pages)
+        return cls(m.host, [Item(q.url, m.host, q.depth, q.via, q.not_before) for q in m.queue], list(m.seen), crawl)
+
+
+class HostLedger:
+    """Per-host ownership: export(host), import_(state), drop(host), owned_hosts()."""
+
+    def __init__(self, frontier: Frontier, seen: SeenSet, dispatcher: Dispatcher, wake: Callable[[str], None]):
+        self.frontier = frontier
+        self.seen = seen
+        self.dispatcher = dispatcher
+        self.wake = wake
+
+    def owned_hosts(self) -> list[str]:
+        """Hosts whose state this agent holds: every host with a history (a queued URL is in the
+        seen set too), and queued hosts in case a seen set was lost."""
+        return list(dict.fromkeys(self.seen.hosts() + list(self.frontier.hosts_ready())))
+
+    def queued(self, host: str) -> int:
+        return self.frontier.queue_len(host)
+
+    def export(self, host: str) -> HostState:
+        """A copy of the host's state; nothing changes here (drop or release does)."""
+        return HostState(host, self.frontier.export_host(host), self.seen.export_host(host), self.dispatcher.export_host(host))
+
+    def import_(self, st: HostState) -> tuple[int, int]:
+        """Merge a received host state (or part); returns (URLs queued, fingerprints new here).
+        A handed URL this agent has seen already is not queued again. Durable at the next
+        group commit."""
+        flags = self.seen.add_new(st.host, [i.url for i in st.queue])
+        fresh = [Item(i.url, st.host, i.depth, i.via, i.not_before) for i, new in zip(st.queue, flags) if new]
+        self.frontier.add(fresh)
+        n_seen = self.seen.import_host(st.host, st.seen) + len(fresh)
+        if st.crawl is not None:
+            self.dispatcher.import_host(st.host, st.crawl)
+        if fresh:
+            self.wake(st.host)
+        return len(fresh), n_seen
+
+    def drop(self, host: str) -> None:
+        """Forget the host everywhere (it changed owner)."""
+        self.frontier.drop_host(host)
+        self.seen.drop_host(host)
+        self.dispatcher.drop_host(host)
+
+    def release(self, st: HostState) -> int:
+        """The receiver acknowledged `st`: drop the host here, but keep (as new) URLs queued
+        since the export, which `st` does not carry; they go with the next handover. Returns
+        how many were kept."""
+        sent = {i.url for i in st.queue}
+        keep = [Item(i.url, i.host, i.depth, i.via, i.not_before) for i in self.frontier.export_host(st.host) if i.url not in sent]
+        self.drop(st.host)
+        if keep:
+            self.seen.add_new(st.host, [i.url for i in keep])
+            self.frontier.add(keep)
+        return len(keep)

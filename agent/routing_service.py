@@ -1,0 +1,135 @@
+"""The routing shell: carries out Router's decisions (batched Resolve calls, PushUrls to owners)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from agent.client import AgentPool
+from agent.frontier import Item
+from agent.outbox import Outbox
+from agent.placement import HostDirectory
+from agent.router import PushBatch, Router
+from agent.waker import Waker
+from wancrawl import errors
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+
+class RoutingService:
+    """Sends discovered URLs on their way: own hosts to `accept_local` (the intake), the rest to
+    their owners in batches. Every URL that stays here gets an outbox row first, so what is owed
+    to a peer is on disk at the next commit; the row goes when the owner acknowledged it. At
+    most `max_pushes_in_flight` PushUrls are under way at once."""
+
+    def __init__(
+        self,
+        self_id: str,
+        router: Router,
+        outbox: Outbox,
+        directory: HostDirectory,
+        peers: AgentPool,
+        accept_local: Callable[[list[Item]], int],
+        *,
+        retry_seconds: float,
+        max_pushes_in_flight: int,
+        clock: Callable[[], float],
+    ):
+        self.self_id = self_id
+        self.router = router
+        self.outbox = outbox
+        self.directory = directory
+        self.peers = peers
+        self.accept_local = accept_local
+        self.retry_seconds = retry_seconds
+        self.max_pushes = max_pushes_in_flight
+        self.clock = clock
+        self._pushes: set[asyncio.Task] = set()
+        self._poke = Waker()
+        self.counters: dict[str, float] = {"invalid_urls": 0, "agent_rpcs": 0}
+
+    def route(self, items: list[Item]) -> None:
+        if not items:
+            return
+        self.accept_local(self.router.submit(items, self.clock(), hold=self.outbox.hold))
+        self._poke.set()
+
+    def restore(self) -> None:
+        """After a restart: the URLs still owed to peers go back through routing."""
+        owed = self.outbox.load()
+        self._local(self.router.submit(owed, self.clock()))
+
+    def _local(self, items: list[Item]) -> None:
+        """Held items that turned out to be this agent's own: their outbox rows go."""
+        if items:
+            self.outbox.delivered(items)
+            self.accept_local(items)
+
+    def idle(self) -> bool:
+        return self.router.idle()
+
+    def pending(self) -> int:
+        return self.router.pending()
+
+    async def run(self, flush_interval: float) -> None:
+        interval = max(0.01, min(0.05, flush_interval / 2))
+        while True:
+            await self._poke.wait(interval)
+            try:
+                await self.flush(force=False)
+            except Exception:  # noqa: BLE001 - routing must go on
+                log.exception("routing step failed")
+
+    async def flush(self, force: bool, deadline: float | None = None) -> None:
+        """Resolve what waits, start due pushes; with force, partial batches too and, until
+        `deadline`, wait for everything to be delivered."""
+        while True:
+            hosts = self.router.hosts_to_resolve(self.clock())
+            while hosts:
+                await self._resolve(hosts)
+                hosts = self.router.hosts_to_resolve(self.clock())
+            room = self.max_pushes - len(self._pushes)
+            for b in self.router.due_pushes(self.clock(), force=force, limit=max(0, room)):
+                t = asyncio.get_running_loop().create_task(self._push(b))
+                self._pushes.add(t)
+                t.add_done_callback(self._pushes.discard)
+            if not force or deadline is None or self.router.idle() or self.clock() > deadline:
+                return
+            if self._pushes:
+                await asyncio.wait(self._pushes, timeout=0.05)
+            else:
+                await asyncio.sleep(0.05)
+
+    async def _resolve(self, hosts: list[str]) -> None:
+        answer = await self.directory.lookup(hosts)
+        now = self.clock()
+        if answer is None:
+            self._local(self.router.resolve_failed(hosts, now, self.retry_seconds))
+            return
+        routes, errs = answer
+        local, rejected = self.router.resolved(hosts, routes, now, errs, self.retry_seconds)
+        if rejected:
+            self.counters["invalid_urls"] += len(rejected)
+            self.outbox.delivered(rejected)
+        self._local(local)
+
+    async def _push(self, batch: PushBatch) -> None:
+        urls = [agent_pb2.UrlItem(url=i.url, depth=i.depth, via=i.via) for i in batch.items]
+        try:
+            self.counters["agent_rpcs"] += 1
+            resp = await self.peers.get(batch.address).push(self.self_id, batch.epoch, urls)
+        except errors.WancrawlError as exc:
+            log.warning("push of %d URLs to %s failed: %s", len(batch.items), batch.owner_id, exc)
+            for it in batch.items:
+                self.directory.forget(it.host)  # a dead owner's hosts pass to its backup
+            self.router.push_failed(batch, self.clock(), self.retry_seconds)
+            return
+        self.directory.saw_epoch(resp.epoch)
+        for i in resp.not_mine:
+            if 0 <= i < len(batch.items):
+                self.directory.forget(batch.items[i].host)
+        self.outbox.delivered(self.router.pushed(batch, resp.not_mine, resp.epoch, self.clock()))
+        if resp.not_mine:
+            self._poke.set()
