@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 from google.protobuf import json_format
 
@@ -98,7 +99,6 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
     async def ListAgents(self, request, context):
         snap = await self.service.snapshot()
         d = self.service.directory
-        weighted = self.service.settings.strategy == "weighted"
         views = {v.agent_id: v for v in d.views}
         out = []
         for rec in sorted(snap.agents.values(), key=lambda r: r.agent_id):
@@ -110,7 +110,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
             except (ValueError, json_format.ParseError):
                 pass
             view = views.get(rec.agent_id)
-            weight = 0.0 if view is None else (self.service.partitioner.weight_of(view) if weighted else 1.0)
+            weight = 0.0 if view is None else self.service.partitioner.weight_of(view)
             out.append(
                 pb.AgentInfo(
                     agent_id=rec.agent_id, address=rec.address, location=location_of(rec, d.site_isp(rec.asn)),
@@ -138,12 +138,12 @@ class ConsultantServer:
         pb_grpc.add_ConsultantServicer_to_server(ConsultantServicer(service), self.grpc)
         self.port = grpcutil.bind(self.grpc, settings.listen)
         self.address = grpcutil.host_port(settings.listen, self.port)
+        self.metrics_server: Any = None  # prometheus_client's HTTP server, while serving
 
     async def start(self) -> None:
         await self.service.start()
         await self.grpc.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
-        self.metrics_server = None
         if self.settings.metrics_listen:
             self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_consultant",
                                                 {"listen": self.address}, self.service.metrics)
@@ -153,7 +153,7 @@ class ConsultantServer:
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
-        if getattr(self, "metrics_server", None) is not None:
+        if self.metrics_server is not None:
             self.metrics_server.shutdown()
         await grpcutil.mark_not_serving(self.health)
         await self.grpc.stop(grace)

@@ -56,22 +56,17 @@ class Explanation:
 
 
 def build_partitioner(settings: ConsultantSettings) -> Partitioner:
-    extra: dict[str, Any] = {}
-    if settings.strategy == "asn":
-        extra["fallback_options"] = settings.strategy_options(settings.asn.fallback)
-    return create(settings.strategy, settings.strategy_options(), **extra)
+    return create(settings.strategy, settings.strategies)
 
 
-def strategy_fingerprint(settings: ConsultantSettings) -> str:
+# The site DBs a strategy may need: their files decide where a site is, hence who owns it.
+_DB_NEEDS = frozenset({"geo", "asn"})
+
+
+def strategy_fingerprint(settings: ConsultantSettings, partitioner: Partitioner) -> str:
     """Everything that decides who owns a host besides membership; a change bumps the epoch."""
-    parts: dict[str, Any] = {
-        "strategy": settings.strategy,
-        "options": asdict(settings.strategy_options()) if settings.strategy_options() else {},
-        "preference_length": settings.preference_length,
-    }
-    if settings.strategy == "asn":
-        parts["fallback"] = asdict(settings.strategy_options(settings.asn.fallback))
-    if settings.strategy in ("geo", "asn"):
+    parts = {**partitioner.fingerprint(), "preference_length": settings.preference_length}
+    if partitioner.needs & _DB_NEEDS:
         parts["databases"] = asdict(settings.databases)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16] + ":" + settings.strategy
 
@@ -136,7 +131,7 @@ class ConsultantService:
             hosts, system_dns=d.system_dns, timeout=d.timeout, ttl=d.cache_ttl,
             negative_ttl=d.negative_ttl, max_concurrency=d.max_concurrency,
         )
-        self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.asn.isps)
+        self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.isps)
         self.store = Store(settings.state_url)
         self.directory = self._directory(Snapshot(0))
         self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0}
@@ -144,7 +139,7 @@ class ConsultantService:
     def _directory(self, snap: Snapshot) -> Directory:
         return Directory(
             snap, self.partitioner, preference_length=self.settings.preference_length,
-            isps=self.settings.asn.isps, cache_size=self.settings.answer_cache_size,
+            isps=self.settings.isps, cache_size=self.settings.answer_cache_size,
         )
 
     async def _run(self, fn, *args):
@@ -154,7 +149,8 @@ class ConsultantService:
     async def start(self) -> None:
         # Agents get one lease period after a (re)start to heartbeat before being declared dead.
         await self._run(self.store.extend_leases, self.clock() + self.settings.lease_seconds)
-        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", strategy_fingerprint(self.settings))
+        fingerprint = strategy_fingerprint(self.settings, self.partitioner)
+        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", fingerprint)
         if changed:
             log.info("strategy is now %s: epoch %d", self.settings.strategy, epoch)
         await self.refresh()
@@ -180,8 +176,9 @@ class ConsultantService:
         self.settings = settings
         self.partitioner = partitioner
         self.city_db, self.asn_db = city, asn
-        self.locator = SiteLocator(self.resolver, city, asn, settings.asn.isps)
-        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", strategy_fingerprint(settings))
+        self.locator = SiteLocator(self.resolver, city, asn, settings.isps)
+        fingerprint = strategy_fingerprint(settings, partitioner)
+        epoch, changed = await self._run(self.store.set_meta_bump_if_changed, "strategy", fingerprint)
         await self.refresh(force=True)
         log.info("reloaded: strategy %s, epoch %d%s", settings.strategy, epoch, "" if changed else " (unchanged)")
 
@@ -252,11 +249,10 @@ class ConsultantService:
 
     async def heartbeat(self, agent_id: str, load: dict) -> int:
         validate_agent_id(agent_id)
-        w = self.settings.weighted
-        threshold = w.reweight_threshold if self.settings.strategy == "weighted" and w.source == "heartbeat" else None
         capacity = float(load.get("capacity") or 0) or None
         epoch, bumped = await self._run(
-            self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity, threshold
+            self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity,
+            self.partitioner.reweight_threshold,
         )
         if bumped:
             await self.refresh()

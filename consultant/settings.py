@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
+from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import load
 from wancrawl.errors import ConfigError
 
@@ -35,73 +36,9 @@ class DnsSettings:
 
 
 @dataclass(frozen=True)
-class HashOptions:
-    salt: str = ""  # change to reshuffle every host (a new hash universe)
+class _ServiceSettings:
+    """Every key but the strategies' option tables."""
 
-
-@dataclass(frozen=True)
-class XorOptions:
-    # Virtual ids per agent. One id per agent is textbook Kademlia, but with 10 agents the XOR
-    # trie cannot split the key space more evenly than 1.25x the mean; 512 ids bring the
-    # busiest agent within ~1.1x (measured in docs/partitioners.md).
-    virtual_ids: int = 512
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.virtual_ids <= 4096:
-            raise ValueError("xor.virtual_ids must be between 1 and 4096")
-
-
-@dataclass(frozen=True)
-class GeoOptions:
-    # Agents within this many km of each other count as equally near (ties broken by hash),
-    # so agents in one city share that city's sites.
-    tie_km: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.tie_km < 0:
-            raise ValueError("geo.tie_km must be >= 0")
-
-
-@dataclass(frozen=True)
-class AsnOptions:
-    # ISP name -> the AS numbers that make it up, e.g. telecom = [4134, 4809].
-    isps: dict[str, list[int]] = field(default_factory=dict)
-    # How agents are ordered within the site's ISP, and all agents when none is in it.
-    fallback: str = "hash"
-
-    def __post_init__(self) -> None:
-        if self.fallback == "asn":
-            raise ValueError("asn.fallback cannot be 'asn'")
-        seen: dict[int, str] = {}
-        for isp, asns in self.isps.items():
-            for a in asns:
-                if a in seen:
-                    raise ValueError(f"asn.isps: AS{a} is in both {seen[a]!r} and {isp!r}")
-                seen[a] = isp
-
-
-@dataclass(frozen=True)
-class WeightedOptions:
-    # "config": weights below; "heartbeat": each agent's reported capacity.
-    source: str = "config"
-    weights: dict[str, float] = field(default_factory=dict)
-    default_weight: float = 1.0
-    # With source = "heartbeat", a weight changes (and the epoch goes up) only when the
-    # reported capacity moves by more than this fraction: no epoch churn from noise.
-    reweight_threshold: float = 0.2
-
-    def __post_init__(self) -> None:
-        if self.source not in ("config", "heartbeat"):
-            raise ValueError(f"weighted.source must be 'config' or 'heartbeat', not {self.source!r}")
-        if self.default_weight <= 0:
-            raise ValueError("weighted.default_weight must be > 0")
-        for k, w in self.weights.items():
-            if w <= 0:
-                raise ValueError(f"weighted.weights.{k} must be > 0")
-
-
-@dataclass(frozen=True)
-class ConsultantSettings:
     listen: str = "127.0.0.1:50051"
     # SQLAlchemy URL of the state (agents, leases, overrides, epoch). Replicas share one
     # PostgreSQL URL, e.g. postgresql+psycopg://user@host/db.
@@ -118,11 +55,6 @@ class ConsultantSettings:
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
-    hash: HashOptions = field(default_factory=HashOptions)
-    xor: XorOptions = field(default_factory=XorOptions)
-    geo: GeoOptions = field(default_factory=GeoOptions)
-    asn: AsnOptions = field(default_factory=AsnOptions)
-    weighted: WeightedOptions = field(default_factory=WeightedOptions)
     source: str = field(default="defaults", compare=False)  # where the settings came from
 
     def __post_init__(self) -> None:
@@ -135,17 +67,55 @@ class ConsultantSettings:
         if self.lease_seconds <= 0 or self.sweep_interval <= 0 or self.sync_interval <= 0:
             raise ValueError("lease_seconds, sweep_interval and sync_interval must be > 0")
 
-    def strategy_options(self, name: str | None = None) -> Any:
-        return getattr(self, name or self.strategy, None)
+
+def _default_strategies() -> dict[str, Any]:
+    return {name: parse_options(name) for name in PARTITIONERS}
+
+
+@dataclass(frozen=True)
+class ConsultantSettings(_ServiceSettings):
+    # Every registered strategy's options by name, from the file's [<name>] table (defaults
+    # when it has none). Their types live beside the partitioners, in consultant/partition/.
+    strategies: dict[str, Any] = field(default_factory=_default_strategies)
+
+    @property
+    def isps(self) -> dict[str, list[int]]:
+        """The ISP groups of [asn.isps]: they name agents' and sites' ISPs whatever the strategy."""
+        return self.strategies["asn"].isps
+
+
+def _file_layout() -> type:
+    # The file keeps each strategy's options in a top-level [<name>] table: one raw table per
+    # registered strategy beside the other keys lets the shared loader check the rest (and
+    # rebase its paths) as usual, and the registry check those tables.
+    tables: list[tuple[str, Any, Any]] = [(name, dict[str, Any], field(default_factory=dict)) for name in PARTITIONERS]
+    return make_dataclass("ConsultantFile", tables, bases=(_ServiceSettings,), frozen=True)
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> ConsultantSettings:
     """Settings from a TOML file (or defaults), then the dotted `overrides` (CLI flags)."""
-    return load(
-        ConsultantSettings, path, overrides,
+    # Flags for strategy options ("xor.virtual_ids") are checked with their table, not by load().
+    flags: dict[str, dict[str, Any]] = {name: {} for name in PARTITIONERS}
+    rest: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        name, _, key = dotted.partition(".")
+        if name not in flags:
+            rest[dotted] = value
+        elif value is not None:
+            flags[name][key] = value
+    raw: Any = load(
+        _file_layout(), path, rest,
         paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file"),
         sqlite_urls=("state_url",),
     )
+    strategies = {}
+    for name in PARTITIONERS:
+        table = getattr(raw, name)
+        strategies[name] = parse_options(name, table, source=raw.source)
+        if flags[name]:  # checked again with the flags, so an error names where a bad value came from
+            strategies[name] = parse_options(name, {**table, **flags[name]}, source="command line")
+    common = {f.name: getattr(raw, f.name) for f in fields(_ServiceSettings)}
+    return ConsultantSettings(**common, strategies=strategies)
 
 
 __all__ = ["ConsultantSettings", "ConfigError", "load_settings"]

@@ -9,6 +9,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from consultant.client import ConsultantClient
+from consultant.service import build_partitioner, strategy_fingerprint
+from consultant.settings import load_settings
 from wancrawl import errors, grpcutil
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb
 
@@ -168,6 +170,19 @@ def test_strategy_swap_bumps_epoch_and_changes_answers(run, tmp_path):
             assert [r.owner for r in await c.resolve(hosts)] == [r.owner for r in by_xor]
 
     run(go())
+
+
+def test_strategy_fingerprint_covers_options_fallback_and_the_dbs_the_strategy_needs():
+    def fp(strategy: str, **keys):
+        s = load_settings(None, {"strategy": strategy, **{k.replace("__", "."): v for k, v in keys.items()}})
+        return strategy_fingerprint(s, build_partitioner(s))
+
+    assert fp("asn", asn__fallback="geo") != fp("asn", asn__fallback="geo", geo__tie_km=5.0), "the fallback's options count"
+    assert fp("asn") != fp("asn", databases__asn_db="/x.mmdb")
+    assert fp("geo") != fp("geo", databases__city_db="/x.mmdb")
+    # What a strategy does not use changes nothing: no needless epoch bump.
+    assert fp("xor") == fp("xor", geo__tie_km=5.0, databases__city_db="/x.mmdb")
+    assert fp("xor") != fp("xor", xor__virtual_ids=8) != fp("hash")
 
 
 def test_overrides_pin_hosts_and_bump_epoch(run, tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import pytest
 
+from consultant.partition import parse_options
 from consultant.server import create_server
-from consultant.settings import load_settings
+from consultant.settings import ConsultantSettings, load_settings
 from wancrawl.errors import ConfigError
 from wancrawl.v1 import common_pb2
 
@@ -15,6 +17,11 @@ from geodata import ISP_GROUPS, write_asn_db, write_city_db, write_hosts, write_
 
 # Real addresses, only looked up in the shipped GeoLite2 DB (never contacted).
 REAL = {"www.hit.example": "202.118.224.100", "www.bj.example": "61.135.169.121", "www.gz.example": "113.108.81.189"}
+
+
+def with_options(s: ConsultantSettings, name: str, **table) -> ConsultantSettings:
+    """`s` with strategy `name`'s options from a plain table, as its [name] table would give."""
+    return replace(s, strategies={**s.strategies, name: parse_options(name, table)})
 
 
 def test_geo_on_real_ips_with_the_shipped_geolite2_db(run, tmp_path):
@@ -70,7 +77,7 @@ def test_asn_puts_same_isp_agents_first_and_falls_back(run, tmp_path, db):
     keys = {"databases__pyasn_file": str(write_pyasn(tmp_path / "ipasn.dat"))} if db == "pyasn" else {
         "databases__asn_db": str(write_asn_db(tmp_path / "asn.mmdb"))}
     s = settings_for(tmp_path, strategy="asn", dns__hosts_file=str(hosts), **keys)
-    s = s.__class__(**{**s.__dict__, "asn": s.asn.__class__(isps=ISP_GROUPS, fallback="hash")})
+    s = with_options(s, "asn", isps=ISP_GROUPS, fallback="hash")
 
     async def go():
         async with running(s) as (server, c):
@@ -97,7 +104,7 @@ def test_asn_puts_same_isp_agents_first_and_falls_back(run, tmp_path, db):
 
 
 def test_weighted_from_heartbeat_capacity_reweights_beyond_threshold(run, tmp_path):
-    s = settings_for(tmp_path, strategy="weighted", weighted__source="heartbeat")
+    s = with_options(settings_for(tmp_path, strategy="weighted"), "weighted", source="heartbeat")
     hosts = [f"h{i}.example" for i in range(4000)]
 
     async def go():
@@ -122,8 +129,7 @@ def test_weighted_from_heartbeat_capacity_reweights_beyond_threshold(run, tmp_pa
 
 
 def test_weighted_from_config(run, tmp_path):
-    s = settings_for(tmp_path, strategy="weighted")
-    s = s.__class__(**{**s.__dict__, "weighted": s.weighted.__class__(weights={"heavy": 4.0})})
+    s = with_options(settings_for(tmp_path, strategy="weighted"), "weighted", weights={"heavy": 4.0})
 
     async def go():
         async with running(s) as (server, c):
@@ -178,3 +184,16 @@ def test_config_file_errors_name_the_key(tmp_path):
     cfg.write_text("strategy = \n")
     with pytest.raises(ConfigError, match="c.toml"):
         load_settings(cfg)
+    cfg.write_text('[asn]\nfallback = "nearest"\n')
+    with pytest.raises(ConfigError, match=r"c\.toml: .*asn\.fallback: unknown strategy 'nearest'"):
+        load_settings(cfg)
+
+
+def test_strategy_tables_are_held_by_name_and_flags_beat_them(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('strategy = "asn"\n[asn]\nfallback = "xor"\n[asn.isps]\nt = [1, 2]\n[xor]\nvirtual_ids = 8\n')
+    s = load_settings(cfg, {"xor.virtual_ids": 16, "geo.tie_km": None})
+    assert s.strategies["xor"].virtual_ids == 16 and s.strategies["asn"].fallback == "xor"
+    assert s.isps == {"t": [1, 2]} and s.strategies["geo"] == parse_options("geo")
+    with pytest.raises(ConfigError, match=r"command line: unknown key 'xor\.virtual_idz'"):
+        load_settings(cfg, {"xor.virtual_idz": 3})

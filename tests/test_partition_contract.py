@@ -3,33 +3,31 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from consultant.partition import PARTITIONERS, AgentView, Site, create
-from consultant.settings import AsnOptions, GeoOptions, WeightedOptions, XorOptions
+from consultant.partition import PARTITIONERS, AgentView, Site, create_from_config
+from wancrawl.errors import ConfigError
 
+from conftest import REPO
 from geodata import CITIES, ISP_GROUPS, ISPS
 
 ALL = sorted(PARTITIONERS)
 # Strategies whose ownership is spread uniformly over agents, whatever their location.
 UNIFORM = ["hash", "xor", "weighted"]
 
-OPTIONS = {
-    "hash": None,
-    "xor": XorOptions(),
-    "geo": GeoOptions(),
-    "asn": AsnOptions(isps=ISP_GROUPS, fallback="geo"),
-    "weighted": WeightedOptions(),
-}
+# Config tables as TOML gives them; a strategy without one gets its defaults.
+TABLES = {"asn": {"isps": ISP_GROUPS, "fallback": "geo"}}
 
 
 def make(name: str):
-    extra = {"fallback_options": GeoOptions()} if name == "asn" else {}
-    return create(name, OPTIONS.get(name), **extra)
+    return create_from_config(name, tables=TABLES)
 
 
 def block_of(text: str) -> tuple[int, int]:
@@ -147,7 +145,7 @@ def test_colocated_agents_share_their_region_evenly(name):
 
 def test_weighted_shares_follow_weights():
     agents = [AgentView(f"w{i}", weight=float(i + 1)) for i in range(4)]
-    p = create("weighted", WeightedOptions(source="heartbeat")).bind(agents)
+    p = create_from_config("weighted", {"source": "heartbeat"}).bind(agents)
     n = 100_000
     counts = collections.Counter(p.rank(Site(f"h{i}.example.org"), 1)[0] for i in range(n))
     total = sum(a.weight for a in agents)
@@ -172,3 +170,52 @@ def test_removing_any_agent_promotes_exactly_its_backups(name, ids, hosts):
             rest = [a for a in agents if a.agent_id != gone]
             q = make(name).bind(rest)
             assert [rest[i].agent_id for i in q.rank(s, len(rest))] == [x for x in full if x != gone]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_partitioner_builds_from_a_plain_mapping(name):
+    cls = PARTITIONERS[name]
+    table = dataclasses.asdict(cls.Options())  # every key of its options, as a TOML table
+    p = create_from_config(name, table)
+    assert type(p) is cls and p.name == name and p.options == cls.Options()
+    agents = [agent(i) for i in range(5)]
+    r = p.bind(agents).rank(SITES_20K[0], 3)
+    assert len(set(r)) == 3
+    assert p.fingerprint()["options"] == table
+
+
+def test_options_from_the_table_and_asn_builds_its_fallback_from_its_own_table():
+    assert create_from_config("xor", {"virtual_ids": 64}).options.virtual_ids == 64
+    tables = {"weighted": {"weights": {"agent-1": 3.0}}, "geo": {"tie_km": 9.0}}
+    p = create_from_config("asn", {"isps": ISP_GROUPS, "fallback": "weighted"}, tables=tables)
+    assert p.fallback.name == "weighted" and p.fallback.options.weights == {"agent-1": 3.0}
+    assert p.needs == {"ip", "asn"} and p.weight_of(AgentView("agent-1")) == 3.0
+    assert p.fingerprint()["fallback"]["weights"] == {"agent-1": 3.0}
+    geo = create_from_config("asn", {"fallback": "geo"}, tables=tables)
+    assert geo.needs == {"ip", "asn", "geo"} and geo.fallback.options.tie_km == 9.0
+
+
+@pytest.mark.parametrize(
+    "name, table, message",
+    [
+        ("xor", {"virtual_idz": 3}, r"unknown key 'xor\.virtual_idz' \(known keys here: virtual_ids\)"),
+        ("weighted", {"weights": {"a": 1.0}, "colour": "red"}, r"unknown key 'weighted\.colour'"),
+        ("xor", {"virtual_ids": "many"}, r"'xor\.virtual_ids' must be an integer"),
+        ("xor", {"virtual_ids": 0}, r"xor\.virtual_ids must be between 1 and 4096"),
+        ("asn", {"fallback": "nearest"}, r"asn\.fallback: unknown strategy 'nearest'"),
+        ("nope", {}, r"unknown strategy 'nope'"),
+    ],
+)
+def test_a_bad_option_is_refused_with_its_name(name, table, message):
+    with pytest.raises(ConfigError, match=message):
+        create_from_config(name, table, source="agent.toml")
+
+
+def test_building_one_needs_neither_the_consultant_service_nor_its_settings():
+    code = (
+        "import sys; from consultant import partition\n"
+        "p = partition.create_from_config('xor', {'virtual_ids': 64})\n"
+        "print(p.name, sorted(m for m in sys.modules if m.startswith('consultant.') and 'partition' not in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["xor", "[]"]

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, create, register
-from consultant.settings import AsnOptions
+from consultant.partition.base import PARTITIONERS, AgentView, Partitioner, Placement, Scored, Site, create, register
+
+
+@dataclass(frozen=True)
+class AsnOptions:
+    # ISP name -> the AS numbers that make it up, e.g. telecom = [4134, 4809].
+    isps: dict[str, list[int]] = field(default_factory=dict)
+    # How agents are ordered within the site's ISP, and all agents when none is in it: another
+    # strategy, with its own options (its own config table).
+    fallback: str = "hash"
+
+    def __post_init__(self) -> None:
+        if self.fallback == "asn":
+            raise ValueError("asn.fallback cannot be 'asn'")
+        if self.fallback not in PARTITIONERS:
+            raise ValueError(f"asn.fallback: unknown strategy {self.fallback!r} (known: {', '.join(sorted(PARTITIONERS))})")
+        seen: dict[int, str] = {}
+        for isp, asns in self.isps.items():
+            for a in asns:
+                if a in seen:
+                    raise ValueError(f"asn.isps: AS{a} is in both {seen[a]!r} and {isp!r}")
+                seen[a] = isp
 
 
 def isp_of(asn: int, isps: dict[str, list[int]]) -> str:
@@ -57,13 +78,32 @@ class AsnPlacement:
 
 
 @register("asn")
-class AsnPartitioner:
-    needs = frozenset({"ip", "asn"})
+class AsnPartitioner(Partitioner):
+    Options = AsnOptions
+    options: AsnOptions
 
-    def __init__(self, options: AsnOptions | None = None, *, fallback_options: Any = None, **context: Any):
-        self.options = options or AsnOptions()
-        self.fallback: Partitioner = create(self.options.fallback, fallback_options, **context)
-        self.needs = frozenset({"ip", "asn"}) | self.fallback.needs
+    def __init__(self, options: AsnOptions, fallback: Partitioner):
+        """`fallback` is the strategy that `options.fallback` names, built with its options."""
+        super().__init__(options)
+        self.fallback = fallback
+        self.needs = frozenset({"ip", "asn"}) | fallback.needs
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Partitioner:
+        own = options.get(cls.name) or AsnOptions()
+        # The fallback is built by name from the same options: its own table, not asn's.
+        return cls(own, create(own.fallback, options))
 
     def bind(self, agents: Sequence[AgentView]) -> Placement:
         return AsnPlacement(agents, self.fallback.bind(agents))
+
+    # Within an ISP and outside it the fallback ranks, so its weights are the agents' weights.
+    def weight_of(self, agent: AgentView) -> float:
+        return self.fallback.weight_of(agent)
+
+    @property
+    def reweight_threshold(self) -> float | None:
+        return self.fallback.reweight_threshold
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**super().fingerprint(), "fallback": asdict(self.fallback.options)}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
 
+from wancrawl.config import build
 from wancrawl.errors import ConfigError
 
 MASK64 = (1 << 64) - 1
@@ -59,23 +60,52 @@ class Placement(Protocol):
         """Every agent, ranked best first, with its score and a human-readable reason."""
 
 
-class Partitioner(Protocol):
-    """A strategy: built from its options, bound to the live agents of an epoch."""
+class Partitioner:
+    """A strategy: built from its options, bound to the live agents of an epoch.
+
+    Each subclass names its options dataclass (`Options`, the `[<name>]` table of a config),
+    so any process can build one from plain config data: `create_from_config` below.
+    """
 
     name: ClassVar[str]
-    # What the consultant must look up about a host before ranking: "ip", "geo", "asn".
-    needs: ClassVar[frozenset[str]]
+    Options: ClassVar[type[Any]]
+    # What must be looked up about a host before ranking: "ip", "geo" (City DB), "asn" (ASN DB).
+    needs: frozenset[str] = frozenset()
 
-    def bind(self, agents: Sequence[AgentView]) -> Placement: ...
+    def __init__(self, options: Any = None):
+        self.options = self.Options() if options is None else options
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Partitioner:
+        """Built from its own entry of `options` (strategy name -> options; none: defaults)."""
+        return cls(options.get(cls.name))
+
+    def bind(self, agents: Sequence[AgentView]) -> Placement:
+        raise NotImplementedError
+
+    def weight_of(self, agent: AgentView) -> float:
+        """The agent's weight in this strategy's ranking (1.0: all agents are equal)."""
+        return 1.0
+
+    @property
+    def reweight_threshold(self) -> float | None:
+        """How far an agent's reported capacity must move to become its weight (an epoch
+        bump); None when this strategy ranks without the reported capacity."""
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything besides the agents and the site DBs that decides this strategy's answers."""
+        return {"strategy": self.name, "options": asdict(self.options)}
 
 
-PARTITIONERS: dict[str, Callable[..., Partitioner]] = {}
+PARTITIONERS: dict[str, type[Partitioner]] = {}
+P = TypeVar("P", bound=type[Partitioner])
 
 
-def register(name: str):
+def register(name: str) -> Callable[[P], P]:
     """Class decorator: make a partitioner selectable as `strategy = "<name>"`."""
 
-    def deco(cls):
+    def deco(cls: P) -> P:
         cls.name = name
         PARTITIONERS[name] = cls
         return cls
@@ -83,14 +113,41 @@ def register(name: str):
     return deco
 
 
-def create(name: str, options: Any = None, **context: Any) -> Partitioner:
-    """The partitioner called `name`, or a ConfigError that lists the known ones."""
+def partitioner_class(name: str, where: str = "key 'strategy'") -> type[Partitioner]:
+    """The partitioner called `name`, or a ConfigError saying `where` and the known ones."""
     try:
-        cls = PARTITIONERS[name]
+        return PARTITIONERS[name]
     except KeyError:
         known = ", ".join(sorted(PARTITIONERS))
-        raise ConfigError(f"unknown strategy {name!r} (key 'strategy'; known: {known})") from None
-    return cls(options, **context)
+        raise ConfigError(f"unknown strategy {name!r} ({where}; known: {known})") from None
+
+
+def parse_options(name: str, table: Mapping[str, Any] | None = None, *, source: str = "config") -> Any:
+    """Strategy `name`'s options from its config table as TOML gives it (None: defaults).
+    A wrong key or value is a ConfigError naming `source` and the key, e.g. 'xor.virtual_ids'."""
+    cls = partitioner_class(name, f"{source}: table [{name}]")
+    return build(cls.Options, dict(table or {}), where=f"{name}.", source=source)
+
+
+def create(name: str, options: Mapping[str, Any] | None = None) -> Partitioner:
+    """The partitioner called `name` from parsed options by strategy name (a missing entry
+    gets the defaults); a strategy built on another (asn's fallback) finds that one's here."""
+    return partitioner_class(name).from_options(options or {})
+
+
+def create_from_config(
+    name: str,
+    table: Mapping[str, Any] | None = None,
+    *,
+    tables: Mapping[str, Mapping[str, Any]] | None = None,
+    source: str = "config",
+) -> Partitioner:
+    """The partitioner called `name` from plain config data, e.g.
+    `create_from_config("xor", {"virtual_ids": 64})`. `table` is its own options table;
+    `tables` holds other strategies' tables by name, for one built on another (asn's fallback
+    takes its options from there). Every table given is checked; errors name `source`."""
+    raw = {**(tables or {}), **({name: table} if table is not None else {})}
+    return create(name, {n: parse_options(n, t, source=source) for n, t in raw.items()})
 
 
 def key64(text: str, salt: str = "") -> int:

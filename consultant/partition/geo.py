@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
-from consultant.partition.base import AgentView, Placement, Scored, Site, register
+from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, register
 from consultant.partition.rendezvous import HashPlacement
-from consultant.settings import GeoOptions
 from wancrawl.geo import great_circle_km
+
+
+@dataclass(frozen=True)
+class GeoOptions:
+    # Agents within this many km of each other count as equally near (ties broken by hash),
+    # so agents in one city share that city's sites.
+    tie_km: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.tie_km < 0:
+            raise ValueError("geo.tie_km must be >= 0")
+
 
 class GeoPlacement:
     """Agents ordered by distance to the site, in buckets of `tie_km`; within a bucket (e.g.
@@ -69,11 +80,10 @@ class GeoPlacement:
 
 
 @register("geo")
-class GeoPartitioner:
+class GeoPartitioner(Partitioner):
+    Options = GeoOptions
+    options: GeoOptions
     needs = frozenset({"ip", "geo"})
-
-    def __init__(self, options: GeoOptions | None = None, **_: Any):
-        self.options = options or GeoOptions()
 
     def bind(self, agents: Sequence[AgentView]) -> Placement:
         return GeoPlacement(agents, self.options.tie_km)

@@ -5,12 +5,36 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
-from consultant.partition.base import AgentView, Placement, Scored, Site, hrw_scores, key64, register
-from consultant.settings import HashOptions, WeightedOptions
+from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, hrw_scores, key64, register
 
 _TWO64 = float(1 << 64)
+
+
+@dataclass(frozen=True)
+class HashOptions:
+    salt: str = ""  # change to reshuffle every host (a new hash universe)
+
+
+@dataclass(frozen=True)
+class WeightedOptions:
+    # "config": weights below; "heartbeat": each agent's reported capacity.
+    source: str = "config"
+    weights: dict[str, float] = field(default_factory=dict)
+    default_weight: float = 1.0
+    # With source = "heartbeat", a weight changes (and the epoch goes up) only when the
+    # reported capacity moves by more than this fraction: no epoch churn from noise.
+    reweight_threshold: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.source not in ("config", "heartbeat"):
+            raise ValueError(f"weighted.source must be 'config' or 'heartbeat', not {self.source!r}")
+        if self.default_weight <= 0:
+            raise ValueError("weighted.default_weight must be > 0")
+        for k, w in self.weights.items():
+            if w <= 0:
+                raise ValueError(f"weighted.weights.{k} must be > 0")
 
 
 class HashPlacement:
@@ -43,11 +67,9 @@ class HashPlacement:
 
 
 @register("hash")
-class HashPartitioner:
-    needs = frozenset()
-
-    def __init__(self, options: HashOptions | None = None, **_: Any):
-        self.options = options or HashOptions()
+class HashPartitioner(Partitioner):
+    Options = HashOptions
+    options: HashOptions
 
     def bind(self, agents: Sequence[AgentView]) -> Placement:
         return HashPlacement(agents, self.options.salt)
@@ -80,16 +102,18 @@ class WeightedPlacement(HashPlacement):
 
 
 @register("weighted")
-class WeightedPartitioner:
-    needs = frozenset()
-
-    def __init__(self, options: WeightedOptions | None = None, **_: Any):
-        self.options = options or WeightedOptions()
+class WeightedPartitioner(Partitioner):
+    Options = WeightedOptions
+    options: WeightedOptions
 
     def weight_of(self, agent: AgentView) -> float:
         if self.options.source == "config":
             return self.options.weights.get(agent.agent_id, self.options.default_weight)
         return agent.weight if agent.weight > 0 else self.options.default_weight
+
+    @property
+    def reweight_threshold(self) -> float | None:
+        return self.options.reweight_threshold if self.options.source == "heartbeat" else None
 
     def bind(self, agents: Sequence[AgentView]) -> Placement:
         return WeightedPlacement(agents, "", [self.weight_of(a) for a in agents])
