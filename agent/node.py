@@ -172,23 +172,12 @@ class AgentNode:
         )
 
     def status_counters(self) -> dict[str, float]:
+        """Every component's counters (summed where two count the same thing) and gauges."""
         out: dict[str, float] = {}
         for part in (self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff):
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
-        c = self.routing.router.c
-        cache = self.directory.cache
-        out.update(
-            frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
-            seen=len(self.seen), epoch=cache.epoch, routed=c.discovered, routed_local=c.local, n=c.n,
-            m=len(c.m_hosts), pushes=c.pushes, push_failures=c.push_failures, not_mine_received=c.not_mine,
-            resolves=c.resolves, resolved_hosts=c.resolved_hosts, resolve_failures=c.resolve_failures,
-            host_cache_hit_ratio=cache.hit_ratio, host_cache_size=len(cache), router_pending=self.routing.pending(),
-            spool_batches=len(self.spool), idle=float(self.idle()), hosts_routed=len(c.hosts),
-            alpha=self.s.routing.alpha, beta=self.s.routing.beta,
-            # Seed 002's coefficients: mu = share of discovered URLs sent to other agents,
-            # lambda = share of distinct hosts that needed a consultant answer.
-            mu=(c.n / c.discovered) if c.discovered else 0.0,
-        )
-        out["lambda"] = (c.resolved_hosts / len(c.hosts)) if c.hosts else 0.0
+        out.update(self.routing.gauges(), **self.directory.gauges())
+        out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
+                   seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()))
         return out

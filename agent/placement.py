@@ -49,6 +49,9 @@ class HostDirectory:
         of older epochs are asked again at their next use)."""
         return self.cache.saw_epoch(epoch)
 
+    def gauges(self) -> dict[str, float]:
+        return {"epoch": self.cache.epoch, "host_cache_hit_ratio": self.cache.hit_ratio, "host_cache_size": len(self.cache)}
+
     def forget(self, host: str) -> None:
         """The cached answer proved wrong (the owner said "not mine", or is unreachable)."""
         self.cache.drop(host)

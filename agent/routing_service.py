@@ -73,6 +73,19 @@ class RoutingService:
     def pending(self) -> int:
         return self.router.pending()
 
+    def gauges(self) -> dict[str, float]:
+        c = self.router.c
+        out = dict(
+            routed=c.discovered, routed_local=c.local, n=c.n, m=len(c.m_hosts), hosts_routed=len(c.hosts), pushes=c.pushes,
+            push_failures=c.push_failures, not_mine_received=c.not_mine, resolves=c.resolves, resolved_hosts=c.resolved_hosts,
+            resolve_failures=c.resolve_failures, router_pending=self.pending(), alpha=self.router.alpha, beta=self.router.beta,
+            # Seed 002's coefficients: mu = share of discovered URLs sent to other agents,
+            # lambda = share of distinct hosts that needed a consultant answer.
+            mu=(c.n / c.discovered) if c.discovered else 0.0,
+        )
+        out["lambda"] = (c.resolved_hosts / len(c.hosts)) if c.hosts else 0.0
+        return out
+
     async def run(self, flush_interval: float) -> None:
         interval = max(0.01, min(0.05, flush_interval / 2))
         while True:

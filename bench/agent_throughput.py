@@ -45,9 +45,10 @@ from lab.geodb import write_all  # noqa: E402
 from lab.loadgen import get as lab_get  # noqa: E402
 from lab.truth import Scope as TruthScope, Truth  # noqa: E402
 from lab.web import Web  # noqa: E402
-from wancrawl.grpcutil import channel, check_health  # noqa: E402
+from wancrawl.grpcutil import check_health  # noqa: E402
 from wancrawl.urls import canonicalize  # noqa: E402
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc  # noqa: E402
+from agent.client import AgentClient  # noqa: E402
+from wancrawl.v1 import agent_pb2  # noqa: E402
 
 from measure import cpu_seconds, pin  # noqa: E402
 
@@ -248,9 +249,8 @@ def storage_config(tmp: Path, port: int) -> Path:
     return p
 
 
-async def agent_status(stub) -> dict[str, float]:
-    r = await stub.Status(agent_pb2.StatusRequest(), timeout=10)
-    return dict(r.counters)
+async def agent_status(client: AgentClient) -> dict[str, float]:
+    return dict((await client.status(timeout=10)).counters)
 
 
 async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
@@ -274,15 +274,14 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
         procs.append(agent)
         addr = f"127.0.0.1:{aport}"
         await wait_health(addr, agent, "agent", logs["agent"])
-        async with channel(addr) as ch:
-            stub = agent_pb2_grpc.AgentStub(ch)
+        async with AgentClient(addr) as stub:
             for _ in range(100):  # registered with the consultant (it answers Resolve for us)
                 if (await agent_status(stub)).get("epoch", 0) > 0:
                     break
                 await asyncio.sleep(0.1)
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
             c0, t0 = cpu_seconds(agent.pid), time.perf_counter()
-            resp = await stub.PushUrls(agent_pb2.PushUrlsRequest(sender_id="bench", epoch=0, urls=seeds), timeout=30)
+            resp = await stub.push("bench", 0, seeds, timeout=30)
             if resp.accepted != len(seeds):
                 print(f"  warning: agent accepted {resp.accepted}/{len(seeds)} seeds, not_mine={list(resp.not_mine)}, errors={list(resp.errors)}")
             pages, t_last, c_last, idle_since, last_print, limit_hit = 0.0, t0, c0, None, t0, False

@@ -13,7 +13,7 @@ from agent.fetch import FetchResponse
 from agent.frontier import Frontier, Item
 from agent.hostcache import HostCache, HostRoute
 from agent.intake import Intake
-from agent.ledger import PART_ITEMS, HostLedger, HostState
+from agent.ledger import PART_ITEMS, HostState
 from agent.node import AgentNode
 from agent.outbox import Outbox
 from agent.outcome import Policy, decide

@@ -8,8 +8,7 @@ import urllib.request
 from consultant.server import create_server as create_consultant
 from lab.testing import ServerThread
 from wancrawl.config import override
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc
-from wancrawl import grpcutil
+from agent.client import AgentClient
 from wancrawl.errors import Unavailable
 
 from agent_helpers import cluster, seed, lab_web, normal_hosts, truth_urls, wait_idle
@@ -99,8 +98,8 @@ def test_status_rpc_and_prometheus_metrics(run, tmp_path):
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], _):
                 await seed(agent.node, [web.url(web.topology.normal_sites[0], "/")])
                 await wait_idle([agent.node])
-                async with grpcutil.channel(agent.address) as ch:
-                    st = await agent_pb2_grpc.AgentStub(ch).Status(agent_pb2.StatusRequest())
+                async with AgentClient(agent.address) as c:
+                    st = await c.status()
                 text = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode())
                 return st, text
 

@@ -12,8 +12,9 @@ import sys
 import time
 
 from lab.testing import ServerThread
-from wancrawl import grpcutil
-from wancrawl.v1 import agent_pb2, agent_pb2_grpc, consultant_pb2
+from agent.client import AgentClient
+from wancrawl.errors import WancrawlError
+from wancrawl.v1 import agent_pb2, consultant_pb2
 
 from agent_helpers import fetched_urls, lab_web, normal_hosts, truth_urls
 from conftest import REPO, free_port
@@ -28,9 +29,14 @@ def _wait(pred, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def _call(addr, method, req):
-    async with grpcutil.channel(addr) as ch:
-        return await getattr(agent_pb2_grpc.AgentStub(ch), method)(req, timeout=10)
+async def _status_of(addr):
+    async with AgentClient(addr, timeout=10) as c:
+        return await c.status()
+
+
+async def _push(addr, urls):
+    async with AgentClient(addr, timeout=10) as c:
+        return await c.push("test", 0, [agent_pb2.UrlItem(url=u) for u in urls])
 
 
 async def _agents(addr):
@@ -42,8 +48,8 @@ async def _agents(addr):
 
 def _status(addr):
     try:
-        return dict(asyncio.run(_call(addr, "Status", agent_pb2.StatusRequest())).counters)
-    except Exception:  # noqa: BLE001 - not up yet
+        return dict(asyncio.run(_status_of(addr)).counters)
+    except WancrawlError:  # not up yet
         return None
 
 
@@ -86,7 +92,7 @@ allowed_domains = {json.dumps(hosts)}
         addr = f"127.0.0.1:{aport}"
         try:
             _wait(lambda: _status(addr) is not None, 30, "the agent")
-            asyncio.run(_call(addr, "PushUrls", agent_pb2.PushUrlsRequest(sender_id="test", urls=[agent_pb2.UrlItem(url=u) for u in seeds])))
+            asyncio.run(_push(addr, seeds))
             _wait(lambda: len(fetched_urls(lab, port)) >= len(truth) // 3, 60, "a third of the crawl")
             agent.send_signal(signal.SIGKILL)
             agent.wait(10)
