@@ -112,7 +112,7 @@ class Dispatcher:
             if delay is not None:
                 self.politeness.set_delay(host, delay)
         self.scheduler.wake(host, self.host_ip.get(host) or UNRESOLVED, self.frontier.ready_at(host) or 0.0)
-        self.signal.waker.set()
+        self.signal.poke()
 
     async def _resolve_and_schedule(self, host: str) -> None:
         if host not in self.host_ip:
@@ -143,12 +143,12 @@ class Dispatcher:
                 last_purge = now
             nxt = self.scheduler.next_wakeup(now)
             timeout = 0.5 if nxt is None else max(0.0, min(0.5, nxt - now))
-            await self.signal.waker.wait(timeout)
+            await self.signal.wait(timeout)
 
     async def stop(self) -> None:
         """No new fetches; the ones under way finish (bounded by the fetch timeout)."""
         self.stopping = True
-        self.signal.waker.set()
+        self.signal.poke()
         if self.fetch_tasks:
             await asyncio.wait(self.fetch_tasks, timeout=self.s.fetch.total_timeout + 5)
 
@@ -197,7 +197,7 @@ class Dispatcher:
     def _fetch_done(self, t: asyncio.Task) -> None:
         self.fetch_tasks.discard(t)
         self.in_flight -= 1
-        self.signal.waker.set()
+        self.signal.poke()
         if not t.cancelled() and t.exception() is not None:
             log.error("fetch task failed", exc_info=t.exception())
 

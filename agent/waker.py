@@ -51,6 +51,13 @@ class HostSignal:
         self._hosts[host] = None
         self.waker.set()
 
+    def poke(self) -> None:
+        """Something else changed (a fetch ended): the dispatcher looks again."""
+        self.waker.set()
+
+    async def wait(self, timeout: float) -> None:
+        await self.waker.wait(timeout)
+
     def take(self) -> list[str]:
         hosts, self._hosts = list(self._hosts), {}
         return hosts

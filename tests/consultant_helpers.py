@@ -8,18 +8,14 @@ from pathlib import Path
 from consultant.client import ConsultantClient
 from consultant.server import create_server
 from consultant.settings import ConsultantSettings, load_settings
-from wancrawl.config import override
 from wancrawl.v1 import common_pb2
 
 
 def settings_for(tmp_path: Path, **keys) -> ConsultantSettings:
-    s = load_settings(None)
-    s = override(s, "listen", "127.0.0.1:0")
-    s = override(s, "state_url", f"sqlite:///{tmp_path / 'state.db'}")
-    s = override(s, "dns.system_dns", False)
-    for k, v in keys.items():
-        s = override(s, k.replace("__", "."), v)
-    return s
+    """Settings as the CLI would build them: keys (`a__b` for `a.b`), strategy tables included."""
+    over = {"listen": "127.0.0.1:0", "state_url": f"sqlite:///{tmp_path / 'state.db'}", "dns.system_dns": False}
+    over.update({k.replace("__", "."): v for k, v in keys.items()})
+    return load_settings(None, over)
 
 
 @contextlib.asynccontextmanager
