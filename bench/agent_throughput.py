@@ -13,7 +13,7 @@ pinned to core 0; the lab web, the consultant, the storage and this driver to co
   with `python3 -m venv` + `pip install scrapy` on first use; Scrapy is not a project
   dependency). Wall and CPU from spider_opened to the last response (its own process_time).
 
-Target: the agent's pages per CPU-second at least 3x Scrapy's. Exits 0 either way.
+Target: the agent's pages per CPU-second at least 4x Scrapy's. Exits 0 either way.
 
     .venv/bin/python bench/agent_throughput.py [--concurrency 64] [--per-host 8]
         [--pages-limit N] [--skip-scrapy] [--pages-min 20] [--seed 0] [--profile FILE]
@@ -52,7 +52,7 @@ from wancrawl.v1 import agent_pb2  # noqa: E402
 
 from measure import cpu_seconds, pin  # noqa: E402
 
-TARGET = 3.0
+TARGET = 4.0  # issue 10: the rebuilt agent keeps at least 4x Scrapy (the first target was 3x)
 SCRAPY_VENV = ROOT / "bench" / ".venv-scrapy"
 SPIDER = ROOT / "bench" / "scrapy_lab_spider.py"
 CRAWLER_CORE, SERVICE_CORE = {0}, {1}
