@@ -14,6 +14,10 @@ from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
 
+# Queued URLs (a fingerprint counts an eighth) per HandOver stream: the sender holds one
+# stream's states in memory until the receiver answers.
+STREAM_URLS = 200_000
+
 
 @dataclass
 class Handed:
@@ -48,7 +52,8 @@ class HandOff:
         return out
 
     async def hand_over_all(self) -> Handed:
-        """Every host held here to its successor, one stream per successor."""
+        """Every host held here to its successor, in streams of at most STREAM_URLS queued URLs
+        (memory stays bounded by that, not by what the agent holds)."""
         hosts = self.ledger.owned_hosts()
         succ = await self.successors(hosts)
         by_agent: dict[tuple[str, str], list[str]] = {}
@@ -57,22 +62,33 @@ class HandOff:
                 by_agent.setdefault(succ[h], []).append(h)
         res = Handed()
         for (agent_id, address), group in by_agent.items():
-            states = [self.ledger.export(h) for h in group]
-            try:
-                await self.send(address, states)
-            except errors.WancrawlError as exc:
-                self.counters["handover_failures"] += 1
-                log.warning("handover of %d hosts to %s failed: %s", len(group), agent_id, exc)
-                continue
-            for st in states:
-                self.ledger.release(st)
-            res.hosts += len(states)
-            res.urls += sum(len(st.queue) for st in states)
-            self.counters["hosts_handed_out"] += len(states)
-            log.info("handed %d hosts (%d queued URLs) to %s", len(states), sum(len(s.queue) for s in states), agent_id)
+            states: list[HostState] = []
+            size = 0
+            for i, h in enumerate(group):
+                st = self.ledger.export(h)
+                states.append(st)
+                size += len(st.queue) + len(st.seen) // 8
+                if size >= STREAM_URLS or i == len(group) - 1:
+                    await self._hand(agent_id, address, states, res)
+                    states, size = [], 0
         left = [n for n in map(self.ledger.queued, self.ledger.owned_hosts()) if n]
         res.kept_hosts, res.kept_urls = len(left), sum(left)
         return res
+
+    async def _hand(self, agent_id: str, address: str, states: list[HostState], res: Handed) -> None:
+        try:
+            await self.send(address, states)
+        except errors.WancrawlError as exc:
+            self.counters["handover_failures"] += 1
+            log.warning("handover of %d hosts to %s failed: %s", len(states), agent_id, exc)
+            return
+        for st in states:
+            self.ledger.release(st)
+        urls = sum(len(st.queue) for st in states)
+        res.hosts += len(states)
+        res.urls += urls
+        self.counters["hosts_handed_out"] += len(states)
+        log.info("handed %d hosts (%d queued URLs) to %s", len(states), urls, agent_id)
 
     async def send(self, address: str, states: list[HostState]) -> agent_pb2.HandOverResponse:
         epoch = self.directory.epoch

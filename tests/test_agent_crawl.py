@@ -108,7 +108,10 @@ def test_not_mine_after_an_epoch_change_reroutes_without_loss(run, tmp_path):
         assert other_c["pages"] >= 1 and owner_c["pages"] == 0
 
 
-def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path):
+def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path, monkeypatch):
+    import agent.handoff
+
+    monkeypatch.setattr(agent.handoff, "STREAM_URLS", 50)  # several HandOver streams
     web = lab_web(seed=9, pages_max=40)
     with ServerThread(web, zero_latency=True) as lab:
         port = lab.port
