@@ -12,6 +12,7 @@ from agent.fetch import FETCHERS, FetchRequest, FetchSettings, create_fetcher
 from agent.fetch.base import BodySink, parse_content_type, parse_retry_after
 from agent.fetch.guard import AddressGuard
 from agent.links import extract_links
+from lab import server as lab_server
 from lab.testing import ServerThread, small_topology
 from lab.web import Web
 from wancrawl import config
@@ -19,13 +20,15 @@ from wancrawl.errors import ConfigError
 from wancrawl.hostres import HostResolver
 
 MiB = 1024 * 1024
+DRIP = 64 * 1024  # bytes the slow-drip site sends, 64 at a time
 LAB = ["127.0.0.0/8"]
 
 
 @pytest.fixture(scope="module")
 def lab():
-    # time scale 100: the drip site sends 64 B every 10 ms, so 8 KB take 1.3 s.
-    web = Web(small_topology(gzip_bomb_mb=64, drip_total_bytes=8192), seed=5, time_scale=100.0)
+    # time scale 100: the drip site sends 64 B every 10 ms, so its 64 KiB take 10 s: far beyond
+    # the 1 s total timeout the test sets, so only that timeout can end the fetch early.
+    web = Web(small_topology(gzip_bomb_mb=64, drip_total_bytes=DRIP), seed=5, time_scale=100.0)
     with ServerThread(web, zero_latency=True) as st:
         st.source = st.web.topology.agent_address("telecom", "beijing", 0)
         yield st
@@ -40,15 +43,45 @@ def settings(lab, **kw):
     return FetchSettings(**({"source_ip": lab.source, "allow_networks": LAB} | kw))
 
 
-def run_fetches(backend, st, reqs, resolver=None):
+def run_fetches(backend, st, reqs, resolver=None, *, in_order=False):
     async def go():
         f = create_fetcher(backend, st, resolver)
         try:
+            if in_order:  # one after the other on one fetcher: a kept-alive connection would be reused
+                return [await f.fetch(r) for r in reqs]
             return await asyncio.gather(*(f.fetch(r) for r in reqs))
         finally:
             await f.close()
 
     return asyncio.run(go())
+
+
+@pytest.fixture
+def sinks(monkeypatch):
+    """Every BodySink a backend makes, recording what it was fed: reads after the sink said
+    stop, and how many wire bytes the fetcher read, come from here rather than from a clock."""
+    made = []
+
+    class RecordingSink(BodySink):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.fed: list[tuple[int, bool]] = []  # (chunk length, feed's answer)
+            made.append(self)
+
+        def feed(self, chunk):
+            go_on = super().feed(chunk)
+            self.fed.append((len(chunk), go_on))
+            return go_on
+
+    for name in FETCHERS:
+        monkeypatch.setattr(f"agent.fetch.{name}_fetcher.BodySink", RecordingSink)
+    return made
+
+
+def stopped_at_first_no(sink):
+    """The fetcher read nothing after the sink's first False, which came on its last chunk."""
+    answers = [go_on for _, go_on in sink.fed]
+    return answers and answers[-1] is False and all(answers[:-1])
 
 
 def req(site, path="/", ip=True):
@@ -88,43 +121,69 @@ def test_redirects_are_returned_not_followed(lab, backend):
     assert len(lab.server.log) - n0 == 3  # one request each: nothing followed
 
 
+@pytest.mark.timeout(30)  # a hang guard only: the assertions below say what cut the fetch
 def test_slow_drip_is_cut_by_total_timeout(lab, backend):
-    t0 = time.monotonic()
-    (r,) = run_fetches(backend, settings(lab, total_timeout=0.4), [req(hostile(lab, "slow-drip"))])
-    assert time.monotonic() - t0 < 1.0
+    # The drip sends a byte long before any read timeout: only the total timeout can end it early.
+    (r,) = run_fetches(backend, settings(lab, total_timeout=1.0, read_timeout=3600.0), [req(hostile(lab, "slow-drip"))])
     assert r.status == 200 and r.truncated == "time" and r.error is None
-    assert 0 < len(r.body) < 8192 and "total timeout" in r.error_detail
+    assert r.error_detail == "total timeout 1.0s"
+    assert 0 < len(r.body) < DRIP and r.raw_length == len(r.body)  # some of the drip, not all of it
+    assert r.body.startswith(b"<!DOCTYPE html>") and not r.body.rstrip().endswith(b"</html>")
 
 
+@pytest.mark.timeout(30)
 def test_never_answering_site_times_out(lab, backend):
-    t0 = time.monotonic()
-    (r,) = run_fetches(backend, settings(lab, read_timeout=0.3), [req(hostile(lab, "never"))])
-    assert time.monotonic() - t0 < 1.0
-    assert (r.status, r.error, r.body) == (0, "timeout", b"")
-    (r,) = run_fetches(backend, settings(lab, total_timeout=0.3), [req(hostile(lab, "never"))])
-    assert (r.status, r.error) == (0, "timeout")
+    # Each run leaves only one timeout short enough to end the wait; the detail names which one did.
+    (r,) = run_fetches(backend, settings(lab, read_timeout=0.3, total_timeout=3600.0), [req(hostile(lab, "never"))])
+    assert (r.status, r.error, r.body, r.truncated) == (0, "timeout", b"", None)
+    assert r.error_detail == "read timeout 0.3s"
+    (r,) = run_fetches(backend, settings(lab, total_timeout=0.3, read_timeout=3600.0), [req(hostile(lab, "never"))])
+    assert (r.status, r.error, r.body, r.truncated) == (0, "timeout", b"", None)
+    assert r.error_detail == "total timeout 0.3s"
 
 
-def test_huge_body_truncated_at_cap(lab, backend):
-    t0 = time.monotonic()
-    (r,) = run_fetches(backend, settings(lab, max_body_bytes=MiB), [req(hostile(lab, "huge"))])
-    assert time.monotonic() - t0 < 2.0
-    assert (r.status, r.truncated, r.error) == (200, "length", None)
-    assert len(r.body) == r.raw_length == MiB and r.body.startswith(b"<!DOCTYPE html>")
+@pytest.mark.timeout(30)
+def test_huge_body_truncated_at_cap(lab, backend, sinks, monkeypatch):
+    s = hostile(lab, "huge")
+    dialled = []  # connections the lab accepted for the huge site
+    made = lab_server._Conn.connection_made
+
+    def connection_made(conn, transport):
+        made(conn, transport)
+        if conn.site_ip == s.ip:
+            dialled.append(conn)
+
+    monkeypatch.setattr(lab_server._Conn, "connection_made", connection_made)
+    n0 = len(lab.server.log)
+    a, b = run_fetches(backend, settings(lab, max_body_bytes=MiB), [req(s), req(s)], in_order=True)
+    for r in (a, b):
+        assert (r.status, r.truncated, r.error) == (200, "length", None)
+        assert len(r.body) == r.raw_length == MiB and r.body.startswith(b"<!DOCTYPE html>")
+    # Bytes read are bounded: every chunk but the last fit under the 1 MiB cap, and nothing was
+    # read after the sink said stop (not the other 9 MiB of the 10 MiB body).
+    assert len(sinks) == 2
+    for sk in sinks:
+        assert stopped_at_first_no(sk), sk.fed
+        assert sum(n for n, _ in sk.fed[:-1]) < MiB <= sum(n for n, _ in sk.fed)
+    # The rest of the body was not drained to keep the connection: the second fetch dialled anew.
+    assert len([e for e in lab.server.log[n0:] if e.host == s.host]) == 2
+    assert len(dialled) == 2
 
 
-def test_gzip_bomb_stopped_by_decoded_cap(lab, backend):
+@pytest.mark.timeout(30)
+def test_gzip_bomb_stopped_by_decoded_cap(lab, backend, sinks):
     tracemalloc.start()
-    t0 = time.monotonic()
     try:
         (r,) = run_fetches(backend, settings(lab, max_decoded_bytes=2 * MiB), [req(hostile(lab, "gzip-bomb"))])
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.monotonic() - t0 < 3.0
     assert (r.status, r.truncated, r.error) == (200, "decoded", None)
     assert len(r.body) == 2 * MiB and r.body.startswith(b"<!DOCTYPE html>")
     assert r.raw_length < 256 * 1024  # stopped after a few wire chunks of a 64 MiB bomb
+    (sk,) = sinks
+    assert stopped_at_first_no(sk), sk.fed  # and read nothing more off the wire after that
+    assert sum(n for n, _ in sk.fed) == r.raw_length
     assert peak < 24 * MiB
 
 

@@ -1,15 +1,20 @@
-"""Every hostile site of the lab: handled, bounded in time, recorded, and the crawl goes on."""
+"""Every hostile site of the lab: handled, bounded, recorded, and the crawl goes on."""
 
 from __future__ import annotations
 
 import collections
-import time
+
+import pytest
 
 from lab.testing import ServerThread
 
-from agent_helpers import cluster, seed, lab_web, wait_idle
+from agent_helpers import cluster, fetched_urls, lab_web, seed, truth_urls, wait_idle
 
 
+# A hang guard only. "The crawl goes on" is asserted from what was crawled: the agent went idle
+# (wait_idle raises, saying what is left, if a hostile site holds it), every seed ended recorded
+# or refused, and the normal site was crawled all the same.
+@pytest.mark.timeout(180)
 def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path):
     web = lab_web(seed=5, pages_max=10)
     with ServerThread(web, zero_latency=True) as lab:
@@ -27,13 +32,11 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
                     # The lab asks for up to an hour of patience; the test has less.
                     "politeness.max_backoff": 2.0, "politeness.max_retry_after": 3.0}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
-                t0 = time.monotonic()
                 await seed(agent.node, seeds)
-                await wait_idle([agent.node], timeout=40)
-                return time.monotonic() - t0, agent.node.status_counters(), store
+                await wait_idle([agent.node], timeout=150)
+                return agent.node.status_counters(), store
 
-        elapsed, c, store = run(go())
-        assert elapsed < 60
+        c, store = run(go())
         by_url = collections.defaultdict(list)
         for cap in store.captures.values():
             by_url[cap.url].append(cap)
@@ -69,5 +72,11 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
         assert c["dropped_schemes"] >= 5
         assert [e.path for e in log if e.host.startswith(host_of_kind("never"))] == ["/robots.txt"]
         assert c["robots_denied"] >= 1
-        # And the normal site was crawled all the same.
-        assert per_host[normal.host] >= 1 and c["pages"] > 20
+        # Every seed ended as a capture, but for the never-answering site's (refused by robots).
+        never = web.url(hostile["never"], "/")
+        assert [u for u in seeds if not by_url[u]] == [never]
+        # And the normal site was crawled all the same: its root and every page the root links to
+        # (a page first reached at depth 1 stays within max_depth 4 whatever the crawl order).
+        near = truth_urls(web, [web.url(normal, "/")], max_depth=1)
+        assert len(near) > 1 and near <= set(fetched_urls(lab, lab.port)) and near <= set(by_url)
+        assert c["pages"] > 20
