@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import grpc
 
@@ -33,18 +32,9 @@ class Registration:
     strategy: str = ""
 
 
-class Consultant(Protocol):
-    """What agents need of the consultant; tests substitute a fake of a few lines."""
-
-    async def register(self, agent_id: str, address: str, *, location: common_pb2.Location | None = None,
-                       source_ip: str = "", capacity: float = 0.0) -> Registration: ...
-    async def heartbeat(self, agent_id: str, load: common_pb2.LoadReport) -> int: ...
-    async def deregister(self, agent_id: str) -> int: ...
-    async def resolve(self, hosts: list[str]) -> list[HostRoute]: ...
-
-
 class ConsultantClient:
-    """The gRPC implementation of `Consultant`, plus the operator calls."""
+    """The consultant over gRPC: what agents need of it (it implements agent.placement.Placement)
+    plus the operator calls."""
 
     def __init__(self, target: str, timeout: float = 10.0):
         self.target = target
