@@ -221,10 +221,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# Commands whose output is made to be piped into head, grep ...; the others serve or wait.
+PIPED = ("plan", "truth")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if argv is None:
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `lab plan | head` should just stop
+    if argv is None and args.cmd in PIPED:
+        # `lab plan | head` should just stop. Never for the web: with SIGPIPE at its default, a
+        # client that dies mid-response (an agent killed by kill -9) killed the whole web.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return args.func(args)
     except WancrawlError as exc:

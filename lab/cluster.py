@@ -4,6 +4,8 @@
 the consultant, storage and one agent per chosen ISP/city group (each bound to its block), waits
 until they answer, and records them in RUN_DIR/cluster.json. `down` stops exactly those
 processes (it checks each pid still runs the command it started, so a reused pid is left alone).
+`kill` and `restart` crash one of them and start it again from its recorded command (the fault
+harness, bench/chaos.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
-from wancrawl.errors import ConfigError, Unavailable
+from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
@@ -274,3 +276,54 @@ def down(run_dir: str | Path, timeout: float = 20.0) -> list[str]:
             os.kill(p.pid, signal.SIGKILL)
         stopped.append(p.name)
     return stopped
+
+
+def _find(cl: Cluster, name: str) -> int:
+    for i, p in enumerate(cl.procs):
+        if p.name == name:
+            return i
+    raise NotFound(f"no process {name!r} in {cl.run_dir} (known: {', '.join(p.name for p in cl.procs)})")
+
+
+def kill(run_dir: str | Path, name: str, sig: int = signal.SIGKILL, timeout: float = 10.0) -> Proc:
+    """Send `sig` to one process of the run (SIGKILL by default: a crash, nothing flushed, no
+    deregistration) and return once it no longer runs. Its record stays in cluster.json: `down`
+    skips a process that is gone, and `restart` starts it again from the record."""
+    cl = Cluster.load(run_dir)
+    p = cl.procs[_find(cl, name)]
+    if not _alive(p):
+        raise FailedPrecondition(f"{name} (pid {p.pid}) is not running")
+    os.kill(p.pid, sig)
+    end = time.monotonic() + timeout
+    # A killed child of ours lingers as a zombie; _alive reads its empty cmdline as gone.
+    while _alive(p):
+        if time.monotonic() > end:
+            raise Unavailable(f"{name} (pid {p.pid}) still runs {timeout:.0f}s after signal {sig}")
+        time.sleep(0.01)
+    return p
+
+
+def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
+    """Start a stopped process of the run again from its recorded command (its module and
+    arguments, so the same config, data dir and address; run by this interpreter, as `up` does),
+    record the new pid in cluster.json, and return once it answers. Blocking: not from a running
+    event loop."""
+    cl = Cluster.load(run_dir)
+    i = _find(cl, name)
+    old = cl.procs[i]
+    if _alive(old):
+        raise FailedPrecondition(f"{name} (pid {old.pid}) is still running: kill it first")
+    if old.cmd[1:2] != ["-m"]:
+        raise ConfigError(f"{name}: recorded command {old.cmd!r} is not `python -m MODULE ...`")
+    run = Path(cl.run_dir)
+    new = _start(name, old.cmd[2:], run)
+    new.address = old.address
+    cl.procs[i] = new
+    cl.save()
+    if new.address:
+        ok = asyncio.run(_healthy(new.address, timeout))
+    else:  # the web: no gRPC health, a TCP connect to a site answers instead
+        ok = _web_up(topology.load(cl.topology or None).normal_sites[0].ip, cl.web_port, timeout)
+    if not ok:
+        raise Unavailable(f"{name} did not come back: see {new.log}")
+    return new

@@ -86,6 +86,43 @@ def test_web_subcommand_serves_and_logs(tmp_path):
         proc.wait(10)
 
 
+def test_web_survives_a_client_that_vanishes_mid_response():
+    """An agent killed with kill -9 mid-response must not take the web down (it did: `lab web`
+    ran with SIGPIPE at its default, and a send after the peer's reset killed it silently)."""
+    import socket
+
+    from lab import topology
+    from lab.cluster import free_port
+
+    port = free_port()
+    huge = topology.load().hostile_sites["huge"]
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "web", "--port", str(port), "--time-scale", "60"],
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind(("127.1.1.2", 0))  # in the plan: the body is paced by the link model
+            try:
+                s.connect((huge.ip, port))
+                break
+            except OSError:
+                s.close()
+                time.sleep(0.05)
+        else:
+            pytest.fail("lab web did not come up")
+        s.sendall(f"GET / HTTP/1.1\r\nHost: {huge.host}:{port}\r\n\r\n".encode())
+        time.sleep(0.5)  # not reading: the server's buffers fill while it paces the 10 MB body
+        s.shutdown(socket.SHUT_WR)  # the server closes its side once its buffer drains ...
+        time.sleep(0.2)
+        s.close()  # ... but a reset arrives first (unread data): its next send gets EPIPE
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+
+
 def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     from agent.settings import load_settings as agent_settings
     from consultant.settings import load_settings as consultant_settings
@@ -104,3 +141,28 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
     with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
         write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8)
+
+
+def test_kill_and_restart_one_process_of_a_cluster(tmp_path):
+    """The fault harness's tools: kill -9 one recorded process, start it again from its record."""
+    from lab import cluster, topology
+
+    port = cluster.free_port()
+    cl = cluster.Cluster(str(tmp_path), "asn", port, "", "")
+    cl.procs.append(cluster._start("web", ["lab.cli", "web", "--port", str(port), "--zero-latency"], tmp_path))
+    cl.save()
+    try:
+        assert cluster._web_up(topology.load().normal_sites[0].ip, port, 30)
+        old = cluster.kill(tmp_path, "web")
+        assert not cluster._alive(old)
+        with pytest.raises(cluster.FailedPrecondition):
+            cluster.kill(tmp_path, "web")
+        new = cluster.restart(tmp_path, "web")  # returns once the web answers again
+        assert new.pid != old.pid and new.cmd == old.cmd and cluster._alive(new)
+        assert [p.pid for p in cluster.Cluster.load(tmp_path).procs] == [new.pid]
+        with pytest.raises(cluster.FailedPrecondition):
+            cluster.restart(tmp_path, "web")
+        with pytest.raises(cluster.NotFound):
+            cluster.kill(tmp_path, "nope")
+    finally:
+        assert cluster.down(tmp_path) == ["web"]
