@@ -27,10 +27,9 @@ rows (canonical URL, record type), the lab's request log):
   stored         truth URLs with at least one `response` record in storage's index (revisit
                  and warcinfo records do not count: they carry no page of their own).
   lost           truth URLs with no response record.
-  stored twice   truth URLs with more than one response record.
-  2+ captures    truth URLs with more than one index record of any type (response or revisit):
-                 a refetch of an unchanged page is stored as a revisit record (storage
-                 deduplicates by payload digest), so it shows here and not in "stored twice".
+  stored twice   truth URLs with more than one capture record in the index, of any type: a
+                 refetch of an unchanged page is stored as a revisit record (storage
+                 deduplicates by payload digest), and that is a page stored twice all the same.
   fetched twice  URLs (canonicalised) requested more than once in the lab's request log, any
                  agent, robots.txt excluded.
   recovery s     for each affected host, seconds from the fault until its first request
@@ -95,9 +94,8 @@ class Comparison:
     truth: int
     stored: int            # truth URLs with >= 1 response record
     lost: int              # truth URLs with no response record
-    stored_twice: int      # truth URLs with > 1 response record
+    stored_twice: int      # truth URLs with > 1 record of any type (response or revisit)
     fetched_twice: int     # URLs requested > 1 times (robots.txt excluded)
-    captured_twice: int    # truth URLs with > 1 record of any type (response or revisit)
     outside_truth: int     # distinct stored URLs that are not truth URLs
     lost_urls: list[str] = field(default_factory=list)
 
@@ -118,9 +116,8 @@ def compare(truth: Collection[str], captures: Iterable[tuple[str, str]], request
         truth=len(truth),
         stored=len(truth) - len(lost),
         lost=len(lost),
-        stored_twice=sum(1 for u in truth if responses[u] > 1),
+        stored_twice=sum(1 for u in truth if records[u] > 1),
         fetched_twice=sum(1 for n in fetches.values() if n > 1),
-        captured_twice=sum(1 for u in truth if records[u] > 1),
         outside_truth=sum(1 for u in records if u not in truth),
         lost_urls=lost,
     )
@@ -342,7 +339,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     try:
         cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=args.topology, seed=args.seed,
                         time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay,
-                        concurrency=args.concurrency)
+                        concurrency=args.concurrency, lease=args.lease)
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -424,7 +421,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     out = []
     for r in rows:
         m = r.metrics
-        cells = ([str(m.truth), str(m.stored), str(m.lost), str(m.stored_twice), str(m.captured_twice), str(m.fetched_twice)]
+        cells = ([str(m.truth), str(m.stored), str(m.lost), str(m.stored_twice), str(m.fetched_twice)]
                  if m else ["-"] * 6)
         notes = list(r.notes)
         if r.victim:
@@ -443,7 +440,7 @@ def _secs(s: float | None) -> str:
     return "-" if s is None else f"{s:.1f}"
 
 
-HEADERS = ["scenario", "truth", "stored", "lost", "stored twice", "2+ captures", "fetched twice", "recovery s", "last fetch s",
+HEADERS = ["scenario", "truth", "stored", "lost", "stored twice", "fetched twice", "recovery s", "last fetch s",
            "end s", "notes"]
 
 
@@ -491,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zero-latency", action="store_true")
     p.add_argument("--delay", type=float, default=0.05, help="agents' per-host politeness delay (lab up's default)")
     p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--lease", type=float, default=15.0,
+                   help="the consultant's agent lease (its default, 15 s): restart comes back within it, kill outlives it")
     args = p.parse_args(argv)
     args.groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     names = parse_scenarios(args.scenario)
@@ -503,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         f"time scale {args.time_scale:g}{', zero latency' if args.zero_latency else ''}, politeness delay {args.delay:g}s, "
         f"concurrency {args.concurrency}",
         f"agents {', '.join(args.groups)}; victim {args.victim}; fault at {args.fault_at:.0%} of truth requested",
-        f"outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s; "
+        f"lease {args.lease:g}s; outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s; "
         f"end: every live agent idle for {args.stable:g}s, timeout {args.timeout:g}s after seeding",
         f"runs under {base}",
     ]
