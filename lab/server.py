@@ -151,6 +151,11 @@ def _head(status: int, headers: list[tuple[str, str]], length: int, keep_alive: 
     return "".join(lines).encode("latin-1")
 
 
+def _length(resp: Response) -> int:
+    """The Content-Length to declare: the body's, or the lie the response asks for."""
+    return len(resp.body) if resp.declared_length is None else resp.declared_length
+
+
 class _Conn(asyncio.Protocol):
     """One client connection: parses pipelined requests, answers them in order."""
 
@@ -253,14 +258,16 @@ class _Conn(asyncio.Protocol):
             if site is not None and site.ip != self.site_ip:
                 resp = Response(421, [("Content-Type", "text/plain")], f"{site.host} is not served at {self.site_ip}\n".encode())
             else:
-                resp = srv.web.respond(host, target, site=site)
+                resp = srv.web.respond(host, target, site=site, now=srv.model_now())
             if site is not None:
                 host_name = site.host
             else:
                 host_name = (host or "").lower().rsplit(":", 1)[0] if host and not host.startswith("[") else (host or "")
             srv.record(LogEntry(time.time(), self.client_ip, self.client_port, self.site_ip, host_name, method, target, resp.status, len(resp.body)))
+            if resp.declared_length is not None:
+                keep = False  # the bytes past the lying length must not be read as a next response
             if resp.mode == "normal" and self.flow is None:
-                data = _head(resp.status, resp.headers, len(resp.body), keep)
+                data = _head(resp.status, resp.headers, _length(resp), keep)
                 tr.write(data if method == "HEAD" else data + resp.body)
                 if not keep:
                     tr.close()
@@ -281,7 +288,7 @@ class _Conn(asyncio.Protocol):
             if self.flow is not None:
                 start = self.flow.response_start(start)
                 await srv.sleep_until(start)
-            head = _head(resp.status, resp.headers, len(resp.body), keep)
+            head = _head(resp.status, resp.headers, _length(resp), keep)
             body = b"" if head_only else resp.body
             if resp.mode == "drip":
                 spec = srv.web.spec

@@ -35,6 +35,13 @@ HOSTILE_KINDS = (
     "bad-schemes",
     "long-urls",
     "gbk",
+    "session-trap",
+    "robots-503",
+    "retry-forever",
+    "length-lie",
+    "many-links",
+    "meta-robots",
+    "shift-jis",
 )
 
 
@@ -105,12 +112,20 @@ class WebSpec:
     crawl_delays: list[float] = field(default_factory=lambda: [1.0, 2.0, 5.0])
     sitemap_ratio: float = 0.1
     hostile_link_ratio: float = 0.01  # share of normal pages with one link to a hostile site
+    # Every hostile site is also linked from the home page of one normal site (hostile site k
+    # from normal site k mod the number of normal sites), so a crawl of the normal sites meets all.
+    hostile_home_links: bool = True
     huge_mb: float = 10.0
     gzip_bomb_mb: float = 1024.0  # decoded size of the gzip bomb
     drip_bytes: int = 64  # slow-drip: this many bytes ...
     drip_interval_s: float = 1.0  # ... every this many (model) seconds
     drip_total_bytes: int = 8192
     calendar_start: str = "2009-01"
+    session_trap_links: int = 10_000  # session-trap: fresh ?sid= links on every page
+    robots_unavailable_s: float = 20.0  # robots-503: robots.txt answers 503 this long (model s) after start
+    retry_forever_s: float = 3600.0  # retry-forever: /wait's Retry-After (model s, time-scaled)
+    length_lie_bytes: int = 100  # length-lie: the Content-Length /liar.html declares
+    many_links: int = 100_000  # many-links: links on "/" to pages that 404
 
 
 @dataclass
@@ -354,6 +369,9 @@ def _validate(spec: TopologySpec, source: str) -> None:
         raise ConfigError(f"{source}: web.pages_min/pages_max must satisfy 1 <= min <= max")
     if w.page_kb_min <= 0 or w.page_kb_max < w.page_kb_min:
         raise ConfigError(f"{source}: web.page_kb_min/page_kb_max must satisfy 0 < min <= max")
+    for key in ("session_trap_links", "robots_unavailable_s", "retry_forever_s", "length_lie_bytes", "many_links"):
+        if getattr(w, key) < 0:
+            raise ConfigError(f"{source}: web.{key} must be >= 0")
 
 
 def load(path: str | Path | None = None, **overrides: Any) -> Topology:

@@ -53,6 +53,23 @@ def read_seeds(text: str) -> tuple[list[str], list[str]]:
     return seeds, errors
 
 
+_QUERY_OK = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/?[]@!$&'()*+,;=%")
+
+
+def encode_query(href: str, encoding: str) -> str:
+    """An href's query percent-encoded in its document's encoding, as browsers send it (WHATWG URL:
+    the path is always UTF-8, the query of an http(s) URL takes the page's encoding)."""
+    rest, hash_, fragment = href.partition("#")
+    before, q, query = rest.partition("?")
+    if not q or query.isascii():
+        return href
+    raw = query.encode(encoding, "xmlcharrefreplace")
+    # Bytes RFC 3986 allows in a query stay; the rest (the encoding's non-ASCII bytes, and ASCII
+    # ones such as "{" that Shift_JIS uses as second bytes) are percent-encoded.
+    enc = "".join(chr(b) if b in _QUERY_OK else f"%{b:02X}" for b in raw)
+    return before + "?" + enc + hash_ + fragment
+
+
 class Truth:
     """BFS over the link graph the generator would serve; no sockets involved."""
 
@@ -104,10 +121,14 @@ class Truth:
             if 300 <= page.status < 400 and page.location:
                 nexts: tuple[str, ...] = (page.location,)
             elif page.status == 200 and page.html:
-                nexts = page.links
+                # What a correct crawler follows: not rel/meta nofollow links, not session-id or
+                # 404 floods, not links past a lying Content-Length; a meta refresh target, yes.
+                nexts = page.followed
             else:
                 continue
             for href in nexts:
+                if page.encoding != "utf-8" and not href.isascii():
+                    href = encode_query(href, page.encoding)
                 try:
                     u = canonicalize(href, url, sort_query=sc.sort_query)
                 except InvalidUrl:

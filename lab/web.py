@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import itertools
 import math
@@ -42,6 +43,9 @@ class Response:
     headers: list[tuple[str, str]]
     body: bytes = b""
     mode: str = "normal"  # "drip": send the body slowly; "never": send nothing, ever
+    # A Content-Length that lies (the length-lie site): the server declares this instead of
+    # len(body), sends the whole body anyway and closes the connection after it.
+    declared_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,19 @@ class Page:
     links: tuple[str, ...] = ()  # every a[href] exactly as written in the HTML (unescaped)
     location: str | None = None
     html: bool = True  # a crawler would parse the body as HTML for links
+    # What a correct crawler follows, when that is not every link: rel="nofollow" links and the
+    # links of a <meta name="robots" content="nofollow"> page left out, session-id and 404 floods
+    # left out, links past a lying Content-Length left out. None: every link in `links`.
+    follow: tuple[str, ...] | None = None
+    refresh: str | None = None  # <meta http-equiv="refresh"> target: followed like a redirect
+    noindex: bool = False  # <meta name="robots" content="noindex">: fetch, follow, do not index
+    encoding: str = "utf-8"  # the document's encoding: the query of its links is encoded in it
+
+    @property
+    def followed(self) -> tuple[str, ...]:
+        """The hrefs a correct crawler follows from this page (the refresh target included)."""
+        out = self.links if self.follow is None else self.follow
+        return out + (self.refresh,) if self.refresh else out
 
 
 @dataclass
@@ -105,6 +122,8 @@ class Web:
         self.links = lru_cache(maxsize=cache_pages)(self._links)
         self._bomb: bytes | None = None
         self._huge: bytes | None = None
+        self._many: tuple[str, ...] | None = None
+        self._many_body: bytes | None = None
 
     def with_port(self, port: int) -> "Web":
         """The same web served on another port (absolute links and redirects follow it)."""
@@ -165,6 +184,9 @@ class Web:
         return seconds / self.time_scale
 
     def robots_txt(self, site: Site) -> str:
+        """The site's robots.txt (for robots-503: the one served once the 503 window is over)."""
+        if site.kind == "robots-503":
+            return "User-agent: *\nDisallow: /private/\n"
         if site.hostile:
             return "User-agent: *\nAllow: /\n"
         info = self.site_info(site)
@@ -215,6 +237,10 @@ class Web:
             hrefs.append(self._spell_remote(t, self.page_path(t, tp), rng))
         if self._hostile and rng.random() < w.hostile_link_ratio:
             hrefs.append(self._hostile[rng.randrange(len(self._hostile))].base_url + "/")
+        if i == 0 and w.hostile_home_links:
+            # Normal sites come first in the topology, so site.index is the site's position.
+            n_normal = len(self.topology.normal_sites)
+            hrefs += [self._hostile[k].base_url + "/" for k in range(site.index, len(self._hostile), n_normal)]
         hrefs.append(f"mailto:webmaster@{site.host}")
         hrefs.append("javascript:void(0)")
         return tuple(hrefs), rng
@@ -271,8 +297,12 @@ class Web:
         return href
 
     # --- requests ---------------------------------------------------------------------------
-    def resolve(self, host: str | None, target: str, *, site: Site | None = None) -> Page:
-        """Map (Host header, request target) to a Page; no body is built."""
+    def resolve(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Page:
+        """Map (Host header, request target) to a Page; no body is built.
+
+        `now` is the lab's model time (seconds since the server started); only the robots-503
+        site depends on it. None: long after the start (what truth and checks assume).
+        """
         if site is None:
             site = self.topology.site(host or "")
         if site is None:
@@ -282,6 +312,8 @@ class Web:
         if site.kind == "never":
             return Page(site, target, 0, "never:hang", html=False)
         if target == "/robots.txt":
+            if site.kind == "robots-503" and now is not None and now < self.spec.robots_unavailable_s:
+                return Page(site, target, 503, "robots-503:robots-unavailable", html=False)
             return Page(site, target, 200, "robots", html=False)
         if site.hostile:
             return self._hostile_page(site, target)
@@ -292,8 +324,8 @@ class Web:
             return Page(site, target, 404, "not-found", links=("/",))
         return Page(site, target, 200, "page", i, self.links(site, i))
 
-    def respond(self, host: str | None, target: str, *, site: Site | None = None) -> Response:
-        return self.render(self.resolve(host, target, site=site))
+    def respond(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Response:
+        return self.render(self.resolve(host, target, site=site, now=now))
 
     def render(self, page: Page) -> Response:
         kind = page.kind
@@ -475,7 +507,70 @@ class Web:
             if target == "/mislabel.html":
                 return Page(site, target, 200, "gbk:mislabel", links=("/",))
             return nf
+        if kind == "session-trap":
+            path, _, query = target.partition("?")
+            if path not in SESSION_PAGES or not (query == "" or _SID_RE.fullmatch(query)):
+                return nf
+            return Page(site, target, 200, "session-trap:page", links=SESSION_PAGES + self.session_links(target), follow=SESSION_PAGES)
+        if kind == "robots-503":
+            rk = 0 if target == "/" else _int_in(r"/p/(\d+)\.html", target, 1, ROBOTS_503_PAGES)
+            if rk is not None:
+                # Home, a binary tree over the 20 pages, the next page; "/" also links /private/.
+                kids = tuple(f"/p/{c}.html" for c in (2 * rk + 1, 2 * rk + 2, rk + 1) if 1 <= c < ROBOTS_503_PAGES)
+                extra = ("/private/1.html",) if rk == 0 else ()
+                return Page(site, target, 200, "robots-503:page", rk, links=("/",) + tuple(dict.fromkeys(kids)) + extra)
+            if target == "/private/1.html":
+                return Page(site, target, 200, "robots-503:private", links=("/",))
+            return nf
+        if kind == "retry-forever":
+            if target == "/":
+                return Page(site, target, 200, "retry-forever:index", links=("/wait",) + RETRY_PAGES)
+            if target == "/wait":
+                return Page(site, target, 429, "retry-forever:wait", html=False)
+            if target in RETRY_PAGES:
+                return Page(site, target, 200, "retry-forever:page", links=("/", "/wait") + RETRY_PAGES)
+            return nf
+        if kind == "length-lie":
+            if target == "/":
+                return Page(site, target, 200, "length-lie:index", links=("/liar.html",))
+            if target == "/liar.html":
+                kept = ("/kept.html",) if self.spec.length_lie_bytes >= len(_LIAR_HEAD) else ()
+                return Page(site, target, 200, "length-lie:liar", links=("/kept.html",) + LIAR_BEYOND, follow=kept)
+            if target == "/kept.html" or target in LIAR_BEYOND:
+                return Page(site, target, 200, "length-lie:page", links=("/",))
+            return nf
+        if kind == "many-links":
+            if target == "/":
+                return Page(site, target, 200, "many-links:index", links=self.many_links(), follow=MANY_REAL)
+            if target in MANY_REAL:
+                return Page(site, target, 200, "many-links:page", links=("/",) + MANY_REAL)
+            return nf
+        if kind == "meta-robots":
+            meta = META_PAGES.get(target)
+            if meta is None:
+                return nf
+            return Page(site, target, 200, f"meta-robots:{meta[0]}", links=meta[1], follow=meta[2],
+                        refresh="/refreshed" if meta[0] == "refresh" else None, noindex=meta[0] == "noindex")
+        if kind == "shift-jis":
+            if target == "/":
+                return Page(site, target, 200, "shift-jis:index", links=SJIS_LINKS, encoding="shift_jis")
+            if target in (SJIS_QUERY_TARGET, SJIS_QUERY_RAW, SJIS_PATH_TARGET):
+                return Page(site, target, 200, "shift-jis:page", links=("/",), encoding="shift_jis")
+            return nf
         raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
+
+    def session_links(self, target: str) -> tuple[str, ...]:
+        """The session-trap page's fresh links: its own path, `sid` derived from (seed, target, k)."""
+        path = target.partition("?")[0]
+        base = int.from_bytes(hashlib.blake2b(f"{self.seed}/{target}".encode(), digest_size=8).digest(), "big")
+        # An odd multiplier is a bijection mod 2**64: the sids of one page are all distinct.
+        return tuple(f"{path}?sid={(base + k * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF:016x}" for k in range(self.spec.session_trap_links))
+
+    def many_links(self) -> tuple[str, ...]:
+        """The many-links page's hrefs: the real pages first, then `many_links` paths that 404."""
+        if self._many is None:
+            self._many = MANY_REAL + tuple(f"/gone/{k}.html" for k in range(self.spec.many_links))
+        return self._many
 
     def _render_hostile(self, page: Page) -> Response:
         site = page.site
@@ -524,6 +619,30 @@ class Web:
             return Response(200, [("Content-Type", "text/html")], self._malformed(page))
         if kind == "gbk":
             return self._gbk(page)
+        if kind == "session-trap":
+            return self._session_trap(page)
+        if kind == "robots-503":
+            if case == "robots-unavailable":
+                return Response(503, [("Content-Type", "text/plain")], b"robots.txt is not available yet\n")
+            return self._plain(page, "Flaky robots")
+        if kind == "retry-forever":
+            if case == "wait":
+                ra = str(max(1, math.ceil(self.scaled(self.spec.retry_forever_s))))
+                body = _small_html("Too Many Requests", "<p>Come back much later.</p>", ())
+                return Response(429, [("Content-Type", HTML_UTF8), ("Retry-After", ra)], body)
+            return self._plain(page, "Retry forever")
+        if kind == "length-lie":
+            if case == "liar":
+                return self._liar(page)
+            return self._plain(page, "Length lie")
+        if kind == "many-links":
+            if case == "index":
+                return Response(200, [("Content-Type", HTML_UTF8)], self.many_links_body())
+            return self._plain(page, "Many links")
+        if kind == "meta-robots":
+            return self._meta_robots(page)
+        if kind == "shift-jis":
+            return self._shift_jis(page)
         if kind in ("redirect-chain", "calendar", "bad-schemes", "long-urls") or page.status == 404:
             if page.status == 414:
                 return Response(414, [("Content-Type", HTML_UTF8)], _small_html("Too long", "<p>URI too long.</p>", ()))
@@ -560,6 +679,66 @@ class Web:
             self._bomb = gz_head + first + block * n + tail + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
         return self._bomb
 
+    def _plain(self, page: Page, title: str) -> Response:
+        """A small ordinary page of a hostile site: a paragraph and its links."""
+        p = self._paras[(len(page.target) + max(page.page_id, 0)) % len(self._paras)]
+        return Response(page.status, [("Content-Type", HTML_UTF8)], _small_html(title, f"<p>{p}</p>", page.links))
+
+    def _session_trap(self, page: Page) -> Response:
+        # The real pages first, then the fresh session links, in the order of page.links.
+        real = "".join(f'<li><a href="{h}">{h}</a></li>' for h in page.links[: len(SESSION_PAGES)])
+        fresh = "".join(f'<a href="{h}">s{k}</a>\n' for k, h in enumerate(page.links[len(SESSION_PAGES) :]))
+        body = (
+            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Shop</title></head>'
+            f'<body><h1>Shop</h1><ul>{real}</ul><p>{self._paras[3]}</p><div class="sessions">\n{fresh}</div></body></html>\n'
+        )
+        return Response(200, [("Content-Type", HTML_UTF8)], body.encode())
+
+    def _liar(self, page: Page) -> Response:
+        beyond = page.links[1:]
+        paras = "".join(f"<p>{self._paras[k]}</p>\n" for k in range(40))
+        rest = "".join(f'<p><a href="{h}">beyond {n}</a></p>\n' for n, h in enumerate(beyond, 1))
+        body = f"{_LIAR_HEAD}kept</a></p>\n{paras}{rest}</body></html>\n".encode()
+        return Response(200, [("Content-Type", HTML_UTF8)], body, declared_length=self.spec.length_lie_bytes)
+
+    def many_links_body(self) -> bytes:
+        if self._many_body is None:
+            links = self.many_links()
+            real = "".join(f'<li><a href="{h}">real {n}</a></li>\n' for n, h in enumerate(links[: len(MANY_REAL)], 1))
+            gone = "".join(f'<a href="{h}">{n}</a>\n' for n, h in enumerate(links[len(MANY_REAL) :]))
+            self._many_body = (
+                '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Many links</title></head>'
+                f"<body><h1>Many links</h1><ul>\n{real}</ul>\n<div>\n{gone}</div></body></html>\n"
+            ).encode()
+        return self._many_body
+
+    def _meta_robots(self, page: Page) -> Response:
+        case = page.kind.partition(":")[2]
+        meta = _META_TAGS.get(case, "")
+        anchors = "".join(
+            f'<li><a href="{h}"{_rel_attr(h) if case == "rel" else ""}>{h}</a></li>' for h in page.links
+        )
+        body = (
+            f'<!DOCTYPE html><html><head><meta charset="utf-8">{meta}<title>Meta robots: {case}</title></head>'
+            f"<body><h1>{case}</h1><p>{self._paras[len(page.target) % len(self._paras)]}</p><ul>{anchors}</ul></body></html>\n"
+        )
+        return Response(200, [("Content-Type", HTML_UTF8)], body.encode())
+
+    def _shift_jis(self, page: Page) -> Response:
+        rng = random.Random(f"{self.seed}/shift-jis/{page.target}")
+        text = "".join(rng.choice(_KANA_SENTENCES) for _ in range(40))
+        if page.kind == "shift-jis:index":
+            title = "日本語のページ"
+            anchors = '<li><a href="/search?q=日本">日本を検索</a></li><li><a href="/日本.html">日本について</a></li>'
+        else:
+            title = "検索結果：日本" if page.target.startswith("/search") else "日本について"
+            anchors = '<li><a href="/">ホーム</a></li>'
+        body = (
+            f'<!DOCTYPE html><html><head><meta charset="Shift_JIS"><title>{title}</title></head>'
+            f"<body><h1>{title}</h1><p>{text}</p><ul>{anchors}</ul></body></html>\n"
+        )
+        return Response(200, [("Content-Type", "text/html; charset=Shift_JIS")], body.encode("shift_jis"))
+
     def _malformed(self, page: Page) -> bytes:
         a, b, home = page.links
         p = self._paras[page.page_id % len(self._paras)]
@@ -587,6 +766,61 @@ class Web:
         charset = "gbk" if case == "gbk" else "utf-8"
         body = f'<html><head><meta charset="{charset}"><title>中文网页 {page.page_id}</title></head><body><p>{text}</p><p>{links}</p></body></html>'
         return Response(200, [("Content-Type", f"text/html; charset={charset}")], body.encode("gbk"))
+
+
+SESSION_PAGES = ("/", "/shop/1.html", "/shop/2.html", "/shop/3.html", "/shop/4.html")
+_SID_RE = re.compile(r"sid=[0-9A-Za-z]+")
+ROBOTS_503_PAGES = 20  # "/" and /p/1.html .. /p/19.html
+RETRY_PAGES = ("/a.html", "/b.html", "/c.html")
+# The first bytes of /liar.html, up to the end of the one link a crawler honouring the declared
+# Content-Length can see; everything after it (links to LIAR_BEYOND) lies past that length.
+_LIAR_HEAD = '<!DOCTYPE html><html><head><title>Liar</title></head><body><p><a href="/kept.html">'
+LIAR_BEYOND = tuple(f"/beyond/{k}.html" for k in range(1, 6))
+MANY_REAL = tuple(f"/real/{k}.html" for k in range(1, 6))
+# meta-robots: path -> (case, links in document order, what a correct crawler follows or None: all)
+META_PAGES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...] | None]] = {
+    "/": ("index", ("/refresh", "/nofollow.html", "/noindex.html", "/rel.html"), None),
+    "/refresh": ("refresh", (), None),
+    "/refreshed": ("page", ("/",), None),
+    "/nofollow.html": ("nofollow", ("/hidden/1.html", "/hidden/2.html"), ()),
+    "/hidden/1.html": ("hidden", ("/",), None),
+    "/hidden/2.html": ("hidden", ("/",), None),
+    "/noindex.html": ("noindex", ("/", "/noindex/next.html"), None),
+    "/noindex/next.html": ("page", ("/",), None),
+    "/rel.html": ("rel", ("/rel/followed.html", "/rel/skipped.html", "/rel/skipped-too.html", "/rel/both.html"), ("/rel/followed.html",)),
+    "/rel/followed.html": ("page", ("/", "/rel/both.html"), None),
+    "/rel/skipped.html": ("hidden", ("/",), None),
+    "/rel/skipped-too.html": ("hidden", ("/",), None),
+    "/rel/both.html": ("page", ("/",), None),
+}
+_META_RELS = {"/rel/skipped.html": "nofollow", "/rel/skipped-too.html": "noopener NoFollow", "/rel/both.html": "nofollow"}
+_META_TAGS = {
+    "refresh": '<meta http-equiv="refresh" content="0; url=/refreshed">',
+    "nofollow": '<meta name="robots" content="nofollow">',
+    "noindex": '<meta name="robots" content="noindex">',
+}
+# shift-jis: a link whose query is Japanese (served only Shift_JIS-encoded, as a browser sends
+# it from a Shift_JIS page) and one whose path is (paths are always UTF-8 encoded).
+SJIS_LINKS = ("/search?q=日本", "/日本.html")
+SJIS_QUERY_TARGET = "/search?q=%93%FA%96%7B"
+SJIS_QUERY_RAW = "/search?q=%93%FA%96{"  # the same, with the ASCII second byte 0x7B left as "{"
+SJIS_QUERY_UTF8 = "/search?q=%E6%97%A5%E6%9C%AC"  # the UTF-8 form: 404
+SJIS_PATH_TARGET = "/%E6%97%A5%E6%9C%AC.html"
+_KANA_SENTENCES = (
+    "これは日本語のページです。", "東京と大阪は大きな都市です。", "今日は天気がいいですね。",
+    "図書館で本を読みました。", "新しい駅が来年できます。", "お茶とご飯をください。",
+    "山と川の写真を見ました。", "研究の結果を報告します。",
+)
+
+
+def _rel_attr(href: str) -> str:
+    rel = _META_RELS.get(href)
+    return f' rel="{rel}"' if rel else ""
+
+
+def _int_in(pattern: str, target: str, lo: int, hi: int) -> int | None:
+    m = re.fullmatch(pattern, target)
+    return int(m.group(1)) if m and lo <= int(m.group(1)) < hi else None
 
 
 _STATUS_SITES = {

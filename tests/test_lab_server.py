@@ -343,3 +343,104 @@ def test_interconnect_is_shared_by_concurrent_flows(monkeypatch):
                 sent[k] += n
     assert max(done) == pytest.approx(sum(sizes) / rate, rel=1e-9)
     assert model.expected_time(topo.agent_address("telecom", "beijing", 7), far[0].ip, sizes[0]) == pytest.approx(sizes[0] / rate, rel=1e-9)
+
+
+# --- hostile sites of issue 11, over sockets -----------------------------------------------------
+
+def read_to_eof(sock):
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_session_trap_over_the_wire(lab):
+    s = hostile(lab, "session-trap")
+    want = lab.web.respond(s.host, "/shop/1.html?sid=0123456789abcdef")
+    r = fetch(s, lab.port, "/shop/1.html?sid=0123456789abcdef")
+    assert r.status == 200 and r.body == want.body and r.headers["content-type"] == "text/html; charset=utf-8"
+    hrefs = [a.attributes["href"] for a in LexborHTMLParser(r.body.decode()).css("a[href]")]
+    assert len(hrefs) == 10_005 and len({h for h in hrefs if "?sid=" in h}) == 10_000
+    assert fetch(s, lab.port, "/shop/1.html?x=1").status == 404
+
+
+def test_robots_503_while_the_lab_is_young(lab, monkeypatch):
+    s = hostile(lab, "robots-503")
+    clock = VirtualClock().install(monkeypatch, lab.server)  # model seconds since the server started
+    got = []
+    for now in (0.0, 19.5, 20.0, 500.0):
+        clock.now = now
+        r = fetch(s, lab.port, "/robots.txt", source=OUTSIDE)
+        got.append((r.status, r.headers["content-type"], r.body))
+    down = (503, "text/plain", b"robots.txt is not available yet\n")
+    up = (200, "text/plain", b"User-agent: *\nDisallow: /private/\n")
+    assert got == [down, down, up, up]
+    clock.now = 0.0
+    assert fetch(s, lab.port, "/", source=OUTSIDE).status == 200  # the pages are there all along
+    assert fetch(s, lab.port, "/private/1.html", source=OUTSIDE).status == 200
+    mine = [e for e in lab.server.log if e.host == s.host]
+    assert [(e.path, e.status) for e in mine] == [("/robots.txt", 503)] * 2 + [("/robots.txt", 200)] * 2 + [("/", 200), ("/private/1.html", 200)]
+    # The steady-state robots.txt is what the checks hold a crawler to.
+    assert [v.entry.path for v in checks.robots_violations(mine, checks.web_robots(lab.web))] == ["/private/1.html"]
+
+
+def test_retry_forever(lab):
+    s = hostile(lab, "retry-forever")
+    for _ in range(3):
+        r = fetch(s, lab.port, "/wait")
+        assert r.status == 429 and r.headers["retry-after"] == "36"  # 3600 model s at time scale 100
+    assert [fetch(s, lab.port, p).status for p in ("/", "/a.html", "/b.html", "/c.html")] == [200] * 4
+
+
+@pytest.mark.parametrize("source", [OUTSIDE, "agent"])
+def test_length_lie_sends_a_body_longer_than_its_content_length(lab, monkeypatch, source):
+    s = hostile(lab, "length-lie")
+    if source == "agent":  # through the link model's paced path too (a virtual clock: no waiting)
+        VirtualClock().install(monkeypatch, lab.server)
+        source = lab.web.topology.agent_address(s.isp, s.city)
+    body = lab.web.respond(s.host, "/liar.html").body
+    sock = connect(s, lab.port, source)
+    # Keep-alive asked for, a second request pipelined: the server still closes after the lie.
+    sock.sendall(f"GET /liar.html HTTP/1.1\r\nHost: {s.host}\r\n\r\nGET / HTTP/1.1\r\nHost: {s.host}\r\n\r\n".encode())
+    data = read_to_eof(sock)
+    sock.close()
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n") == [
+        b"HTTP/1.1 200 OK", b"Content-Type: text/html; charset=utf-8", b"Content-Length: 100",
+        b"Server: wancrawl-lab", b"Connection: close",
+    ]
+    assert rest == body and len(body) > 5000  # the whole body, nothing after it
+    # A client honouring the length reads 100 bytes, and in them one link.
+    r = fetch(s, lab.port, "/liar.html")
+    assert r.body == body[:100]
+    assert [a.attributes["href"] for a in LexborHTMLParser(r.body.decode()).css("a[href]")] == ["/kept.html"]
+    head = http.client.HTTPConnection(s.ip, lab.port, timeout=5)
+    head.request("HEAD", "/liar.html", headers={"Host": s.host})
+    h = head.getresponse()
+    assert h.getheader("content-length") == "100" and h.read() == b""
+    head.close()
+
+
+def test_many_links_meta_robots_and_shift_jis_over_the_wire(lab):
+    s = hostile(lab, "many-links")
+    r = fetch(s, lab.port, "/")
+    assert r.status == 200 and r.body == lab.web.many_links_body() and int(r.headers["content-length"]) == len(r.body)
+    assert fetch(s, lab.port, "/gone/7.html").status == 404 and fetch(s, lab.port, "/real/1.html").status == 200
+    s = hostile(lab, "meta-robots")
+    r = fetch(s, lab.port, "/refresh")
+    assert r.body == lab.web.respond(s.host, "/refresh").body
+    assert b'<meta http-equiv="refresh" content="0; url=/refreshed">' in r.body
+    assert fetch(s, lab.port, "/refreshed").status == 200
+    assert b'<meta name="robots" content="nofollow">' in fetch(s, lab.port, "/nofollow.html").body
+    assert b'<meta name="robots" content="noindex">' in fetch(s, lab.port, "/noindex.html").body
+    assert b'<a href="/rel/skipped.html" rel="nofollow">' in fetch(s, lab.port, "/rel.html").body
+    s = hostile(lab, "shift-jis")
+    r = fetch(s, lab.port, "/")
+    assert r.headers["content-type"] == "text/html; charset=Shift_JIS" and r.body == lab.web.respond(s.host, "/").body
+    assert '<a href="/search?q=日本">'.encode("shift_jis") in r.body
+    statuses = [fetch(s, lab.port, t).status for t in (
+        "/search?q=%93%FA%96%7B", "/search?q=%93%fa%96%7b", "/search?q=%E6%97%A5%E6%9C%AC",
+        "/%E6%97%A5%E6%9C%AC.html", "/%93%FA%96%7B.html")]
+    assert statuses == [200, 200, 404, 200, 404]

@@ -159,3 +159,157 @@ def test_read_seeds_reports_bad_lines():
     seeds, errors = read_seeds("# c\nhttp://WWW.A.lab:80/x/../y\n\nmailto:x@y\nnot a url\n")
     assert seeds == ["http://www.a.lab/y"]
     assert [e.split(":")[0] for e in errors] == ["line 4", "line 5"]
+
+
+# --- hostile sites of issue 11 ---------------------------------------------------------------
+
+def _hostile_truth(web, kind, **scope):
+    s = web.topology.hostile_sites[kind]
+    reached = Truth(web, Scope(allow_domains=[s.host], **scope)).reachable([s.base_url + "/"])
+    return s, [(r.url[len(s.base_url):], r.depth, r.status) for r in reached]
+
+
+def test_every_hostile_site_is_linked_from_a_normal_home_page(web):
+    topo = web.topology
+    normal = topo.normal_sites
+    for k, h in enumerate(topo.hostile_sites.values()):
+        assert h.base_url + "/" in web.links(normal[k % len(normal)], 0)
+    seeds = [s.base_url + "/" for s in normal]
+    met = {r.url for r in Truth(web, Scope(max_depth=1)).reachable(seeds)}
+    assert {h.base_url + "/" for h in topo.hostile_sites.values()} <= met
+    # The truth of the normal sites (their hosts allowed) holds no hostile host at all.
+    fenced = Truth(web, Scope(max_depth=3, allow_domains=[s.host for s in normal])).reachable(seeds)
+    assert not any(topo.site(host_of(r.url)).hostile for r in fenced)
+    off = Web(small_topology(hostile_home_links=False, hostile_link_ratio=0.0), seed=7)
+    assert not any(".lab" in h and topo.site(host_of(canonicalize(h, s.base_url))).hostile
+                   for s in off.topology.normal_sites for h in off.links(s, 0) if h.startswith("http"))
+
+
+def test_session_trap_links_10000_fresh_sids_per_page_and_truth_keeps_the_real_pages(web):
+    s = web.topology.hostile_sites["session-trap"]
+    page = web.resolve(s.host, "/shop/2.html")
+    real = ("/", "/shop/1.html", "/shop/2.html", "/shop/3.html", "/shop/4.html")
+    assert page.status == 200 and page.links[:5] == real and page.follow == real
+    fresh = page.links[5:]
+    assert len(fresh) == 10_000 == len(set(fresh))
+    assert all(h.startswith("/shop/2.html?sid=") and len(h) == len("/shop/2.html?sid=") + 16 for h in fresh)
+    body = web.respond(s.host, "/shop/2.html").body
+    assert _hrefs(body) == list(page.links)  # what a parser finds, in order
+    assert web.respond(s.host, "/shop/2.html").body == body == Web(small_topology(), seed=7).respond(s.host, "/shop/2.html").body
+    # A sid URL is the same page with 10,000 other fresh links: the trap never ends.
+    again = web.resolve(s.host, fresh[0])
+    assert again.status == 200 and again.links[:5] == real and not set(again.links[5:]) & set(fresh)
+    assert all(h.startswith("/shop/2.html?sid=") for h in again.links[5:])
+    assert web.resolve(s.host, "/shop/2.html?page=2").status == 404
+    assert web.resolve(s.host, "/shop/9.html").status == 404
+    assert len(Web(small_topology(session_trap_links=3), seed=7).resolve(s.host, "/").links) == 8
+    _, reached = _hostile_truth(web, "session-trap", max_depth=12)
+    assert reached == [("/", 0, 200)] + [(p, 1, 200) for p in real[1:]]
+
+
+def test_robots_503_for_the_first_model_seconds_then_normal():
+    w = Web(small_topology(), seed=7, time_scale=60)
+    s = w.topology.hostile_sites["robots-503"]
+    for now in (0.0, 19.99):
+        r = w.respond(s.host, "/robots.txt", now=now)
+        assert (r.status, r.headers, r.body) == (503, [("Content-Type", "text/plain")], b"robots.txt is not available yet\n")
+    for now in (20.0, None):  # None: long after the start (truth's view)
+        r = w.respond(s.host, "/robots.txt", now=now)
+        assert (r.status, r.body) == (200, b"User-agent: *\nDisallow: /private/\n")
+    assert w.respond(s.host, "/", now=0.0).status == 200  # only robots.txt is flaky
+    short = Web(small_topology(robots_unavailable_s=5.0), seed=7)
+    assert [short.respond(s.host, "/robots.txt", now=t).status for t in (4.9, 5.0)] == [503, 200]
+    assert Web(small_topology(robots_unavailable_s=0.0), seed=7).respond(s.host, "/robots.txt", now=0.0).status == 200
+    _, reached = _hostile_truth(w, "robots-503")
+    pages = {p for p, _, st in reached if st == 200}
+    assert pages == {"/"} | {f"/p/{k}.html" for k in range(1, 20)} | {"/private/1.html"}
+    _, polite = _hostile_truth(w, "robots-503", respect_robots=True)
+    assert {p for p, _, _ in polite} == pages - {"/private/1.html"}
+
+
+def test_retry_forever_answers_429_with_an_hour_of_retry_after():
+    w = Web(small_topology(), seed=7, time_scale=1.0)
+    s = w.topology.hostile_sites["retry-forever"]
+    for _ in range(3):
+        r = w.respond(s.host, "/wait")
+        assert r.status == 429 and r.headers == [("Content-Type", "text/html; charset=utf-8"), ("Retry-After", "3600")]
+    assert Web(small_topology(), seed=7, time_scale=60.0).respond(s.host, "/wait").headers[1] == ("Retry-After", "60")
+    assert [w.respond(s.host, p).status for p in ("/", "/a.html", "/b.html", "/c.html")] == [200] * 4
+    _, reached = _hostile_truth(w, "retry-forever")
+    assert reached == [("/", 0, 200), ("/wait", 1, 429), ("/a.html", 1, 200), ("/b.html", 1, 200), ("/c.html", 1, 200)]
+
+
+def test_length_lie_declares_100_bytes_of_a_longer_body(web):
+    s = web.topology.hostile_sites["length-lie"]
+    r = web.respond(s.host, "/liar.html")
+    page = web.resolve(s.host, "/liar.html")
+    assert r.status == 200 and r.declared_length == 100 and len(r.body) > 50 * 100
+    assert r.body[:100].startswith(b'<!DOCTYPE html><html><head><title>Liar</title></head><body><p><a href="/kept.html">kept</a>')
+    # Honouring Content-Length, a parser sees one link; the rest lie past the declared end.
+    assert _hrefs(r.body[:100]) == ["/kept.html"] == list(page.follow)
+    assert _hrefs(r.body) == list(page.links) == ["/kept.html"] + [f"/beyond/{k}.html" for k in range(1, 6)]
+    assert all(web.resolve(s.host, p).status == 200 for p in page.links)  # they exist: fetching them shows
+    assert web.respond(s.host, "/").declared_length is None
+    assert Web(small_topology(length_lie_bytes=50), seed=7).resolve(s.host, "/liar.html").follow == ()
+    _, reached = _hostile_truth(web, "length-lie")
+    assert reached == [("/", 0, 200), ("/liar.html", 1, 200), ("/kept.html", 2, 200)]
+
+
+def test_many_links_page_has_100000_links_and_truth_stays_small(web):
+    s = web.topology.hostile_sites["many-links"]
+    r = web.respond(s.host, "/")
+    hrefs = _hrefs(r.body)
+    real = [f"/real/{k}.html" for k in range(1, 6)]
+    assert len(hrefs) == 100_005 and hrefs[:5] == real and hrefs[5:] == [f"/gone/{k}.html" for k in range(100_000)]
+    assert hrefs == list(web.resolve(s.host, "/").links) and web.resolve(s.host, "/").follow == tuple(real)
+    assert web.respond(s.host, "/").body is r.body  # built once
+    assert web.resolve(s.host, "/gone/99999.html").status == 404 and web.resolve(s.host, "/real/5.html").status == 200
+    _, reached = _hostile_truth(web, "many-links")
+    assert reached == [("/", 0, 200)] + [(p, 1, 200) for p in real]
+
+
+def test_meta_refresh_meta_robots_and_rel_nofollow(web):
+    s = web.topology.hostile_sites["meta-robots"]
+    body = {p: web.respond(s.host, p).body.decode() for p in ("/refresh", "/nofollow.html", "/noindex.html", "/rel.html")}
+    assert '<meta http-equiv="refresh" content="0; url=/refreshed">' in body["/refresh"] and _hrefs(body["/refresh"].encode()) == []
+    assert '<meta name="robots" content="nofollow">' in body["/nofollow.html"]
+    assert _hrefs(body["/nofollow.html"].encode()) == ["/hidden/1.html", "/hidden/2.html"]
+    assert '<meta name="robots" content="noindex">' in body["/noindex.html"] and web.resolve(s.host, "/noindex.html").noindex
+    rels = {a.attributes["href"]: a.attributes.get("rel") for a in HTMLParser(body["/rel.html"]).css("a[href]")}
+    assert rels == {"/rel/followed.html": None, "/rel/skipped.html": "nofollow",
+                    "/rel/skipped-too.html": "noopener NoFollow", "/rel/both.html": "nofollow"}
+    # Every target exists, so a crawler that ignores the directives shows in the request log.
+    for p in ("/refreshed", "/hidden/1.html", "/hidden/2.html", "/noindex/next.html", "/rel/skipped.html", "/rel/skipped-too.html"):
+        assert web.resolve(s.host, p).status == 200
+    _, reached = _hostile_truth(web, "meta-robots")
+    assert reached == [
+        ("/", 0, 200), ("/refresh", 1, 200), ("/nofollow.html", 1, 200), ("/noindex.html", 1, 200), ("/rel.html", 1, 200),
+        ("/refreshed", 2, 200), ("/noindex/next.html", 2, 200), ("/rel/followed.html", 2, 200),
+        ("/rel/both.html", 3, 200),  # linked with nofollow, and plainly from /rel/followed.html
+    ]
+
+
+def test_shift_jis_query_is_served_only_in_shift_jis():
+    from lab.truth import encode_query
+
+    w = Web(small_topology(), seed=7)
+    s = w.topology.hostile_sites["shift-jis"]
+    r = w.respond(s.host, "/")
+    assert r.headers == [("Content-Type", "text/html; charset=Shift_JIS")]
+    with pytest.raises(UnicodeDecodeError):
+        r.body.decode("utf-8")
+    text = r.body.decode("shift_jis")
+    assert '<meta charset="Shift_JIS">' in text and "日本語のページ" in text
+    assert _hrefs(r.body, "shift_jis") == ["/search?q=日本", "/日本.html"]
+    base = s.base_url + "/"
+    # A browser sends the query in the page's encoding and the path in UTF-8.
+    assert canonicalize(encode_query("/search?q=日本", "shift_jis"), base) == s.base_url + "/search?q=%93%FA%96%7B"
+    assert canonicalize("/search?q=日本", base) == s.base_url + "/search?q=%E6%97%A5%E6%9C%AC"  # the UTF-8 form
+    statuses = {t: w.resolve(s.host, t).status for t in (
+        "/search?q=%93%FA%96%7B", "/search?q=%93%fa%96%7b", "/search?q=%93%FA%96{", "/search?q=%E6%97%A5%E6%9C%AC",
+        "/%E6%97%A5%E6%9C%AC.html", "/%93%FA%96%7B.html")}
+    assert list(statuses.values()) == [200, 200, 200, 404, 200, 404]
+    found = w.respond(s.host, "/search?q=%93%FA%96%7B")
+    assert "検索結果：日本" in found.body.decode("shift_jis") and found.headers == r.headers
+    _, reached = _hostile_truth(w, "shift-jis")
+    assert reached == [("/", 0, 200), ("/search?q=%93%FA%96%7B", 1, 200), ("/%E6%97%A5%E6%9C%AC.html", 1, 200)]
