@@ -13,7 +13,7 @@ from agent.fetch import FetchRequest, FetchResponse, Fetcher
 from agent.frontier import Frontier, Item
 from agent.links import extract_links
 from agent.outcome import MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide
-from agent.politeness import Politeness, Scheduler
+from agent.politeness import OriginBackoff, Politeness, Scheduler, origin_of
 from agent.robots import RobotsCache, RobotsState
 from agent.scope import Scope
 from agent.settings import AgentSettings
@@ -26,6 +26,14 @@ from wancrawl.warcrecords import Capture, FetchResult, build_capture
 log = logging.getLogger("agent")
 
 UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
+STARTS_PER_TURN = 256  # hosts looked at before the loop yields: refused items never starve the loop
+
+
+@dataclass(frozen=True)
+class Parked:
+    host: str
+    until: float   # unix time the host may be fetched again
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class HostCrawlState:
     crawl_delay: float | None
     backoff_until: float
     backoff_level: int
-    robots: RobotsState | None
+    robots: list[tuple[str, RobotsState]]  # (origin, its robots.txt entry)
     pages: int
 
 
@@ -75,9 +83,14 @@ class Dispatcher:
             max_delay=p.max_crawl_delay, max_backoff=p.max_backoff, max_retry_after=p.max_retry_after,
         )
         self.scheduler = Scheduler(self.politeness)
-        self.robots = RobotsCache(settings.fetch.user_agent, ttl=settings.robots.ttl, error_ttl=settings.robots.error_ttl)
+        self.origins = OriginBackoff(max(p.delay, 1.0), p.max_backoff)
+        r = settings.robots
+        self.robots = RobotsCache(settings.fetch.user_agent, ttl=r.ttl, error_ttl=r.error_ttl, retry_base=r.retry_base)
         self.host_ip: dict[str, str | None] = {}
-        self.pages_per_host: dict[str, int] = {}
+        # robots.txt is per origin (RFC 9309): the robots cache is keyed by origin; these are the
+        # origins of each host it holds entries for.
+        self.origins_of: dict[str, set[str]] = {}
+        self.given_up: dict[str, str] = {}  # host -> why its queue was dropped (budget, robots.txt)
         self.attempts: dict[str, int] = {}       # URL -> failed tries so far
         self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
         # URLs routed lately (in scope), oldest first; a pure traffic/CPU saver: the owner's
@@ -92,8 +105,10 @@ class Dispatcher:
         self.counters: dict[str, float] = {
             "fetches": 0, "pages": 0, "bytes": 0, "errors": 0, "robots_fetches": 0, "robots_denied": 0,
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
-            "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0,
+            "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
+            "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0,
         }
+        self._last_progress = (self.clock(), 0.0)
 
     # -- waking hosts -----------------------------------------------------------------------------
     def wake(self, host: str) -> None:
@@ -108,11 +123,16 @@ class Dispatcher:
     def _schedule(self, host: str) -> None:
         if not self.politeness.tracks(host):
             # New to politeness (or forgotten while idle): its robots.txt Crawl-delay again.
-            delay = self.robots.crawl_delay(host)
+            delay = self._crawl_delay(host)
             if delay is not None:
                 self.politeness.set_delay(host, delay)
         self.scheduler.wake(host, self.host_ip.get(host) or UNRESOLVED, self.frontier.ready_at(host) or 0.0)
         self.signal.poke()
+
+    def _crawl_delay(self, host: str) -> float | None:
+        """The longest Crawl-delay among the host's origins (the rate is kept per host)."""
+        delays = [d for o in self.origins_of.get(host, ()) if (d := self.robots.crawl_delay(o)) is not None]
+        return max(delays) if delays else None
 
     async def _resolve_and_schedule(self, host: str) -> None:
         if host not in self.host_ip:
@@ -127,16 +147,17 @@ class Dispatcher:
             for host in self.signal.take():
                 self.wake(host)
             now = self.clock()
-            started = False
-            while self.in_flight < self.s.concurrency:
+            started = 0
+            while self.in_flight < self.s.concurrency and started < STARTS_PER_TURN:
                 ready = self.scheduler.pop_ready(now)
                 if ready is None:
                     break
                 self._start(ready, now)
-                started = True
+                started += 1
             if started:
                 await asyncio.sleep(0)
                 continue
+            self._progress(now)
             if now - last_purge >= 60.0:
                 # Parsed robots.txt of hosts not crawled for a TTL: memory stays bounded.
                 self.robots.purge(now)
@@ -157,6 +178,10 @@ class Dispatcher:
 
     def _start(self, host: str, now: float) -> None:
         ip = self.host_ip.get(host) or UNRESOLVED
+        if self.scope.host_full(self.frontier.pages(host)):
+            # At its page budget: its whole queue goes in one range delete, not item by item.
+            self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
+            return
         item = self.frontier.pop(host, now)
         if item is None:
             ready = self.frontier.ready_at(host)
@@ -169,24 +194,91 @@ class Dispatcher:
             else:
                 self.scheduler.wake(host, ip, ready)
             return
-        if self.s.robots.enabled and self.robots.needs_fetch(host, now):
-            # robots.txt first, from the origin (scheme, port) of the URL that needs it.
-            self.frontier.retry(item)
-            if host not in self.robots_in_flight:
-                self.robots_in_flight.add(host)
-                self._spawn(self._fetch_robots(host, ip, item.url))
-            return
-        if self.s.robots.enabled and not self.robots.allowed(item.url, host):
-            self.counters["robots_denied"] += 1
-            self.finish(item, None)
+        origin = origin_of(item.url)
+        wait = self.origins.until(origin)
+        if wait > now:
+            # This origin refused or timed out lately; the host's other origins go on.
+            self.frontier.retry(item, wait)
             self._schedule(host)
             return
-        if self.scope.host_full(self.pages_per_host.get(host, 0)):
-            self.counters["out_of_scope"] += 1
-            self.finish(item, None)
-            self._schedule(host)
-            return
+        if self.s.robots.enabled:
+            if self.robots.needs_fetch(origin, now):
+                # robots.txt first, from the URL's origin (scheme, host, port).
+                self.frontier.retry(item)
+                if origin not in self.robots_in_flight:
+                    self.robots_in_flight.add(origin)
+                    self.origins_of.setdefault(host, set()).add(origin)
+                    self._spawn(self._fetch_robots(host, ip, origin))
+                return
+            failing = self.robots.unreachable(origin)
+            if failing is not None:
+                if now - failing[0] >= self.s.robots.give_up_after:
+                    # Unreachable too long: this origin's URLs are given up, one by one as they
+                    # come up (the loop yields between batches); the host's other origins go on.
+                    self.counters["robots_given_up"] += 1
+                    if origin not in self.given_up:
+                        log.warning("%s given up: robots.txt unreachable for %.0fs (last status %d)", origin,
+                                    now - failing[0], failing[2])
+                    self.given_up[origin] = f"robots.txt unreachable for {now - failing[0]:.0f}s (last status {failing[2]})"
+                    self.finish(item, None)
+                    self._schedule(host)
+                    return
+                # RFC 9309 2.4: disallowed for now, not refused: the URL waits for the retry.
+                self.counters["robots_deferred"] += 1
+                self.frontier.retry(item, failing[1])
+                self._schedule(host)  # due again when its first ready URL is (another origin's, maybe)
+                return
+            if not self.robots.allowed(item.url, origin):
+                self.counters["robots_denied"] += 1
+                self.finish(item, None)
+                self._schedule(host)
+                return
         self._spawn(self._fetch_page(item, ip))
+
+    def _give_up(self, host: str, reason: str) -> None:
+        n = self.frontier.clear_queue(host)
+        self.scheduler.remove(host)
+        self.counters["budget_dropped"] += n
+        if host not in self.given_up:
+            self.counters["hosts_given_up"] += 1
+            log.warning("host %s given up: %s; %d queued URLs dropped", host, reason, n)
+        self.given_up[host] = reason
+
+    def parked(self, now: float) -> list[Parked]:
+        """Hosts with work that cannot be fetched within the park horizon, and why."""
+        horizon = now + self.s.politeness.park_horizon
+        out = []
+        for host, t in self.scheduler.waiting():
+            if t <= horizon:
+                continue
+            failing = next((f for o in self.origins_of.get(host, ()) if (f := self.robots.unreachable(o))), None)
+            if failing is not None:
+                reason = f"robots.txt unreachable (status {failing[2]}) since {now - failing[0]:.0f}s"
+            elif self.politeness.backoff_state(host)[0] > horizon:
+                reason = f"backoff after {self.politeness.backoff_level(host)} failures (Retry-After or errors)"
+            else:
+                reason = "URLs not due yet (Retry-After)"
+            out.append(Parked(host, t, reason))
+        return out
+
+    def only_parked(self, now: float) -> bool:
+        """Nothing in flight, about to start, or due within the park horizon: what is left waits
+        longer than that (the crawl counts as finished; `parked` says who and why)."""
+        if self.in_flight or self.bg_tasks or self.signal.pending():
+            return False
+        nxt = self.scheduler.next_wakeup(now)
+        return nxt is None or nxt > now + self.s.politeness.park_horizon
+
+    def _progress(self, now: float) -> None:
+        every = self.s.progress_interval
+        t0, pages0 = self._last_progress
+        if not every or now - t0 < every:
+            return
+        pages = self.counters["pages"]
+        self._last_progress = (now, pages)
+        log.info("progress: %d pages (%.1f/s), %d queued on %d hosts, %d in flight, %d parked, %d given up, %d errors",
+                 pages, (pages - pages0) / (now - t0), len(self.frontier), self.frontier.hosts_with_work(), self.in_flight,
+                 len(self.parked(now)), len(self.given_up), self.counters["errors"])
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         self.in_flight += 1
@@ -212,9 +304,8 @@ class Dispatcher:
         self.counters["bytes"] += resp.raw_length
         return resp
 
-    async def _fetch_robots(self, host: str, ip: str, page_url: str) -> None:
-        scheme, _, rest = page_url.partition("://")
-        url = f"{scheme}://{rest.split('/', 1)[0]}/robots.txt"
+    async def _fetch_robots(self, host: str, ip: str, origin: str) -> None:
+        url = f"{origin}/robots.txt"
         # The host's slot is held for the whole chain, so its politeness sees one request.
         self.scheduler.started(host, ip, self.clock())
         try:
@@ -230,19 +321,35 @@ class Dispatcher:
                 target = host_of_canonical(url)
                 resp = await self._fetch(url, target, ip if target == host else None)
             self.counters["robots_fetches"] += 1
-            self.robots.update(host, resp.status if not resp.error else 0, resp.body, self.clock())
-            delay = self.robots.crawl_delay(host)
+            if resp.error == "forbidden_address":
+                self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
+                self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+                return
+            self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
+            delay = self._crawl_delay(host)
             if delay is not None:
                 self.politeness.set_delay(host, delay)
-            self.scheduler.finished(host, ip, self.clock(), resp.status or None, resp.retry_after, has_work=True)
+            # A transport failure is the origin's (its robots entry retries with backoff), not the host's rate.
+            self.scheduler.finished(host, ip, self.clock(), resp.status or 0, resp.retry_after, has_work=True)
         finally:
-            self.robots_in_flight.discard(host)
+            self.robots_in_flight.discard(origin)
 
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host
         self.scheduler.started(host, ip, self.clock())
         resp = await self._fetch(item.url, host, ip)
         now = self.clock()
+        if resp.error == "forbidden_address":
+            self.scheduler.finished(host, ip, now, 0, None, has_work=False)
+            self.frontier.retry(item)
+            self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+            return
+        # A transport failure backs off the URL's origin; an HTTP 429/5xx the host (its rate).
+        origin, transport = origin_of(item.url), not resp.status
+        until = self.origins.failed(origin, now) if transport else 0.0
+        if not transport:
+            self.origins.ok(origin)
+        status = 0 if transport else resp.status
         o = decide(resp, self.attempts.get(item.url, 0), self.policy, stopping=self.stopping)
         if o.retry:
             if o.attempt is not None:
@@ -250,19 +357,19 @@ class Dispatcher:
                 self.counters["retries"] += 1
             if o.record:
                 self.finish(None, self._capture(item, resp))  # the response is kept; the URL is not done
-            self.frontier.retry(item, now + o.wait)
-            self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=True)
+            self.frontier.retry(item, max(now + o.wait, until))
+            self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=True)
             self._schedule(host)  # with the retried URL's not-before
             return
-        self.scheduler.finished(host, ip, now, resp.status or None, resp.retry_after, has_work=self.frontier.has_work(host))
+        self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
         self.counters["given_up"] += o.given_up
         if not o.page:
             self.counters["errors"] += 1
             self.finish(item, None)
             return
-        self.pages_per_host[host] = self.pages_per_host.get(host, 0) + 1
         self.counters["pages"] += 1
+        self.frontier.add_pages(host)
         self.rate_window.append(now)
         if resp.truncated:
             self.counters["truncated"] += 1
@@ -270,7 +377,8 @@ class Dispatcher:
             self.counters["redirects"] += 1
             self._follow_redirect(item, o.follow)
         elif o.parse:
-            res = extract_links(resp.body, item.url, resp.charset, sort_query=self.s.sort_query)
+            res = extract_links(resp.body, item.url, resp.charset, sort_query=self.s.sort_query,
+                                max_links=self.s.scope.max_outlinks_per_page)
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
             self._discover(item, res.links)
@@ -343,22 +451,25 @@ class Dispatcher:
     # -- per-host state, for the ledger -----------------------------------------------------------
     def export_host(self, host: str) -> HostCrawlState:
         until, level = self.politeness.backoff_state(host)
-        return HostCrawlState(self.robots.crawl_delay(host), until, level, self.robots.export(host),
-                              self.pages_per_host.get(host, 0))
+        robots = [(o, st) for o in sorted(self.origins_of.get(host, ())) if (st := self.robots.export(o)) is not None]
+        return HostCrawlState(self._crawl_delay(host), until, level, robots, self.frontier.pages(host))
 
     def import_host(self, host: str, st: HostCrawlState) -> None:
-        if st.robots is not None:
-            self.robots.import_(host, st.robots)
+        for origin, r in st.robots:
+            self.robots.import_(origin, r)
+            self.origins_of.setdefault(host, set()).add(origin)
         if st.crawl_delay is not None:
             self.politeness.set_delay(host, st.crawl_delay)
         self.politeness.restore_backoff(host, st.backoff_until, st.backoff_level)
-        if st.pages:
-            self.pages_per_host[host] = self.pages_per_host.get(host, 0) + st.pages
+        self.frontier.add_pages(host, st.pages)
 
     def drop_host(self, host: str) -> None:
         """Forget the host (its queue went with a handover); in-flight fetches are not touched."""
         self.scheduler.remove(host)
         self.politeness.forget(host)
-        self.robots.forget(host)
-        self.pages_per_host.pop(host, None)
+        for origin in self.origins_of.pop(host, ()):
+            self.robots.forget(origin)
+            self.given_up.pop(origin, None)
+        self.origins.forget_host(host)
         self.host_ip.pop(host, None)
+        self.given_up.pop(host, None)

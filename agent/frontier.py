@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS queue (
     PRIMARY KEY (host, depth, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pages (host TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -37,6 +38,7 @@ class Item:
     via: str = ""
     not_before: float = 0.0
     seq: int = -1
+    force: bool = False  # queue it even if seen (an operator's re-seed); not kept on disk
 
 
 class _HostQ:
@@ -109,6 +111,9 @@ class Frontier:
         self._deletes: list[tuple] = []
         self._deleted: set[int] = set()  # seqs of buffered deletes: rows still in the table
         self._epoch = 0  # flushes so far
+        # Pages fetched per host (the page budget), durable with the done marks that count them.
+        self._pages: dict[str, int] = dict(self._db.execute("SELECT host, n FROM pages"))
+        self._pages_dirty: set[str] = set()
         row = self._db.execute("SELECT v FROM meta WHERE k='next_seq'").fetchone()
         self._seq = row[0] if row else 0
         self._recover()
@@ -298,6 +303,17 @@ class Frontier:
             return None
         return min(it.not_before for it in q.hot)
 
+    def pages(self, host: str) -> int:
+        """Pages fetched from the host so far (all time, across restarts)."""
+        return self._pages.get(host, 0)
+
+    def add_pages(self, host: str, n: int = 1) -> None:
+        """Count pages fetched (at once, so the budget holds between commits; durable at the next
+        flush: a crash before it can only count a refetched page twice, never let one through)."""
+        if n:
+            self._pages[host] = self._pages.get(host, 0) + n
+            self._pages_dirty.add(host)
+
     def done(self, item: Item) -> bool:
         """The item was fetched (or given up): removed for good after the next flush. False if it was
         not in flight (e.g. its host was dropped meanwhile)."""
@@ -336,10 +352,34 @@ class Frontier:
             )
         ]
 
+    def clear_queue(self, host: str) -> int:
+        """Drop the host's queued items in one range delete (a host at its budget); items in flight
+        stay until done. Returns how many were dropped."""
+        self.flush()
+        q = self._hosts.get(host)
+        if q is None or not (q.hot or q.cold):
+            return 0
+        inflight = [s for s, it in self._inflight.items() if it.host == host]
+        marks = ",".join("?" * len(inflight))
+        cur = self._db.execute(
+            f"DELETE FROM queue WHERE host=?{f' AND seq NOT IN ({marks})' if inflight else ''}", (host, *inflight))
+        n = cur.rowcount
+        self._queued -= len(q.hot) + q.cold
+        self._hot_total -= len(q.hot)
+        q.hot, q.bound, q.cold = [], None, 0
+        self._work.discard(host)
+        if not q.inflight:
+            del self._hosts[host]
+        return n
+
     def drop_host(self, host: str) -> int:
-        """Forget the host (handed over): its rows, head and in-flight items. Returns rows deleted."""
+        """Forget the host (handed over): its rows, head, in-flight items and page count. Returns
+        rows deleted."""
         self.flush()
         cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
+        self._db.execute("DELETE FROM pages WHERE host=?", (host,))
+        self._pages.pop(host, None)
+        self._pages_dirty.discard(host)
         n = cur.rowcount
         q = self._hosts.pop(host, None)
         if q is not None:
@@ -356,9 +396,10 @@ class Frontier:
         """Make all buffered add/done/retry durable in one transaction. Returns changes written."""
         adds, updates, deletes = self._adds, self._updates, self._deletes
         n = len(adds) + len(updates) + len(deletes)
-        if not n:
+        if not n and not self._pages_dirty:
             return 0
-        self._adds, self._updates, self._deletes = [], [], []
+        pages = [(h, self._pages[h]) for h in self._pages_dirty]
+        self._adds, self._updates, self._deletes, self._pages_dirty = [], [], [], set()
         self._epoch += 1
         db = self._db
         if len(adds) > 1:
@@ -371,12 +412,15 @@ class Frontier:
                 db.executemany("UPDATE queue SET not_before=? WHERE host=? AND depth=? AND seq=?", updates)
             if deletes:
                 db.executemany("DELETE FROM queue WHERE host=? AND depth=? AND seq=?", deletes)
+            if pages:
+                db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?)", pages)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)", (self._seq,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             # Put the changes back so a later flush can retry them; every host counts as dirty.
             self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
+            self._pages_dirty.update(h for h, _ in pages)
             for q in self._hosts.values():
                 q.dirty = self._epoch
             raise

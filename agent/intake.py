@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from agent.frontier import Frontier, Item
-from agent.scope import Scope
+from agent.scope import Scope, query_shape
 from agent.seen import SeenSet
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
@@ -26,7 +26,7 @@ def parse_push(urls: Sequence[agent_pb2.UrlItem], sort_query: bool) -> tuple[lis
     for i, u in enumerate(urls):
         try:
             url = canonicalize(u.url, sort_query=sort_query)
-            parsed.append((i, Item(url, host_of_canonical(url), u.depth, u.via)))
+            parsed.append((i, Item(url, host_of_canonical(url), u.depth, u.via, force=u.force)))
         except InvalidUrl as exc:
             errs.append(f"{i}: {exc}")
     return parsed, errs
@@ -58,24 +58,74 @@ class Intake:
         self.durable = durable      # returns after the next group commit
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
-                                           "agent_rpcs": 0}
+                                           "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0}
+        # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
+        # restart forgives a host once (its queue budget, on disk, still holds).
+        self._shapes: dict[str, dict[str, int]] = {}
+        self._shape_count = 0
 
     def accept_local(self, items: list[Item]) -> int:
-        """Dedup through the seen set, queue the new ones; returns how many were new. Durable
-        at the next commit."""
+        """Dedup through the seen set, queue the new ones within the host's budgets; returns how
+        many were queued. Durable at the next commit. A URL over the queue budget is dropped
+        without being recorded as seen: found again once the queue has room, it is taken."""
         by_host: dict[str, list[Item]] = {}
         for it in items:
             by_host.setdefault(it.host, []).append(it)
         fresh: list[Item] = []
         for host, its in by_host.items():
-            flags = self.seen.add_new(host, [i.url for i in its])
-            fresh += [Item(i.url, host, i.depth, i.via) for i, new in zip(its, flags) if new]
-            self.counters["duplicates"] += len(its) - sum(flags)
+            if self.scope.host_full(self.frontier.pages(host)):
+                self.counters["over_page_budget"] += len(its)
+                continue
+            new = self._record(host, its)
+            if self.scope.settings.max_urls_per_query_shape is not None:
+                new = self._churn_guard(host, new)
+            fresh += new
         if fresh:
             self.frontier.add(fresh)
             for host in {i.host for i in fresh}:
                 self.wake(host)
         return len(fresh)
+
+    def _record(self, host: str, its: list[Item]) -> list[Item]:
+        room = self.scope.queue_room(self.frontier.queue_len(host))
+        if room is None or room >= len(its):
+            flags = self.seen.add_new(host, [i.url for i in its])
+            self.counters["duplicates"] += len(its) - sum(flags)
+            return [Item(i.url, host, i.depth, i.via) for i, new in zip(its, flags) if new or i.force]
+        out: list[Item] = []  # near the budget: one URL at a time
+        for i in its:
+            if i.url in self.seen and not (i.force and len(out) < room):
+                self.counters["duplicates"] += 1
+            elif len(out) < room and (self.seen.add_new(host, [i.url])[0] or i.force):
+                out.append(Item(i.url, host, i.depth, i.via))
+            else:
+                self.counters["over_queue_budget"] += 1
+        return out
+
+    def _churn_guard(self, host: str, items: list[Item]) -> list[Item]:
+        """Drop URLs of a query shape (the URL with its query values blanked) that already had
+        max_urls_per_query_shape URLs queued: session ids, endless calendars, sort orders."""
+        cap = self.scope.settings.max_urls_per_query_shape
+        assert cap is not None
+        shapes = self._shapes.setdefault(host, {})
+        out = []
+        for it in items:
+            shape = query_shape(it.url)
+            if shape is None:
+                out.append(it)
+                continue
+            n = shapes.get(shape, 0)
+            if n >= cap:
+                self.counters["query_churn"] += 1
+                continue
+            if not n:
+                self._shape_count += 1
+            shapes[shape] = n + 1
+            out.append(it)
+        if self._shape_count > 1_000_000:  # bounded memory: start counting afresh
+            self._shapes.clear()
+            self._shape_count = 0
+        return out
 
     def screen(self, urls: Sequence[agent_pb2.UrlItem]) -> tuple[list[Item], list[str]]:
         """Seeds to be routed by this agent (PushUrls with route): the valid, in-scope items and

@@ -53,10 +53,9 @@ class HostState:
         if c is not None:
             m.crawl_delay = c.crawl_delay or 0.0
             m.backoff_until, m.backoff_level, m.pages = c.backoff_until, c.backoff_level, c.pages
-            if c.robots is not None:
-                r = c.robots
-                m.robots.CopyFrom(agent_pb2.RobotsState(
-                    status=r.status, body=r.text.encode(), expires=r.expires, fetched_ok=r.fetched_ok or 0.0,
+            for origin, r in c.robots:
+                m.robots.append(agent_pb2.RobotsState(
+                    origin=origin, status=r.status, body=r.text.encode(), expires=r.expires, fetched_ok=r.fetched_ok or 0.0,
                     failing_since=r.failing_since or 0.0))
         return m
 
@@ -65,11 +64,8 @@ class HostState:
         """A received part; `first`: the first part of its host (it carries the crawl state)."""
         crawl = None
         if first:
-            robots = None
-            if m.HasField("robots"):
-                r = m.robots
-                robots = RobotsState(r.status, r.body.decode("utf-8", "replace"), r.expires, r.fetched_ok or None,
-                                     r.failing_since or None)
+            robots = [(r.origin, RobotsState(r.status, r.body.decode("utf-8", "replace"), r.expires, r.fetched_ok or None,
+                                             r.failing_since or None)) for r in m.robots]
             crawl = HostCrawlState(m.crawl_delay or None, m.backoff_until, m.backoff_level, robots, m.pages)
         return cls(m.host, [Item(q.url, m.host, q.depth, q.via, q.not_before) for q in m.queue], list(m.seen), crawl)
 

@@ -158,9 +158,10 @@ class AgentNode:
 
     # -- status ---------------------------------------------------------------------------------
     def idle(self) -> bool:
-        """Nothing queued, fetched, owed to peers or waiting for storage."""
-        return (len(self.frontier) == 0 and self.dispatcher.idle() and self.routing.idle()
-                and not self.commit_log.busy() and self.shipper.idle())
+        """Nothing queued (or only parked hosts: none due within the park horizon), fetched,
+        owed to peers or waiting for storage."""
+        return ((len(self.frontier) == 0 or self.dispatcher.only_parked(self.clock())) and self.dispatcher.idle()
+                and self.routing.idle() and not self.commit_log.busy() and self.shipper.idle())
 
     def load_report(self) -> common_pb2.LoadReport:
         c = self.dispatcher.counters
@@ -179,5 +180,6 @@ class AgentNode:
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.gauges(), **self.directory.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
-                   seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()))
+                   seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
+                   parked_hosts=len(self.dispatcher.parked(self.clock())))
         return out

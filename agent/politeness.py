@@ -155,7 +155,8 @@ class Politeness:
     def finished(
         self, host: str, ip: str, now: float, status: int | None, retry_after: float | None = None
     ) -> None:
-        """A fetch ended: status None means a transport failure (timeout, reset, DNS)."""
+        """A fetch ended: status None means a transport failure (timeout, reset, DNS) that backs
+        the host off; 0 leaves its backoff as it is."""
         h = self._host(host)
         s = self._ip(ip)
         if h.active <= 0 or s.active <= 0:
@@ -163,6 +164,8 @@ class Politeness:
         h.active -= 1
         s.active -= 1
         h.last_end = max(h.last_end, now)
+        if status == 0:
+            return  # no verdict on the host (e.g. a transport failure its origin answers for)
         if _wants_backoff(status):
             self.backoff(host, retry_after if status in RETRY_AFTER_STATUSES else None, now)
         else:
@@ -209,6 +212,45 @@ class Politeness:
         h = self._hosts.get(host)
         if h is not None and h.active == 0:
             del self._hosts[host]
+
+
+class OriginBackoff:
+    """Backoff after transport failures (connect, timeout, TLS...), keyed by origin (scheme, host,
+    port): https://h refusing connections must not hold back http://h:8181, which answers. Rates
+    stay per host and IP (Politeness). Exponential with jitter, as Politeness.backoff."""
+
+    def __init__(self, base: float = 1.0, max_backoff: float = 3600.0, rng: random.Random | None = None):
+        self.base = base
+        self.max_backoff = max_backoff
+        self.rng = rng if rng is not None else random.Random()
+        self._o: dict[str, tuple[float, int]] = {}  # origin -> (until, consecutive failures)
+
+    def failed(self, origin: str, now: float) -> float:
+        until, level = self._o.get(origin, (0.0, 0))
+        wait = min(self.base * 2.0 ** min(level, 62), self.max_backoff) * (1.0 - 0.5 * self.rng.random())
+        until = max(until, now + wait)
+        self._o[origin] = (until, level + 1)
+        return until
+
+    def ok(self, origin: str) -> None:
+        self._o.pop(origin, None)
+
+    def until(self, origin: str) -> float:
+        e = self._o.get(origin)
+        return 0.0 if e is None else e[0]
+
+    def forget_host(self, host: str) -> None:
+        for o in [o for o in self._o if origin_host(o) == host]:
+            del self._o[o]
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of a canonical URL."""
+    return "/".join(url.split("/", 3)[:3])
+
+
+def origin_host(origin: str) -> str:
+    return origin.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
 
 
 class Scheduler:
@@ -335,3 +377,9 @@ class Scheduler:
 
     def hosts(self) -> Iterable[str]:
         return self._ip_of.keys()
+
+    def waiting(self) -> Iterable[tuple[str, float]]:
+        """(host, earliest start) of every host in the heap (not those held by a concurrency cap)."""
+        for host in list(self._due):
+            ip = self._ip_of[host]
+            yield host, max(self.p.next_time(host, ip), self._floor.get(host, 0.0))

@@ -20,6 +20,7 @@ class _Entry:
     failing_since: float | None  # first of the current run of 5xx / network errors
     status: int
     text: str = ""  # the file the rules came from: a host handed over carries it
+    failures: int = 0  # consecutive unreachable answers (the retry backs off exponentially)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RobotsCache:
     """
 
     def __init__(self, user_agent: str, ttl: float = 86400.0, error_ttl: float = 600.0, max_bytes: int = 500_000,
-                 unreachable_allow_after: float = UNREACHABLE_ALLOW_AFTER):
+                 unreachable_allow_after: float = UNREACHABLE_ALLOW_AFTER, retry_base: float = 5.0):
         if ttl <= 0 or error_ttl <= 0 or max_bytes < 1:
             raise ValueError("ttl, error_ttl and max_bytes must be positive")
         # Groups match on the product token ("wancrawl" of "wancrawl/0.1 (+url)").
@@ -52,6 +53,9 @@ class RobotsCache:
         self.error_ttl = error_ttl
         self.max_bytes = max_bytes
         self.unreachable_allow_after = unreachable_allow_after
+        # An unreachable robots.txt is asked again after retry_base, then twice as long each
+        # time, up to error_ttl: a site back after a short outage is crawled soon.
+        self.retry_base = min(retry_base, error_ttl)
         self._hosts: dict[str, _Entry] = {}
 
     def needs_fetch(self, host: str, now: float) -> bool:
@@ -78,13 +82,24 @@ class RobotsCache:
         else:
             # "Unreachable" (5xx, 429, network error): assume complete disallow for a while,
             # but keep rules from a recent good answer (RFC 9309 2.4 allows the cached copy).
-            since = prev.failing_since if prev and prev.failing_since is not None else now
+            failing = prev is not None and prev.failing_since is not None
+            since = prev.failing_since if prev is not None and prev.failing_since is not None else now
+            n = (prev.failures if prev is not None and failing else 0) + 1
+            until = now + min(self.error_ttl, self.retry_base * 2.0 ** min(n - 1, 30))
             if now - since >= self.unreachable_allow_after:
-                self._hosts[host] = _Entry(None, True, now + self.error_ttl, None, since, status)
+                self._hosts[host] = _Entry(None, True, until, None, since, status, "", n)
             elif prev is not None and prev.fetched_ok is not None and now - prev.fetched_ok < self.unreachable_allow_after:
-                self._hosts[host] = _Entry(prev.rules, prev.allow_all, now + self.error_ttl, prev.fetched_ok, since, status, prev.text)
+                self._hosts[host] = _Entry(prev.rules, prev.allow_all, until, prev.fetched_ok, since, status, prev.text, n)
             else:
-                self._hosts[host] = _Entry(None, False, now + self.error_ttl, None, since, status)
+                self._hosts[host] = _Entry(None, False, until, None, since, status, "", n)
+
+    def unreachable(self, host: str) -> tuple[float, float, int] | None:
+        """(failing since, retry at, last status) while the host's robots.txt is unreachable and
+        no rules stand in (RFC 9309 2.4: disallow for now): its URLs wait, they are not refused."""
+        e = self._hosts.get(host)
+        if e is None or e.failing_since is None or e.allow_all or e.rules is not None:
+            return None
+        return e.failing_since, e.expires, e.status
 
     def allowed(self, url: str, host: str) -> bool:
         """Whether the rules let us fetch url; /robots.txt itself is always allowed."""

@@ -129,7 +129,7 @@ class RoutingService:
         self._local(local)
 
     async def _push(self, batch: PushBatch) -> None:
-        urls = [agent_pb2.UrlItem(url=i.url, depth=i.depth, via=i.via) for i in batch.items]
+        urls = [agent_pb2.UrlItem(url=i.url, depth=i.depth, via=i.via, force=i.force) for i in batch.items]
         try:
             self.counters["agent_rpcs"] += 1
             resp = await self.peers.get(batch.address).push(self.self_id, batch.epoch, urls)

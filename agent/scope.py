@@ -10,7 +10,7 @@ from wancrawl.urls import canonical_host
 
 # Stable reason names (counter keys), in the order check() tries them.
 REASONS = (
-    "url_length", "depth", "domain", "denied_domain", "denied_pattern", "pattern",
+    "url_length", "depth", "scheme", "port", "domain", "denied_domain", "denied_pattern", "pattern",
     "path_depth", "repeated_segments", "query_params",
 )
 
@@ -22,11 +22,18 @@ class ScopeSettings:
     allow_patterns: list[str] = field(default_factory=list)  # regex searched in the URL; [] = any
     deny_patterns: list[str] = field(default_factory=list)
     max_depth: int | None = None  # seeds are depth 0
-    max_pages_per_host: int | None = None  # consulted by the caller through Scope.host_full
+    # Per-host budgets, on by default (issue 11): a trap host cannot grow the agent's memory or disk
+    # without bound. Pages counted persistently (the frontier); unset = no limit.
+    max_pages_per_host: int | None = 100_000
+    max_queued_per_host: int | None = 50_000   # URLs queued at once; beyond it new ones are dropped
+    max_outlinks_per_page: int = 6_000          # links kept per page (Heritrix's default)
+    max_urls_per_query_shape: int | None = 1_000  # URLs of a host differing only in query values
     max_url_length: int = 2048
     max_path_depth: int = 32  # path segments
     max_segment_repeats: int = 2  # a run of 1-3 segments repeated more often than this is a trap
     max_query_params: int = 32
+    schemes: list[str] = field(default_factory=lambda: ["http", "https"])  # of the URLs followed
+    ports: list[int] = field(default_factory=list)  # [] = any; else only these (a URL without a port: 80 or 443)
 
     def __post_init__(self) -> None:
         for key in ("allowed_domains", "denied_domains"):
@@ -43,11 +50,16 @@ class ScopeSettings:
                     re.compile(p)
                 except re.error as exc:
                     raise ValueError(f"{key}[{i}]: bad regex {p!r}: {exc}") from None
-        for key in ("max_depth", "max_pages_per_host"):
+        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape"):
             v = getattr(self, key)
             if v is not None and v < 0:
                 raise ValueError(f"{key} must be >= 0 or unset, got {v}")
-        for key in ("max_url_length", "max_path_depth", "max_segment_repeats", "max_query_params"):
+        bad = [x for x in self.schemes if x not in ("http", "https")]
+        if bad or not self.schemes:
+            raise ValueError(f"schemes must be a non-empty subset of http, https (got {self.schemes})")
+        if any(not 0 < p < 65536 for p in self.ports):
+            raise ValueError(f"ports must be 1..65535 (got {self.ports})")
+        for key in ("max_url_length", "max_path_depth", "max_segment_repeats", "max_query_params", "max_outlinks_per_page"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
 
@@ -64,6 +76,8 @@ class Scope:
         # One alternation per list: a single regex search per URL however many patterns.
         self._allow = re.compile("|".join(f"(?:{p})" for p in s.allow_patterns)) if s.allow_patterns else None
         self._deny = re.compile("|".join(f"(?:{p})" for p in s.deny_patterns)) if s.deny_patterns else None
+        self._schemes = tuple(f"{x}://" for x in s.schemes)
+        self._ports = frozenset(s.ports)
 
     @staticmethod
     def _under(host: str, domains: frozenset[str]) -> bool:
@@ -82,6 +96,10 @@ class Scope:
             return "url_length"
         if s.max_depth is not None and depth > s.max_depth:
             return "depth"
+        if not url.startswith(self._schemes):
+            return "scheme"
+        if self._ports and self._port(url) not in self._ports:
+            return "port"
         if self._allowed and not self._under(host, self._allowed):
             return "domain"
         if self._denied and self._under(host, self._denied):
@@ -91,6 +109,14 @@ class Scope:
         if self._allow is not None and not self._allow.search(url):
             return "pattern"
         return self.check_traps(url)
+
+    @staticmethod
+    def _port(url: str) -> int:
+        scheme, _, rest = url.partition("://")
+        netloc = rest.split("/", 1)[0]
+        if netloc.rpartition("]")[2].count(":"):  # an explicit port (IPv6 brackets skipped)
+            return int(netloc.rsplit(":", 1)[1])
+        return 443 if scheme == "https" else 80
 
     def check_traps(self, url: str) -> str | None:
         """Trap guards on the path and query of a canonical URL."""
@@ -112,6 +138,20 @@ class Scope:
         """Whether a host that already had `pages_fetched` pages has reached max_pages_per_host."""
         m = self.settings.max_pages_per_host
         return m is not None and pages_fetched >= m
+
+    def queue_room(self, queued: int) -> int | None:
+        """How many more URLs a host with `queued` URLs may queue (None: no limit)."""
+        m = self.settings.max_queued_per_host
+        return None if m is None else max(0, m - queued)
+
+
+def query_shape(url: str) -> str | None:
+    """The URL with every query value blanked (None without a query): URLs that differ only in
+    query values share a shape (a session id, a calendar's date, a sort order...)."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return None
+    return base + "?" + "&".join(p.partition("=")[0] for p in query.split("&"))
 
 
 def _repeats(segs: list[str], limit: int) -> bool:

@@ -37,8 +37,11 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.DrainResponse(handed_over=handed, remaining=remaining)
 
     async def Status(self, request, context):
+        d = self.node.dispatcher
         return agent_pb2.StatusResponse(
-            agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters()
+            agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters(),
+            parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in d.parked(self.node.clock())],
+            given_up=[agent_pb2.HostNote(host=h, reason=r) for h, r in d.given_up.items()],
         )
 
 

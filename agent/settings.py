@@ -56,6 +56,9 @@ class PolitenessSettings:
     max_backoff: float = 3600.0  # exponential backoff after 5xx/errors grows up to this
     max_retry_after: float = 3600.0  # a Retry-After longer than this is cut to it
     max_retries: int = 3         # 429/5xx/network errors before a URL is given up
+    # A host that cannot be fetched for longer than this (Retry-After, backoff, robots.txt
+    # unreachable) is "parked": it does not keep the crawl from counting as finished.
+    park_horizon: float = 300.0
 
     def __post_init__(self) -> None:
         if self.delay < 0 or self.ip_delay < 0 or self.max_per_host < 1 or self.max_per_ip < 1 or self.max_retries < 0:
@@ -66,7 +69,13 @@ class PolitenessSettings:
 class RobotsSettings:
     enabled: bool = True
     ttl: float = 86400.0
-    error_ttl: float = 600.0
+    error_ttl: float = 600.0       # longest wait before asking an unreachable robots.txt again
+    retry_base: float = 5.0        # first wait after a 5xx / network error (doubles each time)
+    give_up_after: float = 3600.0  # robots.txt unreachable this long: the host is given up
+
+    def __post_init__(self) -> None:
+        if self.ttl <= 0 or self.error_ttl <= 0 or self.retry_base <= 0 or self.give_up_after <= 0:
+            raise ValueError("robots.ttl, error_ttl, retry_base and give_up_after must be > 0")
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,7 @@ class AgentSettings:
     heartbeat_interval: float = 0.0   # 0: a third of the consultant's lease
     commit_interval: float = 0.1      # group commit of frontier, seen set, outbox and spool
     metrics_listen: str = ""          # host:port for Prometheus metrics ("" = off)
+    progress_interval: float = 30.0   # seconds between progress lines in the log (0 = none)
     fetcher: str = "aiohttp"          # aiohttp or httpx (docs/agent-fetching.md)
     sort_query: bool = False          # canonicalisation: sort query parameters
     log_level: str = "INFO"

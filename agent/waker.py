@@ -58,6 +58,9 @@ class HostSignal:
     async def wait(self, timeout: float) -> None:
         await self.waker.wait(timeout)
 
+    def pending(self) -> bool:
+        return bool(self._hosts)
+
     def take(self) -> list[str]:
         hosts, self._hosts = list(self._hosts), {}
         return hosts

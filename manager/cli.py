@@ -21,6 +21,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--json", action="store_true")
     s.add_argument("--sort-query", action="store_true", help="canonicalise with sorted query parameters (as the agents do)")
+    s.add_argument("--force", action="store_true",
+                   help="queue the URLs even where agents have seen them (after fixing a site or a setting)")
 
     st = sub.add_parser("status", help="live view of agents, queues, pages/s, storage")
     st.add_argument("--json", action="store_true", help="print once as JSON")

@@ -46,11 +46,11 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
     return out
 
 
-async def inject(consultant: ConsultantClient, urls: list[str]) -> tuple[Counter, list[str]]:
+async def inject(consultant: ConsultantClient, urls: list[str], force: bool = False) -> tuple[Counter, list[str]]:
     """Hand URLs to live agents in chunks (PushUrls with route): each agent keeps those of its
     own hosts and pushes the rest to their owners, so the manager is not a second router. A
     chunk an agent cannot take goes to the next live agent. Returns (URLs taken per agent,
-    URLs no agent took)."""
+    URLs no agent took). force: owners queue them even if seen (an operator's re-seed)."""
     live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
     if not live:
         raise Unavailable("no live agent is registered with the consultant")
@@ -59,7 +59,7 @@ async def inject(consultant: ConsultantClient, urls: list[str]) -> tuple[Counter
     async with AgentPool(timeout=60) as pool:
         for n, i in enumerate(range(0, len(urls), BATCH)):
             chunk = urls[i : i + BATCH]
-            items = [agent_pb2.UrlItem(url=u) for u in chunk]
+            items = [agent_pb2.UrlItem(url=u, force=force) for u in chunk]
             for k in range(len(live)):
                 agent_id, address = live[(n + k) % len(live)]  # spread the routing work
                 try:
@@ -88,7 +88,7 @@ async def run_seed(args) -> int:
     failed: list[str] = []
     if seeds.urls:
         async with ConsultantClient(args.consultant) as c:
-            accepted, failed = await inject(c, seeds.urls)
+            accepted, failed = await inject(c, seeds.urls, force=getattr(args, "force", False))
     summary = {
         "valid": len(seeds.urls), "bad_lines": len(seeds.bad), "duplicates": seeds.duplicates,
         "accepted": sum(accepted.values()), "routed_by": dict(accepted), "not_injected": len(failed),

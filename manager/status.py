@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from agent.client import AgentClient, AgentPool
 from consultant.client import ConsultantClient
 from wancrawl.errors import NotFound, WancrawlError
+from wancrawl.v1 import agent_pb2
 
 STATE = {1: "alive", 2: "dead", 3: "left"}
 
@@ -24,6 +25,8 @@ class AgentView:
     isp: str
     counters: dict[str, float] = field(default_factory=dict)
     reachable: bool = False
+    parked: list[tuple[str, float, str]] = field(default_factory=list)  # (host, until, reason)
+    given_up: list[tuple[str, str]] = field(default_factory=list)       # (host, reason)
 
 
 @dataclass
@@ -49,9 +52,9 @@ class Snapshot:
         }
 
 
-async def _agent_status(client: AgentClient) -> dict[str, float] | None:
+async def _agent_status(client: AgentClient) -> agent_pb2.StatusResponse | None:
     try:
-        return dict((await client.status(timeout=3)).counters)
+        return await client.status(timeout=3)
     except WancrawlError:  # shown as unreachable
         return None
 
@@ -68,9 +71,11 @@ async def snapshot(consultant: ConsultantClient, include_dead: bool = False, sto
     ]
     async with AgentPool() as pool:
         results = await asyncio.gather(*(_agent_status(pool.get(v.address)) if v.state == "alive" else _none() for v in views))
-    for v, c in zip(views, results):
-        if c:
-            v.counters, v.reachable = c, True
+    for v, r in zip(views, results):
+        if r is not None:
+            v.counters, v.reachable = dict(r.counters), True
+            v.parked = [(p.host, p.until, p.reason) for p in r.parked]
+            v.given_up = [(g.host, g.reason) for g in r.given_up]
     snap = Snapshot(listed.epoch, listed.strategy, views)
     if storage:
         snap.storage = await _storage_stats(storage)
@@ -193,10 +198,27 @@ async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float,
 async def run_wait(args) -> int:
     async with ConsultantClient(args.consultant) as c:
         done = await wait_idle(c, args.timeout, args.stable, args.quiet)
+        try:
+            notes = host_notes(await snapshot(c), time.time())
+        except WancrawlError as exc:  # the consultant went away meanwhile: the verdict stands
+            notes = [f"(no list of parked hosts: {exc})"]
     if not args.quiet:
         print(file=sys.stderr)
     print("crawl finished: every agent is idle" if done else f"timed out after {args.timeout:.0f}s: the crawl is still running")
+    for line in notes:
+        print(line)
     return 0 if done else 1
+
+
+def host_notes(snap: Snapshot, now: float) -> list[str]:
+    """Hosts left waiting (parked beyond the agents' horizon) and hosts given up, with why."""
+    out = []
+    for a in snap.agents:
+        for host, until, reason in a.parked:
+            out.append(f"parked    {host} ({a.agent_id}): {reason}; next try in {max(0.0, until - now):.0f}s")
+        for host, reason in a.given_up:
+            out.append(f"given up  {host} ({a.agent_id}): {reason}")
+    return out
 
 
 async def run_drain(args) -> int:

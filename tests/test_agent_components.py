@@ -292,9 +292,10 @@ def test_host_ledger_round_trip_gives_the_same_pops_and_seen_answers(tmp_path, r
             a.commit_log.finish(it)
         a.commit_log.commit(force=True)
         d = a.dispatcher
-        d.robots.update(host, 200, b"User-agent: *\nDisallow: /p1\nCrawl-delay: 3\n", 1000.0)
+        d.robots.update(f"http://{host}", 200, b"User-agent: *\nDisallow: /p1\nCrawl-delay: 3\n", 1000.0)
+        d.origins_of[host] = {f"http://{host}"}
         d.politeness.backoff(host, 30.0, 1000.0)
-        d.pages_per_host[host] = 10
+        a.frontier.add_pages(host, 10)
         st = a.ledger.export(host)
         parts = [HostState.from_proto(p.to_proto(), first=i == 0) for i, p in enumerate(st.parts())]
         assert len(parts) >= 2
@@ -319,9 +320,10 @@ def test_host_ledger_round_trip_gives_the_same_pops_and_seen_answers(tmp_path, r
     assert [x.url if x else None for x in pops_b] == [x.url if x else None for x in pops_ref]
     assert len([x for x in pops_b if x]) == len(urls) - 10
     db = b.dispatcher
-    assert not db.robots.allowed(f"http://{host}/p1", host) and db.robots.allowed(f"http://{host}/p2", host)
+    origin = f"http://{host}"
+    assert not db.robots.allowed(f"{origin}/p1", origin) and db.robots.allowed(f"{origin}/p2", origin)
     assert db.politeness.delay(host) == 3.0 and db.politeness.backoff_state(host)[0] == pytest.approx(1030.0)
-    assert db.pages_per_host[host] == 10
+    assert b.frontier.pages(host) == 10
     # The sender kept nothing of the host, and its other host stayed.
     assert host not in a.ledger.owned_hosts() and "http://a.cn/p1" not in a.seen and a.frontier.queue_len(host) == 0
     assert a.ledger.owned_hosts() == ["other.cn"]
@@ -338,3 +340,14 @@ def test_release_keeps_urls_that_arrived_after_the_export(tmp_path, run):
 
     kept, left, still_seen = run(go())
     assert kept == 1 and [i.url for i in left] == ["http://a.cn/late"] and not still_seen
+
+
+def test_a_forced_url_is_queued_again_though_seen(tmp_path, run):
+    intake, frontier, seen, woken, durable = make_intake(tmp_path, {"a.cn": True})
+    run(intake.accept_push(0, wire("http://a.cn/x")))
+    it = frontier.pop("a.cn")
+    assert it is not None and frontier.done(it)
+    run(intake.accept_push(0, wire("http://a.cn/x")))
+    assert len(frontier) == 0, "seen: not queued again"
+    run(intake.accept_push(0, [agent_pb2.UrlItem(url="http://a.cn/x", force=True)]))
+    assert len(frontier) == 1, "manager seed --force: queued again"

@@ -24,15 +24,21 @@ def test_2xx_rules_ua_group_delay_and_sitemaps():
 
 
 def test_4xx_allows_all_5xx_and_network_errors_disallow_temporarily():
-    rc = RobotsCache(UA, ttl=1000, error_ttl=10)
+    rc = RobotsCache(UA, ttl=1000, error_ttl=10, retry_base=2)
     rc.update("nf.lab", 404, b"", 0)
     assert rc.allowed("http://nf.lab/anything", "nf.lab") and not rc.needs_fetch("nf.lab", 999)
-    for status in (500, 503, 429, 0):
+    assert rc.unreachable("nf.lab") is None
+    # Unreachable: disallowed for now, asked again after 2, 4, 8 s, then every error_ttl (10 s).
+    for status, wait in ((500, 2), (503, 4), (429, 8), (0, 10), (502, 10)):
         rc.update("down.lab", status, b"", 0)
         assert not rc.allowed("http://down.lab/x", "down.lab")
-        assert rc.needs_fetch("down.lab", 10) and not rc.needs_fetch("down.lab", 9.9)
+        assert rc.needs_fetch("down.lab", wait) and not rc.needs_fetch("down.lab", wait - 0.1)
+        assert rc.unreachable("down.lab") == (0, wait, status)
     rc.update("down.lab", 200, b"User-agent: *\nDisallow: /a\n", 20)
     assert rc.allowed("http://down.lab/x", "down.lab") and not rc.allowed("http://down.lab/a", "down.lab")
+    assert rc.unreachable("down.lab") is None
+    rc.update("down.lab", 503, b"", 30)  # failing again, with rules from a good answer: they stand in
+    assert rc.unreachable("down.lab") is None and rc.needs_fetch("down.lab", 32)
 
 
 def test_error_after_success_keeps_cached_rules_and_long_outage_allows():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.scope import REASONS, Scope, ScopeSettings
+from agent.scope import REASONS, Scope, ScopeSettings, query_shape
 from wancrawl import config
 from wancrawl.errors import ConfigError
 
@@ -41,7 +41,16 @@ def test_trap_guards():
 
 def test_host_budget_and_reason_names():
     sc = Scope(ScopeSettings(max_pages_per_host=2))
-    assert not sc.host_full(1) and sc.host_full(2) and not Scope().host_full(10**9)
+    assert not sc.host_full(1) and sc.host_full(2)
+    assert Scope().host_full(100_000) and not Scope().host_full(99_999), "a page budget by default"
+    assert not Scope(ScopeSettings(max_pages_per_host=None)).host_full(10**9)
+    assert Scope().queue_room(49_990) == 10 and Scope(ScopeSettings(max_queued_per_host=None)).queue_room(10**9) is None
+
+
+def test_query_shape_blanks_values_only():
+    assert query_shape("http://h/a?sid=1&x=2") == query_shape("http://h/a?sid=99&x=") == "http://h/a?sid&x"
+    assert query_shape("http://h/a?x=1&sid=1") != query_shape("http://h/a?sid=1&x=1")
+    assert query_shape("http://h/a") is None
     assert {"domain", "pattern", "depth", "url_length", "repeated_segments"} <= set(REASONS)
 
 
@@ -52,3 +61,12 @@ def test_settings_via_config():
                      ({"max_depth": -1}, "max_depth"), ({"max_url_length": 0}, "max_url_length"), ({"max_dpth": 1}, "max_dpth")]:
         with pytest.raises(ConfigError, match=key):
             config.build(ScopeSettings, bad, source="agent.toml")
+
+
+def test_scheme_and_port_rules():
+    sc = Scope(ScopeSettings(schemes=["http"], ports=[80, 8181]))
+    assert sc.check("http://h.lab/", "h.lab", 0) is None and sc.check("http://h.lab:8181/x", "h.lab", 0) is None
+    assert sc.check("https://h.lab/", "h.lab", 0) == "scheme"
+    assert sc.check("http://h.lab:8080/", "h.lab", 0) == "port"
+    assert Scope().check("https://h.lab:8443/", "h.lab", 0) is None
+    assert Scope(ScopeSettings(ports=[443])).check("https://[::1]/", "::1", 0) is None

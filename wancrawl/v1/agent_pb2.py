@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from wancrawl.v1 import common_pb2 as wancrawl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17wancrawl/v1/agent.proto\x12\x0bwancrawl.v1\x1a\x18wancrawl/v1/common.proto\"2\n\x07UrlItem\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\r\x12\x0b\n\x03via\x18\x03 \x01(\t\"f\n\x0fPushUrlsRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\"\n\x04urls\x18\x03 \x03(\x0b\x32\x14.wancrawl.v1.UrlItem\x12\r\n\x05route\x18\x04 \x01(\x08\"U\n\x10PushUrlsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08not_mine\x18\x02 \x03(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x04 \x03(\t\"\x0f\n\rStatusRequest\"\xb7\x01\n\x0eStatusResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12%\n\x04load\x18\x02 \x01(\x0b\x32\x17.wancrawl.v1.LoadReport\x12;\n\x08\x63ounters\x18\x03 \x03(\x0b\x32).wancrawl.v1.StatusResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\'\n\x0c\x44rainRequest\x12\x17\n\x0ftimeout_seconds\x18\x01 \x01(\x01\"7\n\rDrainResponse\x12\x13\n\x0bhanded_over\x18\x01 \x01(\x04\x12\x11\n\tremaining\x18\x02 \x01(\x04\"H\n\tQueuedUrl\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\r\x12\x0b\n\x03via\x18\x03 \x01(\t\x12\x12\n\nnot_before\x18\x04 \x01(\x01\"g\n\x0bRobotsState\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0f\n\x07\x65xpires\x18\x03 \x01(\x01\x12\x12\n\nfetched_ok\x18\x04 \x01(\x01\x12\x15\n\rfailing_since\x18\x05 \x01(\x01\"\xca\x01\n\tHostState\x12\x0c\n\x04host\x18\x01 \x01(\t\x12%\n\x05queue\x18\x02 \x03(\x0b\x32\x16.wancrawl.v1.QueuedUrl\x12\x0c\n\x04seen\x18\x03 \x03(\x10\x12\x13\n\x0b\x63rawl_delay\x18\x04 \x01(\x01\x12\x15\n\rbackoff_until\x18\x05 \x01(\x01\x12\x15\n\rbackoff_level\x18\x06 \x01(\r\x12(\n\x06robots\x18\x07 \x01(\x0b\x32\x18.wancrawl.v1.RobotsState\x12\r\n\x05pages\x18\x08 \x01(\x04\"Y\n\x0fHandOverRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12$\n\x04host\x18\x03 \x01(\x0b\x32\x16.wancrawl.v1.HostState\"?\n\x10HandOverResponse\x12\r\n\x05hosts\x18\x01 \x01(\x04\x12\x0e\n\x06queued\x18\x02 \x01(\x04\x12\x0c\n\x04seen\x18\x03 \x01(\x04\x32\x9e\x02\n\x05\x41gent\x12G\n\x08PushUrls\x12\x1c.wancrawl.v1.PushUrlsRequest\x1a\x1d.wancrawl.v1.PushUrlsResponse\x12\x41\n\x06Status\x12\x1a.wancrawl.v1.StatusRequest\x1a\x1b.wancrawl.v1.StatusResponse\x12>\n\x05\x44rain\x12\x19.wancrawl.v1.DrainRequest\x1a\x1a.wancrawl.v1.DrainResponse\x12I\n\x08HandOver\x12\x1c.wancrawl.v1.HandOverRequest\x1a\x1d.wancrawl.v1.HandOverResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17wancrawl/v1/agent.proto\x12\x0bwancrawl.v1\x1a\x18wancrawl/v1/common.proto\"A\n\x07UrlItem\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\r\x12\x0b\n\x03via\x18\x03 \x01(\t\x12\r\n\x05\x66orce\x18\x04 \x01(\x08\"f\n\x0fPushUrlsRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\"\n\x04urls\x18\x03 \x03(\x0b\x32\x14.wancrawl.v1.UrlItem\x12\r\n\x05route\x18\x04 \x01(\x08\"U\n\x10PushUrlsResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08not_mine\x18\x02 \x03(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x04 \x03(\t\"\x0f\n\rStatusRequest\"\x87\x02\n\x0eStatusResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12%\n\x04load\x18\x02 \x01(\x0b\x32\x17.wancrawl.v1.LoadReport\x12;\n\x08\x63ounters\x18\x03 \x03(\x0b\x32).wancrawl.v1.StatusResponse.CountersEntry\x12%\n\x06parked\x18\x04 \x03(\x0b\x32\x15.wancrawl.v1.HostNote\x12\'\n\x08given_up\x18\x05 \x03(\x0b\x32\x15.wancrawl.v1.HostNote\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"7\n\x08HostNote\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05until\x18\x03 \x01(\x01\"\'\n\x0c\x44rainRequest\x12\x17\n\x0ftimeout_seconds\x18\x01 \x01(\x01\"7\n\rDrainResponse\x12\x13\n\x0bhanded_over\x18\x01 \x01(\x04\x12\x11\n\tremaining\x18\x02 \x01(\x04\"H\n\tQueuedUrl\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\r\x12\x0b\n\x03via\x18\x03 \x01(\t\x12\x12\n\nnot_before\x18\x04 \x01(\x01\"w\n\x0bRobotsState\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x12\x0f\n\x07\x65xpires\x18\x03 \x01(\x01\x12\x12\n\nfetched_ok\x18\x04 \x01(\x01\x12\x15\n\rfailing_since\x18\x05 \x01(\x01\"\xca\x01\n\tHostState\x12\x0c\n\x04host\x18\x01 \x01(\t\x12%\n\x05queue\x18\x02 \x03(\x0b\x32\x16.wancrawl.v1.QueuedUrl\x12\x0c\n\x04seen\x18\x03 \x03(\x10\x12\x13\n\x0b\x63rawl_delay\x18\x04 \x01(\x01\x12\x15\n\rbackoff_until\x18\x05 \x01(\x01\x12\x15\n\rbackoff_level\x18\x06 \x01(\r\x12(\n\x06robots\x18\x07 \x03(\x0b\x32\x18.wancrawl.v1.RobotsState\x12\r\n\x05pages\x18\x08 \x01(\x04\"Y\n\x0fHandOverRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12$\n\x04host\x18\x03 \x01(\x0b\x32\x16.wancrawl.v1.HostState\"?\n\x10HandOverResponse\x12\r\n\x05hosts\x18\x01 \x01(\x04\x12\x0e\n\x06queued\x18\x02 \x01(\x04\x12\x0c\n\x04seen\x18\x03 \x01(\x04\x32\x9e\x02\n\x05\x41gent\x12G\n\x08PushUrls\x12\x1c.wancrawl.v1.PushUrlsRequest\x1a\x1d.wancrawl.v1.PushUrlsResponse\x12\x41\n\x06Status\x12\x1a.wancrawl.v1.StatusRequest\x1a\x1b.wancrawl.v1.StatusResponse\x12>\n\x05\x44rain\x12\x19.wancrawl.v1.DrainRequest\x1a\x1a.wancrawl.v1.DrainResponse\x12I\n\x08HandOver\x12\x1c.wancrawl.v1.HandOverRequest\x1a\x1d.wancrawl.v1.HandOverResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,31 +35,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSRESPONSE_COUNTERSENTRY']._loaded_options = None
   _globals['_STATUSRESPONSE_COUNTERSENTRY']._serialized_options = b'8\001'
   _globals['_URLITEM']._serialized_start=66
-  _globals['_URLITEM']._serialized_end=116
-  _globals['_PUSHURLSREQUEST']._serialized_start=118
-  _globals['_PUSHURLSREQUEST']._serialized_end=220
-  _globals['_PUSHURLSRESPONSE']._serialized_start=222
-  _globals['_PUSHURLSRESPONSE']._serialized_end=307
-  _globals['_STATUSREQUEST']._serialized_start=309
-  _globals['_STATUSREQUEST']._serialized_end=324
-  _globals['_STATUSRESPONSE']._serialized_start=327
-  _globals['_STATUSRESPONSE']._serialized_end=510
-  _globals['_STATUSRESPONSE_COUNTERSENTRY']._serialized_start=463
-  _globals['_STATUSRESPONSE_COUNTERSENTRY']._serialized_end=510
-  _globals['_DRAINREQUEST']._serialized_start=512
-  _globals['_DRAINREQUEST']._serialized_end=551
-  _globals['_DRAINRESPONSE']._serialized_start=553
-  _globals['_DRAINRESPONSE']._serialized_end=608
-  _globals['_QUEUEDURL']._serialized_start=610
-  _globals['_QUEUEDURL']._serialized_end=682
-  _globals['_ROBOTSSTATE']._serialized_start=684
-  _globals['_ROBOTSSTATE']._serialized_end=787
-  _globals['_HOSTSTATE']._serialized_start=790
-  _globals['_HOSTSTATE']._serialized_end=992
-  _globals['_HANDOVERREQUEST']._serialized_start=994
-  _globals['_HANDOVERREQUEST']._serialized_end=1083
-  _globals['_HANDOVERRESPONSE']._serialized_start=1085
-  _globals['_HANDOVERRESPONSE']._serialized_end=1148
-  _globals['_AGENT']._serialized_start=1151
-  _globals['_AGENT']._serialized_end=1437
+  _globals['_URLITEM']._serialized_end=131
+  _globals['_PUSHURLSREQUEST']._serialized_start=133
+  _globals['_PUSHURLSREQUEST']._serialized_end=235
+  _globals['_PUSHURLSRESPONSE']._serialized_start=237
+  _globals['_PUSHURLSRESPONSE']._serialized_end=322
+  _globals['_STATUSREQUEST']._serialized_start=324
+  _globals['_STATUSREQUEST']._serialized_end=339
+  _globals['_STATUSRESPONSE']._serialized_start=342
+  _globals['_STATUSRESPONSE']._serialized_end=605
+  _globals['_STATUSRESPONSE_COUNTERSENTRY']._serialized_start=558
+  _globals['_STATUSRESPONSE_COUNTERSENTRY']._serialized_end=605
+  _globals['_HOSTNOTE']._serialized_start=607
+  _globals['_HOSTNOTE']._serialized_end=662
+  _globals['_DRAINREQUEST']._serialized_start=664
+  _globals['_DRAINREQUEST']._serialized_end=703
+  _globals['_DRAINRESPONSE']._serialized_start=705
+  _globals['_DRAINRESPONSE']._serialized_end=760
+  _globals['_QUEUEDURL']._serialized_start=762
+  _globals['_QUEUEDURL']._serialized_end=834
+  _globals['_ROBOTSSTATE']._serialized_start=836
+  _globals['_ROBOTSSTATE']._serialized_end=955
+  _globals['_HOSTSTATE']._serialized_start=958
+  _globals['_HOSTSTATE']._serialized_end=1160
+  _globals['_HANDOVERREQUEST']._serialized_start=1162
+  _globals['_HANDOVERREQUEST']._serialized_end=1251
+  _globals['_HANDOVERRESPONSE']._serialized_start=1253
+  _globals['_HANDOVERRESPONSE']._serialized_end=1316
+  _globals['_AGENT']._serialized_start=1319
+  _globals['_AGENT']._serialized_end=1605
 # @@protoc_insertion_point(module_scope)

@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class UrlItem(_message.Message):
-    __slots__ = ("url", "depth", "via")
+    __slots__ = ("url", "depth", "via", "force")
     URL_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     VIA_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     url: str
     depth: int
     via: str
-    def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ...) -> None: ...
+    force: bool
+    def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class PushUrlsRequest(_message.Message):
     __slots__ = ("sender_id", "epoch", "urls", "route")
@@ -46,7 +48,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("agent_id", "load", "counters")
+    __slots__ = ("agent_id", "load", "counters", "parked", "given_up")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -57,10 +59,24 @@ class StatusResponse(_message.Message):
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    PARKED_FIELD_NUMBER: _ClassVar[int]
+    GIVEN_UP_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     load: _common_pb2.LoadReport
     counters: _containers.ScalarMap[str, float]
-    def __init__(self, agent_id: _Optional[str] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., counters: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    parked: _containers.RepeatedCompositeFieldContainer[HostNote]
+    given_up: _containers.RepeatedCompositeFieldContainer[HostNote]
+    def __init__(self, agent_id: _Optional[str] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., counters: _Optional[_Mapping[str, float]] = ..., parked: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ..., given_up: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ...) -> None: ...
+
+class HostNote(_message.Message):
+    __slots__ = ("host", "reason", "until")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    reason: str
+    until: float
+    def __init__(self, host: _Optional[str] = ..., reason: _Optional[str] = ..., until: _Optional[float] = ...) -> None: ...
 
 class DrainRequest(_message.Message):
     __slots__ = ("timeout_seconds",)
@@ -89,18 +105,20 @@ class QueuedUrl(_message.Message):
     def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ..., not_before: _Optional[float] = ...) -> None: ...
 
 class RobotsState(_message.Message):
-    __slots__ = ("status", "body", "expires", "fetched_ok", "failing_since")
+    __slots__ = ("origin", "status", "body", "expires", "fetched_ok", "failing_since")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_FIELD_NUMBER: _ClassVar[int]
     FETCHED_OK_FIELD_NUMBER: _ClassVar[int]
     FAILING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    origin: str
     status: int
     body: bytes
     expires: float
     fetched_ok: float
     failing_since: float
-    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ..., expires: _Optional[float] = ..., fetched_ok: _Optional[float] = ..., failing_since: _Optional[float] = ...) -> None: ...
+    def __init__(self, origin: _Optional[str] = ..., status: _Optional[int] = ..., body: _Optional[bytes] = ..., expires: _Optional[float] = ..., fetched_ok: _Optional[float] = ..., failing_since: _Optional[float] = ...) -> None: ...
 
 class HostState(_message.Message):
     __slots__ = ("host", "queue", "seen", "crawl_delay", "backoff_until", "backoff_level", "robots", "pages")
@@ -118,9 +136,9 @@ class HostState(_message.Message):
     crawl_delay: float
     backoff_until: float
     backoff_level: int
-    robots: RobotsState
+    robots: _containers.RepeatedCompositeFieldContainer[RobotsState]
     pages: int
-    def __init__(self, host: _Optional[str] = ..., queue: _Optional[_Iterable[_Union[QueuedUrl, _Mapping]]] = ..., seen: _Optional[_Iterable[int]] = ..., crawl_delay: _Optional[float] = ..., backoff_until: _Optional[float] = ..., backoff_level: _Optional[int] = ..., robots: _Optional[_Union[RobotsState, _Mapping]] = ..., pages: _Optional[int] = ...) -> None: ...
+    def __init__(self, host: _Optional[str] = ..., queue: _Optional[_Iterable[_Union[QueuedUrl, _Mapping]]] = ..., seen: _Optional[_Iterable[int]] = ..., crawl_delay: _Optional[float] = ..., backoff_until: _Optional[float] = ..., backoff_level: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotsState, _Mapping]]] = ..., pages: _Optional[int] = ...) -> None: ...
 
 class HandOverRequest(_message.Message):
     __slots__ = ("sender_id", "epoch", "host")

@@ -1,0 +1,249 @@
+"""The hostile web against one agent with a fake fetcher: per-host budgets that drop a queue in one
+operation and never stall other hosts, robots.txt 5xx deferred (not dropped), parked hosts that do
+not hold the crawl open, and the parameter-churn guard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from agent.fetch import FetchRequest, FetchResponse
+from agent.frontier import Item
+from agent.node import AgentNode
+from agent.settings import load_settings
+from consultant.client import HostRoute, Registration
+
+
+class Placement:
+    """Every host is this agent's."""
+
+    def __init__(self, me: str):
+        self.me = me
+
+    async def register(self, agent_id, address, **kw) -> Registration:
+        return Registration(1, 60.0)
+
+    async def heartbeat(self, agent_id, load) -> int:
+        return 1
+
+    async def deregister(self, agent_id) -> int:
+        return 2
+
+    async def resolve(self, hosts):
+        return [HostRoute(h, ((self.me, ""),), 300, 1) for h in hosts]
+
+
+class Web:
+    """A fake fetcher: `pages(url)` -> (status, body, extra response fields); every request logged."""
+
+    def __init__(self, pages):
+        self.pages = pages
+        self.log: list[str] = []
+
+    async def fetch(self, req: FetchRequest) -> FetchResponse:
+        self.log.append(req.url)
+        await asyncio.sleep(0)
+        status, body, extra = self.pages(req.url)
+        return FetchResponse(req.url, status=status, body=body, content_type="text/html", raw_length=len(body),
+                             headers=[("Content-Type", "text/html")], **extra)
+
+    async def close(self) -> None:
+        pass
+
+
+def node(tmp_path, web: Web, **keys) -> AgentNode:
+    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.0,
+            "commit_interval": 0.02, "concurrency": 4, "progress_interval": 0.0, "heartbeat_interval": 5.0}
+    over.update({k.replace("__", "."): v for k, v in keys.items()})
+    return AgentNode(load_settings(None, over), consultant=Placement("me"), fetcher=web)  # type: ignore[arg-type]
+
+
+async def until(pred, what: str, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def items(host: str, n: int, prefix: str = "p") -> list[Item]:
+    return [Item(f"http://{host}/{prefix}{i}", host) for i in range(n)]
+
+
+def ok(url: str):
+    return (404, b"", {}) if url.endswith("/robots.txt") else (200, b"<html>x</html>", {})
+
+
+def test_a_host_at_its_page_budget_is_dropped_at_once_and_blocks_nobody(tmp_path, run):
+    web = Web(ok)
+    n = node(tmp_path, web, scope__max_pages_per_host=3)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("trap.lab", 5000) + items("fine.lab", 20))
+        await until(n.idle, "the crawl to end")
+        counters = n.status_counters()
+        queued = n.frontier.queue_len("trap.lab")
+        given_up = dict(n.dispatcher.given_up)
+        await n.stop()
+        return counters, queued, given_up
+
+    counters, queued, given_up = run(go())
+    fetched = Counter(u.split("/")[2] for u in web.log if not u.endswith("robots.txt"))
+    assert fetched == {"trap.lab": 3, "fine.lab": 3}, "each host stops at its budget"
+    assert queued == 0 and counters["budget_dropped"] == 4997 + 17
+    assert set(given_up) == {"trap.lab", "fine.lab"} and "page budget" in given_up["trap.lab"]
+
+
+def test_page_counts_survive_a_restart(tmp_path, run):
+    web = Web(ok)
+
+    async def crawl(urls):
+        n = node(tmp_path, web, scope__max_pages_per_host=4)
+        await n.start()
+        n.intake.accept_local(urls)
+        await until(n.idle, "the crawl to end")
+        await n.stop()
+
+    run(crawl(items("h.lab", 3)))
+    run(crawl(items("h.lab", 10, prefix="q")))
+    assert len([u for u in web.log if not u.endswith("robots.txt")]) == 4, "the budget counts pages of earlier runs"
+
+
+def test_queue_budget_drops_without_recording_and_the_churn_guard_caps_a_query_shape(tmp_path, run):
+    web = Web(ok)
+    n = node(tmp_path, web, scope__max_queued_per_host=10, scope__max_urls_per_query_shape=5)
+    n.intake.accept_local(items("q.lab", 50))
+    assert n.frontier.queue_len("q.lab") == 10 and n.intake.counters["over_queue_budget"] == 40
+    assert "http://q.lab/p10" not in n.seen, "a URL over the budget is not recorded: found again later, it is taken"
+    n.intake.accept_local([Item(f"http://s.lab/a?sid={i}&x=1", "s.lab") for i in range(9)] + [Item("http://s.lab/b", "s.lab")])
+    assert n.frontier.queue_len("s.lab") == 6 and n.intake.counters["query_churn"] == 4
+
+
+def test_robots_txt_5xx_defers_the_host_and_it_is_crawled_once_robots_recovers(tmp_path, run):
+    robots_answers = iter([503, 503, 0])
+
+    def pages(url):
+        if url.endswith("/robots.txt"):
+            status = next(robots_answers, 200)
+            return (status, b"User-agent: *\nDisallow: /private\n" if status == 200 else b"",
+                    {"error": "connect"} if status == 0 else {})
+        return 200, b"<html>x</html>", {}
+
+    web = Web(pages)
+    n = node(tmp_path, web, robots__retry_base=0.1, politeness__max_backoff=0.02)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("flaky.lab", 10) + [Item("http://flaky.lab/private/x", "flaky.lab")])
+        await until(n.idle, "the crawl to end")
+        c = n.status_counters()
+        await n.stop()
+        return c
+
+    c = run(go())
+    robots = [u for u in web.log if u.endswith("robots.txt")]
+    got = {u for u in web.log if not u.endswith("robots.txt")}
+    assert len(robots) == 4, "asked again, with backoff, until it answered"
+    assert got == {f"http://flaky.lab/p{i}" for i in range(10)}, "nothing dropped while robots.txt failed"
+    assert c["robots_deferred"] >= 1 and c["robots_denied"] == 1
+
+
+def test_robots_txt_unreachable_for_too_long_gives_the_host_up_with_a_reason(tmp_path, run):
+    web = Web(lambda url: (503, b"", {}) if url == "http://down.lab/robots.txt" else ok(url))
+    n = node(tmp_path, web, robots__retry_base=0.02, robots__give_up_after=0.2, politeness__max_backoff=0.02)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("down.lab", 30) + items("up.lab", 3))
+        await until(n.idle, "the crawl to end")
+        given_up = dict(n.dispatcher.given_up)
+        await n.stop()
+        return given_up
+
+    given_up = run(go())
+    assert list(given_up) == ["http://down.lab"] and "robots.txt unreachable" in given_up["http://down.lab"]
+    assert not [u for u in web.log if "down.lab" in u and not u.endswith("robots.txt")]
+    assert {u for u in web.log if "up.lab" in u and not u.endswith("robots.txt")} == {f"http://up.lab/p{i}" for i in range(3)}
+
+
+def test_a_host_parked_by_retry_after_does_not_hold_the_crawl_open(tmp_path, run):
+    def pages(url):
+        if url.endswith("/robots.txt"):
+            return 404, b"", {}
+        if "slow.lab" in url:
+            return 429, b"", {"retry_after": 3600.0}
+        return 200, b"x", {}
+
+    web = Web(pages)
+    n = node(tmp_path, web)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("slow.lab", 2) + items("fast.lab", 5))
+        await until(n.idle, "idle with only a parked host left")
+        now = n.clock()
+        parked = n.dispatcher.parked(now)
+        queued = len(n.frontier)
+        await n.stop()
+        return parked, queued, now
+
+    parked, queued, now = run(go())
+    assert queued == 2, "the parked host keeps its URLs"
+    assert [p.host for p in parked] == ["slow.lab"] and parked[0].until > now + 3000
+
+
+def test_refused_urls_never_starve_the_loop(tmp_path, run):
+    """A host whose every URL is refused by robots.txt: heartbeats-like work on the loop still runs."""
+    def pages(url):
+        if url.endswith("/robots.txt"):
+            return 200, b"User-agent: *\nDisallow: /\n", {}
+        return 200, b"x", {}
+
+    web = Web(pages)
+    n = node(tmp_path, web, scope__max_queued_per_host=None)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("denied.lab", 20_000))
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        await until(lambda: n.status_counters()["robots_denied"] >= 5_000, "denials")
+        seen_ticks = ticks
+        t.cancel()
+        await until(n.idle, "the crawl to end", timeout=60)
+        await n.stop()
+        return seen_ticks
+
+    assert run(go()) >= 5_000 // 256, "the dispatcher yields between batches of refused items"
+
+
+def test_an_origin_refusing_connections_does_not_hold_back_the_hosts_other_origin(tmp_path, run):
+    def pages(url):
+        if url.startswith("https://"):
+            return 0, b"", {"error": "connect"}
+        return ok(url)
+
+    web = Web(pages)
+    n = node(tmp_path, web, politeness__max_backoff=3600.0)
+    http = [Item(f"http://two.lab:8181/p{i}", "two.lab") for i in range(10)]
+    https = [Item(f"https://two.lab/s{i}", "two.lab") for i in range(10)]
+
+    async def go():
+        await n.start()
+        n.intake.accept_local([x for pair in zip(https, http) for x in pair])  # interleaved, https first
+        await until(lambda: {i.url for i in http} <= set(web.log), "every http page")
+        backoff = n.dispatcher.politeness.backoff_state("two.lab")
+        await n.stop()
+        return backoff
+
+    assert run(go()) == (0.0, 0), "the host's rate was not backed off by its https origin's failures"
+    assert len([u for u in web.log if u.startswith("https://")]) < 10, "the refusing origin waits (its robots.txt retry, its backoff)"
