@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from agent.fetch import FETCHERS, FetchRequest, FetchSettings, create_fetcher
-from agent.fetch.base import BodySink, parse_content_type, parse_retry_after
+from agent.fetch.base import BodySink, ResponseFraming, collect_framing, end_framing, parse_content_type, parse_retry_after
 from agent.fetch.guard import AddressGuard
 from agent.links import extract_links
 from lab import server as lab_server
@@ -18,6 +18,8 @@ from lab.web import Web
 from wancrawl import config
 from wancrawl.errors import ConfigError
 from wancrawl.hostres import HostResolver
+
+from hostile_http import HostileServer, Reply
 
 MiB = 1024 * 1024
 DRIP = 64 * 1024  # bytes the slow-drip site sends, 64 at a time
@@ -319,3 +321,270 @@ def test_header_parsing():
     assert parse_retry_after("120") == 120.0 and parse_retry_after("soon") is None and parse_retry_after(None) is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412480.0) == 0.0
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+
+
+# --- servers that lie about the length (tests/hostile_http.py writes exact bytes) -------------------
+
+PREFIX = b'<!DOCTYPE html><html><head><title>liar</title></head><body><a href="/a">a</a> <a href="/b">b</a>'
+REST = b' <a href="/c">c</a></body></html>'
+PAGE = PREFIX + REST
+
+
+def _head(*fields: bytes, status: bytes = b"200 OK") -> bytes:
+    return b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html; charset=utf-8\r\n" + b"".join(f + b"\r\n" for f in fields) + b"\r\n"
+
+
+def _cl(n: int) -> bytes:
+    return b"Content-Length: %d" % n
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+CHUNKED = b"Transfer-Encoding: chunked"
+N = len(PAGE)
+LIARS = {
+    "/ok": Reply(_head(_cl(N)) + PAGE),
+    # Announces the prefix, sends the page and 10 MiB more, and keeps the connection open.
+    "/excess": Reply(_head(_cl(len(PREFIX))) + PAGE, excess=10 * MiB),
+    "/excess-small": Reply(_head(_cl(len(PREFIX))) + PAGE),
+    "/short": Reply(_head(_cl(N)) + PREFIX, close=True),
+    "/chunked-excess": Reply(_head(CHUNKED) + _chunk(PREFIX) + b"0\r\n\r\n" + REST),
+    "/chunked-cut": Reply(_head(CHUNKED) + b"%x\r\n" % N + PREFIX, close=True),
+    "/304-with-body": Reply(_head(_cl(N), status=b"304 Not Modified") + PAGE),
+}
+# Chunked framing that breaks, the connection kept open: only the framing check can end the read.
+# path -> (chunked body, body kept, the garbage line, what it stands where)
+GARBLED = {
+    "/garbage-size": (_chunk(PREFIX) + b"zz\r\n" + REST, PREFIX, b"zz\r\n", "a chunk size"),
+    "/no-crlf-after-chunk": (b"%x\r\n" % len(PREFIX) + PREFIX + b"XX" + _chunk(REST), PREFIX, b"XX%x\r\n" % len(REST), "the CRLF after a chunk"),
+    "/bad-trailer": (_chunk(PREFIX) + b"0\r\nnot a field\r\n\r\n", PREFIX, b"not a field\r\n", "a trailer field"),
+    "/bare-lf": (b"%x\n" % N + PAGE + b"\n0\n\n", b"", b"%x\n" % N, "a chunk size"),
+    # RFC 9112 allows the spaces around ";", aiohttp's parser does not, h11 does: cut on both.
+    "/spaced-ext": (_chunk(PREFIX) + b"%x ; a=b\r\n" % len(REST) + REST + b"\r\n0\r\n\r\n", PREFIX, b"%x ; a=b\r\n" % len(REST), "a chunk size"),
+}
+for _path, (_body, *_) in GARBLED.items():
+    LIARS[_path] = Reply(_head(CHUNKED) + _body)
+# Framing a user agent must refuse (RFC 9112 6.3): status 0, error "protocol", nothing kept.
+INVALID = {
+    "/cl-not-a-number": ([b"Content-Length: abc"], "Content-Length 'abc' is not a number"),
+    "/cl-negative": ([b"Content-Length: -5"], "Content-Length '-5' is not a number"),
+    "/cl-two-values": ([_cl(N), _cl(N + 1)], f"conflicting Content-Length values {N}, {N + 1}"),
+    "/cl-two-in-a-list": ([b"Content-Length: %d, %d" % (N, N + 1)], f"conflicting Content-Length values {N}, {N + 1}"),
+    # The same value twice may be refused (RFC 9110 8.6); aiohttp's parser does, so both do.
+    "/cl-repeated": ([_cl(N), _cl(N)], f"Content-Length repeated ({N}, {N})"),
+    "/cl-repeated-in-a-list": ([b"Content-Length: %d, %d" % (N, N)], f"Content-Length repeated ({N}, {N})"),
+    "/te-and-cl": ([CHUNKED, _cl(N)], "both Transfer-Encoding and Content-Length"),
+}
+for _path, (_fields, _) in INVALID.items():
+    _body = _chunk(PAGE) + b"0\r\n\r\n" if CHUNKED in _fields else PAGE
+    LIARS[_path] = Reply(_head(*_fields) + _body, close=True)
+
+
+@pytest.fixture
+def liar():
+    with HostileServer(LIARS) as srv:
+        yield srv
+
+
+def liar_req(srv, path):
+    return FetchRequest(srv.url(path), "liar.test", "127.0.0.1")
+
+
+def liar_links(r):
+    return extract_links(r.body, r.url, r.charset).links
+
+
+def liar_settings(**kw):
+    return FetchSettings(**({"allow_networks": LAB} | kw))
+
+
+@pytest.mark.timeout(60)
+def test_body_past_content_length_is_cut_at_it(liar, backend, sinks):
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, "/excess")])
+    assert (r.status, r.truncated, r.error, r.ok) == (200, "excess", None, False)
+    assert r.error_detail == f"the server sent more than its Content-Length ({len(PREFIX)}): the rest was dropped"
+    assert r.body == PREFIX and r.raw_length == len(PREFIX)
+    assert ("Content-Length", str(len(PREFIX))) in r.headers and r.content_type == "text/html"  # the head as received
+    (sk,) = sinks
+    assert sum(n for n, _ in sk.fed) == len(PREFIX)  # not one byte of the 10 MiB reached the body
+    base = liar.url("")
+    assert liar_links(r) == [base + "/a", base + "/b"]  # the announced prefix parses; "/c" came after it
+
+
+@pytest.mark.timeout(60)
+def test_connection_that_sent_excess_is_not_reused(liar, backend):
+    paths = ["/ok", "/ok", "/excess-small", "/ok", "/chunked-excess", "/ok"]
+    rs = run_fetches(backend, liar_settings(), [liar_req(liar, p) for p in paths], in_order=True)
+    for p, r in zip(paths, rs):
+        if p == "/ok":
+            assert r.ok and r.body == PAGE, (p, r.error, r.error_detail)
+        else:
+            assert (r.status, r.truncated, r.body) == (200, "excess", PREFIX), (p, r.error_detail)
+    assert rs[4].error_detail == "the server sent more after the last chunk: it was dropped"
+    # Kept alive while the responses were sound; a fresh connection after each excess.
+    assert [c.requests for c in liar.conns] == [["/ok", "/ok", "/excess-small"], ["/ok", "/chunked-excess"], ["/ok"]]
+
+
+def test_body_short_of_its_length_is_a_disconnect(liar, backend):
+    short, cut = run_fetches(backend, liar_settings(), [liar_req(liar, "/short"), liar_req(liar, "/chunked-cut")])
+    for r in (short, cut):
+        assert (r.status, r.truncated, r.error, r.body) == (200, "disconnect", None, PREFIX), r.error_detail
+        assert liar_links(r) == [liar.url("/a"), liar.url("/b")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", sorted(GARBLED))
+def test_broken_chunked_framing_keeps_the_body_before_it(liar, backend, path):
+    # The server keeps the connection open: waiting would end only with the total timeout.
+    (r,) = run_fetches(backend, liar_settings(total_timeout=20.0, read_timeout=3600.0), [liar_req(liar, path)])
+    _, body, line, what = GARBLED[path]
+    assert (r.status, r.truncated, r.error, r.body) == (200, "disconnect", None, body), r.error_detail
+    assert r.error_detail == f"the chunked framing broke: {line!r} where {what} should be"
+    assert liar_links(r) == ([liar.url("/a"), liar.url("/b")] if body else [])
+
+
+@pytest.mark.parametrize("path", sorted(INVALID))
+def test_invalid_content_length_discards_the_response(liar, backend, path):
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, path)])
+    assert (r.status, r.error, r.truncated, r.body, r.headers) == (0, "protocol", None, b"", [])
+    assert r.error_detail == f"invalid response: {INVALID[path][1]}"
+
+
+def test_body_on_a_304_is_excess(liar, backend):
+    r, ok = run_fetches(backend, liar_settings(), [liar_req(liar, "/304-with-body"), liar_req(liar, "/ok")], in_order=True)
+    assert (r.status, r.truncated, r.error, r.body) == (304, "excess", None, b"")
+    assert r.error_detail == "the server sent a body with a 204/304 response: it was dropped"
+    assert ok.ok and ok.body == PAGE
+
+
+# --- ResponseFraming alone -------------------------------------------------------------------------
+
+def _frame(pieces, arm=True):
+    fr = ResponseFraming()
+    reports, token = collect_framing()
+    try:
+        if arm:
+            fr.arm()
+        out = b"".join(fr.feed(p) for p in pieces)
+    finally:
+        end_framing(token)
+    return fr, out, reports
+
+
+def _splits(data):
+    """The data whole, byte by byte, and cut in two at every point."""
+    yield [data]
+    yield [data[i : i + 1] for i in range(len(data))]
+    for i in range(1, len(data)):
+        yield [data[:i], data[i:]]
+
+
+FRAMED = [
+    # (message, framing, length)
+    (_head(_cl(N)) + PAGE, "length", N),
+    (b"HTTP/1.0 200 OK\nContent-Length: 5\n\nhello", "length", 5),  # bare LF heads: both libraries take them
+    (_head(_cl(0)), "length", 0),
+    (_head(CHUNKED) + b"%x;name=value;q=\"a \\\" b\"\r\n" % len(PREFIX) + PREFIX + b"\r\n" + _chunk(REST) + b"0\r\nX-Sum: 1\r\n\r\n", "chunked", None),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n" + _head(_cl(N)) + PAGE, "length", N),
+    (_head(_cl(N), status=b"204 No Content"), None, None),
+]
+
+
+@pytest.mark.parametrize("message, framing, length", FRAMED)
+def test_framing_cuts_at_the_end_of_the_message_however_split(message, framing, length):
+    for excess in (b"", b"HTTP/1.1 200 OK\r\n\r\njunk"):
+        for pieces in _splits(message + excess):
+            fr, out, (rep,) = _frame(pieces)
+            assert out == message, pieces
+            assert (rep.framing, rep.length, rep.excess, rep.invalid, rep.cut) == (framing, length, len(excess), None, None)
+            assert fr.broken == bool(excess)
+
+
+def test_framing_keeps_alive_and_catches_late_bytes():
+    msg = _head(_cl(N)) + PAGE
+    fr, out, reports = _frame([msg])
+    assert out == msg and not fr.broken
+    reports2, token = collect_framing()
+    try:
+        fr.arm()  # the next request on the kept connection
+        fr.arm()  # (again while waiting: no second report)
+        assert fr.feed(msg) == msg and not fr.broken and len(reports2) == 1
+        # Bytes with no request outstanding: dropped, counted, and the connection is done for.
+        assert fr.feed(b"late") == b"" and fr.broken and reports2[0].excess == 4
+        fr.arm()
+        assert fr.feed(msg) == b"" and len(reports2) == 1
+    finally:
+        end_framing(token)
+    assert len(reports) == 1  # each fetch sees only its own requests' reports
+
+
+def test_framing_reads_bytes_before_the_first_request_as_its_response():
+    # A new connection expects a response: a server that answers (or greets) before the request
+    # is out gets its bytes to the library, as without ResponseFraming, not dropped as excess.
+    msg = _head(_cl(N)) + PAGE
+    reports, token = collect_framing()
+    try:
+        fr = ResponseFraming()
+        assert fr.feed(msg) == msg
+        fr.arm()
+    finally:
+        end_framing(token)
+    assert [(r.framing, r.excess) for r in reports] == [("length", 0)] and not fr.broken
+
+
+@pytest.mark.parametrize("fields, invalid", [(f, d) for f, d in INVALID.values()])
+def test_framing_flags_invalid_heads_and_passes_them_on(fields, invalid):
+    msg = _head(*fields) + PAGE
+    fr, out, (rep,) = _frame([msg])
+    assert out == msg and rep.invalid == invalid and fr.broken  # the library decides on the bytes
+
+
+def test_framing_passes_what_it_cannot_follow():
+    for msg, framing in [(_head() + PAGE, "close"), (_head(b"Transfer-Encoding: gzip") + PAGE, "close"),
+                         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n" + PAGE, None), (b"SSH-2.0-OpenSSH\r\n\r\n" + PAGE, None)]:
+        fr, out, (rep,) = _frame([msg, b"more"])
+        assert out == msg + b"more" and rep.framing == framing and rep.excess == 0 and fr.broken
+
+
+@pytest.mark.parametrize("path", sorted(GARBLED))
+def test_framing_stops_at_broken_chunks(path):
+    body, _, line, what = GARBLED[path]
+    msg = _head(CHUNKED) + body
+    upto = len(_head(CHUNKED)) + body.index(line)  # the start of the garbage line
+    for pieces in _splits(msg):
+        fr, out, (rep,) = _frame(pieces + [b"more"])
+        assert out == msg[:upto] and rep.cut == f"{line!r} where {what} should be" and fr.broken and rep.excess == 0, pieces
+
+
+@pytest.mark.timeout(30)
+def test_aiohttp_parser_failing_mid_body_ends_the_body():
+    """Safety net: if aiohttp's parser refuses something mid-body that ResponseFraming let
+    through, the body ends there (aiohttp alone would leave it waiting for the read timeout)."""
+    from agent.fetch.aiohttp_fetcher import _FramedHandler
+    from agent.fetch.base import _PASS
+
+    class Transport(asyncio.Transport):
+        def get_extra_info(self, name, default=None):
+            return default
+
+        def is_closing(self):
+            return False
+
+        def close(self):
+            pass
+
+    async def go():
+        h = _FramedHandler(asyncio.get_running_loop())
+        h.connection_made(Transport())
+        h.set_response_params(auto_decompress=False)
+        h.framing.state = _PASS  # as if it could not follow this response
+        h.data_received(_head(CHUNKED) + b"%x\r\n" % len(PAGE) + PREFIX)
+        _, payload = await h.read()
+        h.data_received(REST + b"\r\nzz\r\n")  # the parser raises on "zz"
+        assert payload.is_eof() and payload.exception() is None
+        assert await payload.read() == PAGE and h.framing.report.cut.startswith("parser: ")
+        assert h.should_close
+
+    asyncio.run(go())

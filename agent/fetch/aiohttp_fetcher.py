@@ -3,16 +3,90 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 import time
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.streams import EMPTY_PAYLOAD
 from yarl import URL
 
-from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, Resolver, apply_sink, finish_headers, late_failure as _late
+from agent.fetch.base import (
+    BaseFetcher,
+    BodySink,
+    FetchRequest,
+    FetchResponse,
+    FetchSettings,
+    Resolver,
+    ResponseFraming,
+    apply_framing,
+    apply_sink,
+    collect_framing,
+    end_framing,
+    finish_headers,
+    late_failure as _late,
+)
 
+
+class _FramedHandler(ResponseHandler):
+    """aiohttp's connection protocol with ResponseFraming in front of its parser: bytes past the
+    end of a response never reach the parser (which would fail the whole read on them, losing
+    the response), a body whose chunked framing breaks ends where it broke, and such a
+    connection is neither kept nor taken from the pool again."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.framing = ResponseFraming()
+
+    @property
+    def should_close(self) -> bool:
+        return self.framing.broken or super().should_close
+
+    def is_connected(self) -> bool:
+        # The pool asks this before reusing an idle connection.
+        return not self.framing.broken and super().is_connected()
+
+    def set_response_params(self, **kw) -> None:  # type: ignore[no-untyped-def, override]
+        self.framing.arm()  # called once per request, in the fetching task, before it is sent
+        super().set_response_params(**kw)
+
+    def data_received(self, data: bytes) -> None:
+        if not data or self._upgraded or self._payload_parser is not None:
+            super().data_received(data)
+            return
+        piece = self.framing.feed(data)
+        if piece:
+            super().data_received(piece)
+        if self.framing.report.cut is not None:
+            self._end_body()
+
+    def set_exception(self, exc: BaseException, *cause: BaseException) -> None:  # type: ignore[override]
+        # aiohttp's C parser, failing mid-body, drops the body stream without ending it: the
+        # reader would wait for the read timeout. End the body there, like a broken chunked framing.
+        if isinstance(exc, HttpProcessingError) and self._body_open():
+            self.framing.report.cut = self.framing.report.cut or f"parser: {exc.message}"
+            self._end_body()
+        super().set_exception(exc, *cause)
+
+    def _body_open(self) -> bool:
+        p = self._payload
+        return p is not None and p is not EMPTY_PAYLOAD and not p.is_eof() and p.exception() is None
+
+    def _end_body(self) -> None:
+        # End of stream rather than an error: the reader keeps what is buffered (an error would
+        # discard it); the fetcher reads the cut from the report.
+        if self._body_open():
+            assert self._payload is not None
+            self._payload.feed_eof()
+        self.force_close()
+
+
+def _framed_handler(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+    return _FramedHandler(loop)
 
 
 class _PinnedResolver(AbstractResolver):
@@ -51,6 +125,10 @@ class AiohttpFetcher(BaseFetcher):
                 local_addr=(s.source_ip, 0) if s.source_ip else None,
                 happy_eyeballs_delay=None,
             )
+            # No public hook for the protocol class: the connector builds its connections with _factory.
+            if not isinstance(getattr(conn, "_factory", None), functools.partial):
+                raise RuntimeError(f"aiohttp {aiohttp.__version__}: TCPConnector._factory is gone; _FramedHandler cannot be installed")
+            conn._factory = functools.partial(_framed_handler, loop=asyncio.get_running_loop())
             self._session = aiohttp.ClientSession(
                 connector=conn,
                 auto_decompress=False,  # BodySink decodes under the caps
@@ -69,6 +147,7 @@ class AiohttpFetcher(BaseFetcher):
         r: aiohttp.ClientResponse | None = None
         sink: BodySink | None = None
         complete = False
+        reports, token = collect_framing()
         cm = asyncio.timeout_at(self.deadline(t0))
         try:
             async with cm:
@@ -117,10 +196,12 @@ class AiohttpFetcher(BaseFetcher):
         except aiohttp.ClientError as exc:
             _late(resp, sink, "disconnect", "protocol", f"{type(exc).__name__}: {exc}")
         finally:
+            end_framing(token)
             if sink is not None:
                 apply_sink(resp, sink)
+            spoiled = apply_framing(resp, reports)
             if r is not None:
-                if complete:
+                if complete and not spoiled:
                     r.release()
                 else:
                     r.close()  # unread bytes would poison a reused connection

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import ipaddress
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -18,8 +20,18 @@ MiB = 1024 * 1024
 
 # The fixed vocabulary of FetchResponse.error: counters and retry policy key on these names.
 ERRORS = ("connect", "timeout", "read", "dns", "forbidden_address", "protocol", "too_large", "tls", "internal")
-# FetchResponse.truncated: the response head arrived but the body is incomplete.
-TRUNCATIONS = ("length", "decoded", "time", "disconnect")
+# FetchResponse.truncated: the response head arrived but the body is incomplete. Every kind
+# leaves `body` a prefix of what the server sent (decoded): HTML in it can still be parsed.
+#   length      wire bytes > max_body_bytes: the first max_body_bytes are kept
+#   decoded     decoded bytes > max_decoded_bytes (e.g. a gzip bomb)
+#   time        total or read timeout mid-body
+#   disconnect  the body ended before its framing said: peer closed or reset the connection
+#               (short of Content-Length, chunked stream cut), or the framing broke mid-body
+#               (garbage where a chunk size should be)
+#   excess      the server sent more than its framing announced (bytes past Content-Length or
+#               after the last chunk): the body is the announced message, as curl keeps it;
+#               the rest is dropped unread and the connection is not reused
+TRUNCATIONS = ("length", "decoded", "time", "disconnect", "excess")
 
 
 @dataclass
@@ -282,6 +294,301 @@ class BodySink:
     @property
     def body(self) -> bytes:
         return b"".join(self.parts)
+
+
+# --- response framing (RFC 9112 section 6.3) -------------------------------------------------
+
+
+class FramingReport:
+    """What ResponseFraming saw of one response (one per request sent)."""
+
+    __slots__ = ("cut", "excess", "framing", "invalid", "length")
+
+    def __init__(self) -> None:
+        self.excess = 0  # bytes received past the end of the message, dropped
+        self.invalid: str | None = None  # why the head's framing is invalid (the response is discarded)
+        self.cut: str | None = None  # why the body was cut short (its chunked framing broke)
+        self.framing: str | None = None  # "length", "chunked", "close" (read until close); None: no body (204, 304)
+        self.length: int | None = None  # the Content-Length, when framing == "length"
+
+    @property
+    def excess_detail(self) -> str:
+        if self.framing == "length":
+            return f"the server sent more than its Content-Length ({self.length}): the rest was dropped"
+        if self.framing == "chunked":
+            return "the server sent more after the last chunk: it was dropped"
+        return "the server sent a body with a 204/304 response: it was dropped"
+
+
+# The reports of the requests the current task sends: a backend's protocol or stream arms its
+# ResponseFraming when a request goes out, in the fetching task, and files the report here.
+_REPORTS: contextvars.ContextVar[list[FramingReport] | None] = contextvars.ContextVar("wancrawl_fetch_framing", default=None)
+
+
+def collect_framing() -> tuple[list[FramingReport], contextvars.Token]:
+    """Start collecting the framing reports of this task's requests (end_framing(token) after)."""
+    reports: list[FramingReport] = []
+    return reports, _REPORTS.set(reports)
+
+
+def end_framing(token: contextvars.Token) -> None:
+    _REPORTS.reset(token)
+
+
+# States; from _PASS on the connection is `broken` (never reused).
+(_IDLE, _HEAD, _BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _PASS, _CUT, _POISONED) = range(10)
+_MAX_HEAD = 1024 * 1024  # a longer head is left to the library, which refuses it
+_MAX_LINE = 16 * 1024  # a chunk-size or trailer line longer than this is garbage
+# Chunked framing lines as both libraries take them (RFC 9112 7.1 without the BWS around ";" and
+# "=" that aiohttp's parser refuses): garbage by these rules is cut here, the same on every backend.
+_TCHARS = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = rb'"(?:[^"\\\x00-\x08\x0a-\x1f\x7f]|\\[^\x00-\x08\x0a-\x1f\x7f])*"'
+_CHUNK_SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:;" + _TCHARS + rb"(?:=(?:" + _TCHARS + rb"|" + _QUOTED + rb"))?)*[ \t]*\r\n")
+_TRAILER_LINE = re.compile(_TCHARS + rb":[^\x00-\x08\x0a-\x1f\x7f]*\r\n")
+_STATUS_LINE = re.compile(rb"HTTP/[^ \t\r\n]*[ \t]+([0-9]{3})(?![0-9])")
+# The two fields that frame a body (a regex: a Python loop over every header line costs 3x).
+_FRAMING_FIELDS = re.compile(rb"\n(content-length|transfer-encoding)[ \t]*:([^\r\n]*)", re.IGNORECASE)
+
+
+def _head_end(buf: bytes | bytearray, start: int) -> int:
+    """Index just past the empty line that ends a head (CRLF or bare LF), or -1."""
+    a = buf.find(b"\n\r\n", start)
+    # Only before `a`: find() of a two-byte needle crawls through a long body (~2 us per KB).
+    b = buf.find(b"\n\n", start, a + 1 if a >= 0 else len(buf))
+    if b >= 0:
+        return b + 2
+    return a + 3 if a >= 0 else -1
+
+
+def _line_end(buf: bytes | bytearray, start: int) -> int:
+    i = buf.find(b"\n", start)
+    return i + 1 if i >= 0 else -1
+
+
+class ResponseFraming:
+    """Watches the bytes an HTTP/1.1 client connection receives and cuts each response where
+    its framing says it ends (RFC 9112 section 6.3), before the client library parses them.
+
+    `arm()` when a request is sent; `feed(data)` returns what to hand to the library's parser
+    (`data`, a prefix of it, or with a chunk line held back from the previous read in front).
+
+    * What follows the end of the message (past Content-Length, after the last chunk, any body
+      of a 204/304), or arrives with no request outstanding, is dropped and counted in the
+      report's `excess`.
+    * Garbage where a chunk-size line, the CRLF after a chunk or a trailer should be: nothing
+      from there on is passed, the report says why in `cut`, and the backend ends the body there.
+    * A head whose framing is invalid (see _head) sets `invalid`: the library is given the bytes
+      and refuses them, or the fetcher discards what it made of them.
+    * What this class cannot follow (an unparseable or huge head, a body read until close, 101)
+      is passed through: the library decides, as without this class.
+
+    After any of these the connection is `broken`: never to be reused. GET only: a response to
+    HEAD has no body whatever its Content-Length says.
+    """
+
+    __slots__ = ("_buf", "_fresh", "_left", "report", "state")
+
+    def __init__(self) -> None:
+        # A new connection expects a response: bytes a server sends before the first request is
+        # out (a banner) are read as its head, as the library would, not as excess.
+        self.state = _HEAD
+        self.report = FramingReport()
+        self._fresh = True  # the first arm() files self.report
+        self._buf = bytearray()  # a partial head or chunk line
+        self._left = 0  # body or chunk bytes still to come
+
+    @property
+    def broken(self) -> bool:
+        """The connection must not carry another request."""
+        return self.state >= _PASS
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing more will be passed to the library."""
+        return self.state >= _CUT
+
+    def arm(self) -> None:
+        """A request is going out: the next bytes are its response. (Again while waiting for
+        that response, or on a broken connection, nothing changes.)"""
+        if self._fresh or self.state == _IDLE:
+            if not self._fresh:
+                self.state = _HEAD
+                self.report = FramingReport()
+            self._fresh = False
+            reports = _REPORTS.get()
+            if reports is not None:
+                reports.append(self.report)
+
+    def feed(self, data: bytes) -> bytes:
+        n = len(data)
+        pos = 0
+        stop = -1  # >= 0: pass data only up to here (a chunk line held back, or garbage)
+        release = b""  # the start of a chunk line held back from an earlier read, now complete
+        while pos < n:
+            st = self.state
+            if st == _PASS:
+                pos = n
+                break
+            if st == _BODY or st == _CHUNK_DATA:
+                take = min(self._left, n - pos)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self.state = _IDLE if st == _BODY else _CHUNK_END
+                continue
+            if st == _IDLE or st == _POISONED:
+                self.report.excess += n - pos
+                self.state = _POISONED
+                break
+            if st == _CUT:
+                break
+            # A line-oriented state: a head (passed on as it comes, the library needs all of it
+            # anyway), or a chunk-size line, the CRLF after a chunk, a trailer (held back until
+            # complete and judged, so the library never sees garbage there).
+            start = pos
+            held = 0
+            if self._buf:
+                old = len(self._buf)
+                self._buf += data[pos:]
+                end = _head_end(self._buf, max(0, old - 2)) if st == _HEAD else _line_end(self._buf, old)
+                if end >= 0:
+                    block = bytes(self._buf[:end])
+                    pos += end - old
+                    self._buf.clear()
+                    held = old
+            else:
+                end = _head_end(data, pos) if st == _HEAD else _line_end(data, pos)
+                if end >= 0:
+                    block = data[pos:end]
+                    pos = end
+                else:
+                    self._buf += data[pos:]
+            if end < 0:
+                pos = n
+                if st != _HEAD:
+                    stop = start
+                self._check_size()
+                break
+            if st == _HEAD:
+                self._head(block)
+            else:
+                why = self._chunk_line(st, block)
+                if why is not None:
+                    self._cut(why)
+                    stop = start
+                    break
+                if held:
+                    release = block[:held]
+        if stop >= 0:
+            pos = stop
+        out = data if pos == n else data[:pos]
+        return release + out if release else out
+
+    def _cut(self, why: str) -> None:
+        self.report.cut = why
+        self.state = _CUT
+        self._buf.clear()
+
+    def _check_size(self) -> None:
+        if self.state == _HEAD:
+            if len(self._buf) > _MAX_HEAD:
+                self._buf.clear()
+                self.state = _PASS
+        elif len(self._buf) > _MAX_LINE:
+            self._cut(f"a chunked framing line over {_MAX_LINE} bytes")
+
+    def _head(self, block: bytes) -> None:
+        m = _STATUS_LINE.match(block)
+        if m is None:
+            self.state = _PASS
+            return
+        code = int(m[1])
+        r = self.report
+        fields = _FRAMING_FIELDS.findall(block, m.end())
+        if len(fields) == 1 and len(fields[0][0]) == 14 and 200 <= code and code not in (204, 304):
+            value = fields[0][1].strip()
+            if value.isdigit():  # the usual head: one Content-Length, one number
+                r.framing, r.length = "length", int(value)
+                self._left = r.length
+                self.state = _BODY if r.length else _IDLE
+                return
+        lengths: list[bytes] = []
+        codings: list[bytes] = []
+        for name, value in fields:
+            if len(name) == 14:  # content-length
+                lengths += [v.strip() for v in value.split(b",")]
+            else:
+                codings += [c.strip().lower() for c in value.split(b",") if c.strip()]
+        if 100 <= code < 200:
+            # An interim response: the real one follows (101 switches protocols: not ours to follow).
+            self.state = _HEAD if code != 101 else _PASS
+            return
+        if code in (204, 304):
+            self.state = _IDLE  # never a body
+            return
+        if codings and lengths:
+            r.invalid = "both Transfer-Encoding and Content-Length"
+        elif lengths:
+            bad = [v for v in lengths if not v.isdigit()]
+            if bad:
+                r.invalid = f"Content-Length {bad[0].decode('latin-1')!r} is not a number"
+            elif len(lengths) > 1:
+                # Differing values are an error (RFC 9112 6.3); a repeated one may be refused
+                # (RFC 9110 8.6), and is: aiohttp's parser refuses it, so every backend does.
+                same = len({int(v) for v in lengths}) == 1
+                values = ", ".join(v.decode("latin-1") for v in lengths)
+                r.invalid = f"Content-Length repeated ({values})" if same else f"conflicting Content-Length values {values}"
+            else:
+                r.framing, r.length = "length", int(lengths[0])
+                self._left = r.length
+                self.state = _BODY if r.length else _IDLE
+                return
+        elif codings and codings[-1] == b"chunked":
+            r.framing = "chunked"
+            self.state = _CHUNK_SIZE
+            return
+        else:
+            r.framing = "close"  # no length: the body runs until the server closes
+        self.state = _PASS
+
+    def _chunk_line(self, st: int, line: bytes) -> str | None:
+        """Consume one line of the chunked framing; why it is garbage, or None. Lines end in
+        CRLF (both libraries refuse a bare LF in chunked framing, unlike in a head)."""
+        if st == _CHUNK_SIZE:
+            m = _CHUNK_SIZE_LINE.fullmatch(line)
+            if m is None:
+                return f"{line[:40]!r} where a chunk size should be"
+            self._left = int(m[1], 16)
+            self.state = _CHUNK_DATA if self._left else _TRAILER
+        elif st == _CHUNK_END:
+            if line != b"\r\n":
+                return f"{line[:40]!r} where the CRLF after a chunk should be"
+            self.state = _CHUNK_SIZE
+        elif line == b"\r\n":  # _TRAILER: an empty line ends the message
+            self.state = _IDLE
+        elif _TRAILER_LINE.fullmatch(line) is None:
+            return f"{line[:40]!r} where a trailer field should be"
+        return None
+
+
+def apply_framing(resp: FetchResponse, reports: list[FramingReport]) -> bool:
+    """Settle the response with what the framing check saw; True if the connection must not
+    be reused (bytes past the message, a framing it could not follow)."""
+    if not reports:
+        return False
+    report = reports[-1]
+    if report.invalid is not None and resp.error in (None, "protocol"):
+        # RFC 9112 6.3: a user agent closes the connection and discards the response.
+        keep = FetchResponse(url=resp.url, ip=resp.ip, started_at=resp.started_at, ttfb=resp.ttfb, request_headers=resp.request_headers)
+        resp.__dict__.update(keep.__dict__)
+        resp.error, resp.error_detail = "protocol", f"invalid response: {report.invalid}"
+        return True
+    if resp.status and resp.error is None:
+        if report.cut is not None and resp.truncated in (None, "disconnect"):
+            resp.truncated, resp.error_detail = "disconnect", f"the chunked framing broke: {report.cut}"
+        elif report.excess and resp.truncated is None:
+            resp.truncated, resp.error_detail = "excess", report.excess_detail
+    return bool(report.excess or report.cut or report.invalid)
 
 
 class HostSlots:

@@ -9,8 +9,63 @@ import time
 import httpcore
 import httpx
 
-from agent.fetch.base import BaseFetcher, BodySink, FetchRequest, FetchResponse, FetchSettings, HostSlots, Resolver, apply_sink, finish_headers, late_failure as _late
+from agent.fetch.base import (
+    BaseFetcher,
+    BodySink,
+    FetchRequest,
+    FetchResponse,
+    FetchSettings,
+    HostSlots,
+    Resolver,
+    ResponseFraming,
+    apply_framing,
+    apply_sink,
+    collect_framing,
+    end_framing,
+    finish_headers,
+    late_failure as _late,
+)
 
+
+class _FramedStream(httpcore.AsyncNetworkStream):
+    """A connection's stream with ResponseFraming between the socket and h11: bytes past the end
+    of a response never reach h11 (which would keep them and read them as the next response on
+    the reused connection), and such a connection reports itself readable, which httpcore
+    takes for a server-closed idle connection and drops instead of reusing it."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream):
+        self.inner = inner
+        self.framing = ResponseFraming()
+        self._closed = False
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        while not self.framing.stopped:
+            data = await self.inner.read(max_bytes, timeout)
+            if not data:
+                return data
+            piece = self.framing.feed(data)
+            if piece:
+                return piece
+        # Past a broken chunked framing (or the end of the message): as if the peer had closed.
+        return b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            self.framing.arm()  # in the fetching task: the report goes to its collect_framing
+        await self.inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.inner.aclose()
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        return _FramedStream(await self.inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str):  # type: ignore[no-untyped-def]
+        if info == "is_readable" and self.framing.broken:
+            return True
+        return self.inner.get_extra_info(info)
 
 
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
@@ -24,7 +79,7 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
         ip = self.fetcher.pinned(host)
         if ip is None:
             raise httpcore.ConnectError(f"no address pinned for {host}")
-        return await self.inner.connect_tcp(ip, port, timeout=timeout, local_address=local_address, socket_options=socket_options)
+        return _FramedStream(await self.inner.connect_tcp(ip, port, timeout=timeout, local_address=local_address, socket_options=socket_options))
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):  # type: ignore[no-untyped-def]
         raise httpcore.ConnectError("unix sockets are not crawled")
@@ -75,6 +130,8 @@ class HttpxFetcher(BaseFetcher):
         headers = self.request_headers(req)
         r: httpx.Response | None = None
         sink: BodySink | None = None
+        stream: _FramedStream | None = None
+        reports, token = collect_framing()
         cm = asyncio.timeout_at(self.deadline(t0))
         slot = False
         try:
@@ -88,9 +145,10 @@ class HttpxFetcher(BaseFetcher):
                 resp.http_version = r.http_version
                 resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.headers.raw]
                 resp.request_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.request.headers.raw]
-                stream = r.extensions.get("network_stream")
-                if stream is not None:
-                    peer = stream.get_extra_info("server_addr")
+                ns = r.extensions.get("network_stream")
+                if ns is not None:
+                    stream = ns if isinstance(ns, _FramedStream) else None
+                    peer = ns.get_extra_info("server_addr")
                     if peer:
                         resp.ip = peer[0]
                 sink = BodySink(self.settings, finish_headers(resp))
@@ -119,8 +177,15 @@ class HttpxFetcher(BaseFetcher):
         except httpx.HTTPError as exc:
             _late(resp, sink, "disconnect", "protocol", f"{type(exc).__name__}: {exc}")
         finally:
+            end_framing(token)
             if sink is not None:
                 apply_sink(resp, sink)
+            if apply_framing(resp, reports) and stream is not None:
+                # Excess still arriving: close the socket now, not when the pool next looks at it.
+                try:
+                    await stream.aclose()
+                except Exception:  # noqa: BLE001 - the response is already recorded
+                    pass
             if r is not None:
                 # Closing an unfinished stream drops the connection instead of pooling it.
                 try:
