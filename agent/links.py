@@ -7,18 +7,28 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from selectolax.lexbor import LexborHTMLParser
+from selectolax.lexbor import LexborAttributes, LexborHTMLParser
 
-from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize
+from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, query_codec
 
 # Elements whose URL the crawler follows. <link rel=...> is opt-in (extract_links(link_rels=...)):
 # stylesheets and icons are not pages, while next/prev/alternate sometimes are.
+# One CSS walk finds links and the <meta> elements (robots, refresh) in document order.
+_SELECTOR = "a[href], area[href], meta[content]:not([href])"
+MAX_LINKS = 6000  # links kept per page, as Heritrix does
+_WORK_PER_LINK = 4  # elements examined per link of the cap: bounds pages of repeated hrefs too
+ROBOTS_META_NAMES = frozenset({"robots", "wancrawl"})  # <meta name=...> read for nofollow/noindex
 
 # WHATWG encoding labels that Python spells differently or decodes more narrowly.
 _CHARSET_ALIASES = {
     "gbk": "gb18030", "gb2312": "gb18030", "x-gbk": "gb18030", "gb_2312-80": "gb18030", "chinese": "gb18030",
     "iso-8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252", "l1": "cp1252", "ascii": "cp1252",
-    "us-ascii": "cp1252", "windows-1252": "cp1252", "x-sjis": "shift_jis", "utf8": "utf-8", "unicode-1-1-utf-8": "utf-8",
+    "us-ascii": "cp1252", "windows-1252": "cp1252", "utf8": "utf-8", "unicode-1-1-utf-8": "utf-8",
+    # WHATWG Shift_JIS, EUC-KR and Big5 are Windows' supersets (NEC/IBM rows, UHC, HKSCS).
+    "shift_jis": "cp932", "shift-jis": "cp932", "sjis": "cp932", "x-sjis": "cp932", "ms_kanji": "cp932",
+    "csshiftjis": "cp932", "windows-31j": "cp932", "ms932": "cp932",
+    "euc-kr": "cp949", "ks_c_5601-1987": "cp949", "korean": "cp949", "windows-949": "cp949",
+    "big5": "big5hkscs", "big5-hkscs": "big5hkscs", "x-x-big5": "big5hkscs", "cn-big5": "big5hkscs",
 }
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
@@ -40,8 +50,13 @@ class ExtractResult:
     base_used: str = ""  # the URL relative links were resolved against
     dropped_schemes: Counter = field(default_factory=Counter)  # "mailto": 2, "javascript": 3 ...
     invalid: int = 0  # hrefs that are not URLs at all (no host, bad port, control characters...)
-    hrefs: int = 0  # link elements seen
+    hrefs: int = 0  # link elements examined
     charset: str = "utf-8"  # the codec the body was decoded with
+    nofollow: bool = False  # <meta name="robots" content="nofollow"> (or "none"): no page links returned
+    noindex: bool = False  # <meta name="robots" content="noindex"> (or "none"): the caller decides
+    nofollow_skipped: int = 0  # link elements not followed: rel="nofollow" (if asked), or all under nofollow
+    refresh: str | None = None  # canonical target of <meta http-equiv="refresh" content="N; url=...">
+    over_cap: int = 0  # elements (a, area, link, meta) left unexamined because a cap was reached
 
 
 def choose_charset(body: bytes, header_charset: str | None) -> str:
@@ -76,26 +91,37 @@ def decode_html(body: bytes, header_charset: str | None) -> tuple[str, str]:
 
 
 def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_query: bool = False,
-                  link_rels: frozenset[str] | set[str] = frozenset(), max_links: int | None = None) -> ExtractResult:
+                  link_rels: frozenset[str] | set[str] = frozenset(), max_links: int | None = MAX_LINKS,
+                  follow_rel_nofollow: bool = True,
+                  robots_names: frozenset[str] | set[str] = ROBOTS_META_NAMES) -> ExtractResult:
     """Links of an HTML page as canonical absolute URLs.
 
     `url` is the page's (canonical) URL; `<base href>` overrides it when it is a valid http(s)
     URL. a[href] and area[href] always count; <link href> only if its rel is in `link_rels`
-    (e.g. {"next", "prev", "alternate"}). Never raises for bad HTML or bad hrefs.
+    (e.g. {"next", "prev", "alternate"}); a <meta http-equiv="refresh"> target too. Queries are
+    percent-encoded in the page's encoding, as browsers do. `<meta name=robots>` (any name in
+    `robots_names`) sets `nofollow` (then only the refresh target is returned) and `noindex`.
+    `follow_rel_nofollow=False` skips rel="nofollow" links. At most `max_links` links (None:
+    no cap); the walk also stops after `4 * max_links` elements, the rest counted in `over_cap`.
+    Never raises for bad HTML or bad hrefs.
     """
     text, cs = decode_html(body, charset)
     res = ExtractResult(base_used=url, charset=cs)
+    budget = None if max_links is None else max_links * _WORK_PER_LINK
+    if budget is not None and len(text) > _MIN_CHARS_PER_ELEMENT * budget:
+        text = _cut(text, budget, res)
     try:
         tree = LexborHTMLParser(text)
     except Exception:  # noqa: BLE001 - lexbor refusing a document must not stop the crawl
         return res
+    qenc = query_codec(cs)
     base = url
     base_node = tree.css_first("base[href]")
     if base_node is not None:
         href = base_node.attrs.get("href")
         if href and href.strip():
             try:
-                base = canonicalize(href, url, sort_query=sort_query)
+                base = canonicalize(href, url, sort_query=sort_query, query_encoding=qenc)
             except InvalidUrl:
                 pass  # an unusable <base> is ignored, as browsers do
     res.base_used = base
@@ -103,30 +129,50 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     links = res.links
     dropped = res.dropped_schemes
     origin, directory = _split_base(base)
-    # tags() walks the tree without the CSS engine: a third of the cost of css("a[href], ...").
-    # Order: <link rel> (they live in <head>), then <a> in document order, then <area> (rare).
+    # css() walks the tree once for a, area and meta (as cheap as tags("a") plus a regex for
+    # <area>); <link rel> first (they live in <head>), then the rest in document order.
     nodes = []
     if link_rels:
-        nodes += [n for n in tree.tags("link") if any(r in link_rels for r in (n.attrs.get("rel") or "").lower().split())]
-    nodes += tree.tags("a")
-    if _AREA.search(text):
-        nodes += tree.tags("area")
+        nodes += [n for n in tree.tags("link")
+                  if n.attrs.get("href") is not None and any(r in link_rels for r in (n.attrs.get("rel") or "").lower().split())]
+    nodes += tree.css(_SELECTOR)
+    if budget is not None and len(nodes) > budget:
+        res.over_cap += len(nodes) - budget
+        del nodes[budget:]
+    # The cache key's third part: sort_query alone for UTF-8 pages (no tuple built per href).
+    mode: bool | tuple[bool, str] = sort_query if qenc == "utf-8" else (sort_query, qenc)
     cache = _CACHE
-    for node in nodes:
-        href = node.attrs.get("href")
-        if href is None:
-            continue
-        res.hrefs += 1
+    refresh_seen = page_nofollow = False
+    skip_rel = not follow_rel_nofollow
+    for i, node in enumerate(nodes):
+        attrs = node.attrs
+        attr = attrs.get("href")
+        is_refresh = attr is None  # a <meta content>: the selector gives a and area only with href
+        if attr is None:
+            target = _meta(attrs, res, robots_names, refresh_seen)
+            page_nofollow = res.nofollow
+            if target is None:
+                continue
+            refresh_seen = True  # the first well-formed refresh wins, as in browsers
+            if not target:
+                continue  # a refresh of the page itself
+            href = target
+        else:
+            href = attr
+            res.hrefs += 1
+            if page_nofollow or skip_rel and _rel_nofollow(attrs.get("rel")):
+                res.nofollow_skipped += 1
+                continue
         # Templates repeat the same hrefs on every page of a directory, so results are cached
         # by what they depend on: the base's directory (which fixes its origin and scheme) for
         # paths and absolute URLs, the whole base for "", "?query" and "#fragment".
-        key = (directory if directory and href and href[0] not in "?#" else base, href, sort_query)
+        key = (directory if directory and href and href[0] not in "?#" else base, href, mode)
         u = cache.get(key)
         if u is None:
             u = _fast(href, origin, directory, sort_query) if origin else None
             if u is None:
                 try:
-                    u = canonicalize(href, base, sort_query=sort_query)
+                    u = canonicalize(href, base, sort_query=sort_query, query_encoding=qenc)
                 except UnsupportedScheme as exc:
                     u = ("scheme", exc.scheme)
                 except InvalidUrl:
@@ -140,17 +186,138 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
             else:
                 res.invalid += 1
             continue
+        if is_refresh:
+            res.refresh = u
         if u not in seen:
             seen.add(u)
             links.append(u)
             if max_links is not None and len(links) >= max_links:
+                res.over_cap += len(nodes) - i - 1
                 break
+    if res.nofollow:
+        # Under a nofollow met after some links: keep only the refresh (a redirect, not a link).
+        res.nofollow_skipped = res.hrefs
+        res.links = [res.refresh] if res.refresh else []
+        dropped.clear()
+        res.invalid = 0
     return res
 
 
-_AREA = re.compile(r"<area\b", re.IGNORECASE)
-# (context, href, sort_query) -> canonical URL, or ("scheme", name) / ("invalid", "").
-_CACHE: dict[tuple[str, str, bool], str | tuple[str, str]] = {}
+def _cut(text: str, budget: int, res: ExtractResult) -> str:
+    """A huge body with more link tags than the walk will examine is parsed only up to the first
+    tag past `budget`: lexbor's parse and the node list (built holding the GIL, ~0.5 us a node)
+    stay bounded too. Two str.count scans decide; the regex only runs on pages that need it."""
+    hrefs = text.count("href") + text.count("HREF")
+    if hrefs <= budget:
+        return text
+    for k, m in enumerate(_LINK_TAG.finditer(text)):
+        if k == budget:
+            cut = m.start()
+            # What is left unparsed is counted by its "href"s: an estimate (scripts, text).
+            res.over_cap = max(1, hrefs - text.count("href", 0, cut) - text.count("HREF", 0, cut))
+            return text[:cut]
+    return text
+
+
+# Start tags that may become nodes of _SELECTOR or <link>; an upper bound (an <a> without href).
+_LINK_TAG = re.compile(r"<(?:a|area|link|meta)[\s/>]", re.IGNORECASE)
+_MIN_CHARS_PER_ELEMENT = 8  # '<a href>': a shorter body cannot hold more elements than the budget
+
+
+def _rel_nofollow(rel: str | None) -> bool:
+    return rel is not None and "nofollow" in rel.lower().split()
+
+
+def _meta(attrs: LexborAttributes, res: ExtractResult, robots_names: frozenset[str] | set[str],
+          refresh_seen: bool) -> str | None:
+    """Reads a <meta>: robots directives into `res`; a refresh's URL ("" for none) or None."""
+    content = attrs.get("content") or ""
+    name = attrs.get("name")
+    if name is not None and name.strip().lower() in robots_names:
+        for d in _DIRECTIVE_SPLIT.split(content.lower()):
+            if d == "nofollow" or d == "none":
+                res.nofollow = True
+            if d == "noindex" or d == "none":
+                res.noindex = True
+        return None
+    if refresh_seen:
+        return None
+    equiv = attrs.get("http-equiv")
+    if equiv is None or equiv.strip().lower() != "refresh":
+        return None
+    parsed = parse_refresh(content)
+    return None if parsed is None else parsed[1]
+
+
+_DIRECTIVE_SPLIT = re.compile(r"[\s,]+")
+
+
+def parse_refresh(content: str) -> tuple[int, str] | None:
+    """(delay, URL or "") of a <meta http-equiv="refresh"> content, None if browsers ignore it.
+
+    The HTML standard's "shared declarative refresh steps": "5", "0;URL=/x", "0; url='/x'",
+    "1,/x" and "3 /x" are all understood; the URL part is the raw string, unresolved.
+    """
+    n = len(content)
+    i = 0
+    while i < n and content[i] in _WS:
+        i += 1
+    j = i
+    while j < n and content[j].isascii() and content[j].isdigit():
+        j += 1
+    if j == i and (j >= n or content[j] != "."):
+        return None
+    delay = int(content[i:j]) if j > i else 0
+    while j < n and (content[j] == "." or content[j].isascii() and content[j].isdigit()):
+        j += 1
+    i = j
+    if i < n:
+        if content[i] not in _WS and content[i] not in ";,":
+            return None
+        while i < n and content[i] in _WS:
+            i += 1
+        if i < n and content[i] in ";,":
+            i += 1
+        while i < n and content[i] in _WS:
+            i += 1
+    if i >= n:
+        return delay, ""
+    url = content[i:]
+    k = i
+    if content[k] in "Uu":
+        k += 1
+        if k < n and content[k] in "Rr":
+            k += 1
+            if k < n and content[k] in "Ll":
+                k += 1
+                while k < n and content[k] in _WS:
+                    k += 1
+                if k < n and content[k] == "=":
+                    k += 1
+                    while k < n and content[k] in _WS:
+                        k += 1
+                    url = _unquote_refresh(content[k:])
+    else:
+        url = _unquote_refresh(url)
+    url = url.strip(_WS_C0)
+    return delay, url
+
+
+def _unquote_refresh(s: str) -> str:
+    if s[:1] in ("'", '"'):
+        q, s = s[0], s[1:]
+        end = s.find(q)
+        if end >= 0:
+            s = s[:end]
+    return s
+
+
+_WS = " \t\n\f\r"
+_WS_C0 = "".join(chr(c) for c in range(0x21))  # the URL parser strips C0 controls and spaces
+
+
+# (context, href, sort_query or (sort_query, query codec)) -> canonical URL, or ("scheme", name) / ("invalid", "").
+_CACHE: dict[tuple[str, str, bool | tuple[bool, str]], str | tuple[str, str]] = {}
 _CACHE_SIZE = 100_000
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import re
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from functools import lru_cache
+from urllib.parse import quote, quote_from_bytes, urljoin, urlsplit, urlunsplit
 
 from wancrawl.errors import InvalidArgument
 
@@ -13,6 +15,7 @@ MAX_HOST_LENGTH = 253
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PCT = re.compile(r"%([0-9a-fA-F]{2})")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # Characters left as they are when escaping a path or query ('%' keeps existing escapes).
 _SAFE = "!#$%&'()*+,/:;=?@[]~-._|^`{}\"<>\\"
 
@@ -81,7 +84,20 @@ def ip_literal(host: str) -> str | None:
         return None
 
 
-def _normalise_escapes(part: str) -> str:
+@lru_cache(maxsize=64)
+def query_codec(encoding: str | None) -> str:
+    """The codec a document in `encoding` uses for URL queries: its own, but UTF-8 for UTF-16
+    (WHATWG "get an output encoding") and for unknown labels."""
+    if not encoding:
+        return "utf-8"
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return "utf-8"
+    return "utf-8" if name.startswith("utf") else name
+
+
+def _normalise_escapes(part: str, encoding: str = "utf-8") -> str:
     # Upper-case escapes; decode the ones that encode unreserved characters (RFC 3986 6.2.2).
     def fix(m: re.Match[str]) -> str:
         ch = chr(int(m.group(1), 16))
@@ -90,8 +106,31 @@ def _normalise_escapes(part: str) -> str:
     part = _PCT.sub(fix, part)
     if part.isascii() and " " not in part:
         return part
-    # Spaces and non-ASCII characters are sent percent-encoded as UTF-8, as browsers do.
+    # Spaces and non-ASCII characters are sent percent-encoded as UTF-8, as browsers do; a query
+    # in the page's encoding when the caller says so (see canonicalize).
+    if encoding != "utf-8":
+        codec = query_codec(encoding)
+        if codec != "utf-8":
+            part = _NON_ASCII.sub(lambda m: _encode_run(m.group(), codec), part)
     return quote(part, safe=_SAFE)
+
+
+def _encode_run(run: str, codec: str) -> str:
+    # Every byte of the encoded characters is escaped but the unreserved ones ("%83A" for
+    # Shift_JIS "ア", "%96%7B" for the "本" browsers send as "%96{"): the same bytes reach the
+    # server, the result equals what server-side encoders (urlencode, quote) write into pages,
+    # and canonicalize leaves it as it is the second time. A character the codec lacks is sent
+    # as "&#<decimal>;", percent-encoded (WHATWG URL "percent-encode after encoding").
+    try:
+        return quote_from_bytes(run.encode(codec), safe="")
+    except UnicodeEncodeError:
+        out = []
+        for c in run:
+            try:
+                out.append(quote_from_bytes(c.encode(codec), safe=""))
+            except UnicodeEncodeError:
+                out.append(f"%26%23{ord(c)}%3B")
+        return "".join(out)
 
 
 def _remove_dot_segments(path: str) -> str:
@@ -115,11 +154,15 @@ def _remove_dot_segments(path: str) -> str:
     return result
 
 
-def canonicalize(url: str, base: str | None = None, *, sort_query: bool = False) -> str:
+def canonicalize(url: str, base: str | None = None, *, sort_query: bool = False,
+                 query_encoding: str = "utf-8") -> str:
     """The canonical form of `url` (resolved against `base`): the key of the seen set.
 
     Scheme and host lower-cased, default port dropped, dot segments removed, escapes
     normalised, fragment and user info dropped, empty path made "/", query optionally sorted.
+    Non-ASCII characters are percent-encoded as UTF-8 in the path and as `query_encoding`
+    in the query: pass the encoding of the page a link comes from (Shift_JIS, GBK,
+    windows-1251...), as browsers do (WHATWG URL); characters it lacks become "%26%23N%3B".
     Raises UnsupportedScheme for non-http(s) URLs and InvalidUrl for the rest.
     """
     if not isinstance(url, str):
@@ -158,7 +201,7 @@ def canonicalize(url: str, base: str | None = None, *, sort_query: bool = False)
     if port is not None and port != DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
     path = _remove_dot_segments(_normalise_escapes(parts.path or "/"))
-    query = _normalise_escapes(parts.query)
+    query = _normalise_escapes(parts.query, query_encoding)
     if sort_query and query:
         query = "&".join(sorted(query.split("&")))
     return urlunsplit((scheme, netloc, path, query, ""))
