@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections import deque
@@ -27,6 +28,7 @@ log = logging.getLogger("agent")
 
 UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
 STARTS_PER_TURN = 256  # hosts looked at before the loop yields: refused items never starve the loop
+THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed in a thread (docs/agent-fetching.md)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class Dispatcher:
             "fetches": 0, "pages": 0, "bytes": 0, "errors": 0, "robots_fetches": 0, "robots_denied": 0,
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
-            "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0,
+            "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
         }
         self._last_progress = (self.clock(), 0.0)
 
@@ -377,10 +379,18 @@ class Dispatcher:
             self.counters["redirects"] += 1
             self._follow_redirect(item, o.follow)
         elif o.parse:
-            res = extract_links(resp.body, item.url, resp.charset, sort_query=self.s.sort_query,
-                                max_links=self.s.scope.max_outlinks_per_page)
+            sc = self.s.scope
+            parse = functools.partial(extract_links, resp.body, item.url, resp.charset, sort_query=self.s.sort_query,
+                                      max_links=sc.max_outlinks_per_page, follow_rel_nofollow=sc.follow_rel_nofollow)
+            # Lexbor parses without the GIL: a big page goes to a thread so the loop (other
+            # fetches, RPCs, heartbeats) does not stall for the ~15 ms per MiB it takes.
+            res = await asyncio.to_thread(parse) if len(resp.body) > THREAD_PARSE_BYTES else parse()
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
+            self.counters["links_over_cap"] += res.over_cap
+            self.counters["nofollow_skipped"] += res.nofollow_skipped
+            # noindex is a search engine's directive: an archive keeps the page (counted).
+            self.counters["noindex_pages"] += res.noindex
             self._discover(item, res.links)
         self.counters["not_html"] += o.not_html
         self.finish(item, self._capture(item, resp))
@@ -435,7 +445,9 @@ class Dispatcher:
         self.route([Item(url, host, item.depth + 1, item.url)])
 
     def _capture(self, item: Item, resp: FetchResponse) -> Capture | None:
-        trunc = {"decoded": "length"}.get(resp.truncated or "", resp.truncated)
+        # WARC-Truncated knows length, time, disconnect and unspecified; a server that sent more
+        # than its Content-Length ("excess") had its message cut at that length by us.
+        trunc = {"decoded": "length", "excess": "unspecified"}.get(resp.truncated or "", resp.truncated)
         fr = FetchResult(
             url=item.url, status=resp.status, response_headers=resp.headers, body=resp.body, agent_id=self.id,
             started_at=resp.started_at, ended_at=resp.ended_at, request_headers=resp.request_headers,

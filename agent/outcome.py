@@ -58,6 +58,8 @@ def decide(resp: FetchResponse, attempts: int, policy: Policy, *, stopping: bool
         return Outcome(given_up=given_up)
     if resp.status in REDIRECTS and resp.location:
         return Outcome(page=True, record=True, follow=resp.location, given_up=given_up)
-    if resp.status == 200 and not resp.truncated and resp.content_type in HTML_TYPES:
+    # A truncated body is a prefix of the page (every kind of agent.fetch TRUNCATIONS): its links
+    # are parsed all the same.
+    if resp.status == 200 and resp.content_type in HTML_TYPES:
         return Outcome(page=True, record=True, parse=True, given_up=given_up)
     return Outcome(page=True, record=True, given_up=given_up, not_html=resp.status == 200 and resp.content_type not in HTML_TYPES)

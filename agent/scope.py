@@ -28,6 +28,7 @@ class ScopeSettings:
     max_queued_per_host: int | None = 50_000   # URLs queued at once; beyond it new ones are dropped
     max_outlinks_per_page: int = 6_000          # links kept per page (Heritrix's default)
     max_urls_per_query_shape: int | None = 1_000  # URLs of a host differing only in query values
+    follow_rel_nofollow: bool = True  # follow <a rel="nofollow"> (meta robots nofollow is always honoured)
     max_url_length: int = 2048
     max_path_depth: int = 32  # path segments
     max_segment_repeats: int = 2  # a run of 1-3 segments repeated more often than this is a trap

@@ -93,7 +93,7 @@ class Configs:
 
 
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
-                  concurrency: int, lease: float = 10.0) -> Configs:
+                  concurrency: int, lease: float = 10.0, allow_hostile: bool = False) -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on."""
     paths = geodb.write_all(topo, run / "geo")
     cport, sport = free_port(), free_port()
@@ -121,7 +121,7 @@ data_dir = "{run}/storage"
 [ingest]
 fsync = "os"
 """)
-    allowed = [s.host for s in topo.normal_sites]
+    allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
     for spec in groups:
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
@@ -196,7 +196,7 @@ def _web_up(ip: str, port: int, timeout: float) -> bool:
 
 def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None = None, topology_path: str | None = None,
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
-       concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0) -> Cluster:
+       concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False) -> Cluster:
     run = Path(run_dir).resolve()
     if (run / "cluster.json").exists():
         try:
@@ -209,7 +209,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     topo = topology.load(topology_path)
     groups = list(groups or DEFAULT_GROUPS)
     web_port = free_port()
-    cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease)
+    cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
+                         allow_hostile=allow_hostile)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:

@@ -254,7 +254,7 @@ POLICY = Policy(max_retries=2, max_retry_after=60.0)
     [
         (FetchResponse("u", status=200, content_type="text/html"), 0, False, dict(page=True, record=True, parse=True)),
         (FetchResponse("u", status=200, content_type="image/png"), 0, False, dict(page=True, record=True, not_html=True)),
-        (FetchResponse("u", status=200, content_type="text/html", truncated="length"), 0, False, dict(page=True, record=True)),
+        (FetchResponse("u", status=200, content_type="text/html", truncated="length"), 0, False, dict(page=True, record=True, parse=True)),
         (FetchResponse("u", status=301, location="/x"), 0, False, dict(page=True, record=True, follow="/x")),
         (FetchResponse("u", status=404), 0, False, dict(page=True, record=True)),
         (FetchResponse("u", status=503, retry_after=600.0), 0, False, dict(retry=True, wait=60.0, attempt=1, record=True)),

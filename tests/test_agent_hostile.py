@@ -33,7 +33,8 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
                     "politeness.max_backoff": 2.0, "politeness.max_retry_after": 3.0,
                     # And budgets a test can wait for: the session-id trap is cut at 50 URLs per
                     # query shape, the never-answering site's robots.txt given up after 8 s.
-                    "scope.max_urls_per_query_shape": 50, "robots.give_up_after": 8.0}
+                    "scope.max_urls_per_query_shape": 50, "robots.give_up_after": 8.0,
+                    "scope.max_outlinks_per_page": 300}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
                 await seed(agent.node, seeds)
                 await wait_idle([agent.node], timeout=150)
@@ -85,6 +86,7 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
         near = truth_urls(web, [web.url(normal, "/")], max_depth=1)
         assert len(near) > 1 and near <= set(fetched_urls(lab, lab.port)) and near <= set(by_url)
         assert c["pages"] > 20
-        # Session-id trap: each query shape capped at 50 URLs, each page at 6,000 links.
+        # Session-id trap: each query shape capped at 50 URLs. The 100,000-link page: 300 kept.
+        assert per_host[host_of_kind("many-links")] <= 301 and c["links_over_cap"] > 0
         trap = host_of_kind("session-trap")
         assert 0 < per_host[trap] <= 5 * 50 + 5 and c["query_churn"] > 0
