@@ -76,10 +76,10 @@ class Intake:
             if self.scope.host_full(self.frontier.pages(host)):
                 self.counters["over_page_budget"] += len(its)
                 continue
-            new = self._record(host, its)
             if self.scope.settings.max_urls_per_query_shape is not None:
-                new = self._churn_guard(host, new)
-            fresh += new
+                # Before the seen set: a trap's endless URLs must not grow it (memory, rehash stalls).
+                its = self._churn_guard(host, its)
+            fresh += self._record(host, its)
         if fresh:
             self.frontier.add(fresh)
             for host in {i.host for i in fresh}:
@@ -104,14 +104,16 @@ class Intake:
 
     def _churn_guard(self, host: str, items: list[Item]) -> list[Item]:
         """Drop URLs of a query shape (the URL with its query values blanked) that already had
-        max_urls_per_query_shape URLs queued: session ids, endless calendars, sort orders."""
+        max_urls_per_query_shape distinct URLs: session ids, endless calendars, sort orders.
+        Distinct: a URL already seen passes (the seen set counts it as a duplicate) and is not
+        counted again."""
         cap = self.scope.settings.max_urls_per_query_shape
         assert cap is not None
         shapes = self._shapes.setdefault(host, {})
         out = []
         for it in items:
             shape = query_shape(it.url)
-            if shape is None:
+            if shape is None or it.url in self.seen:
                 out.append(it)
                 continue
             n = shapes.get(shape, 0)

@@ -119,6 +119,7 @@ def test_queue_budget_drops_without_recording_and_the_churn_guard_caps_a_query_s
     assert "http://q.lab/p10" not in n.seen, "a URL over the budget is not recorded: found again later, it is taken"
     n.intake.accept_local([Item(f"http://s.lab/a?sid={i}&x=1", "s.lab") for i in range(9)] + [Item("http://s.lab/b", "s.lab")])
     assert n.frontier.queue_len("s.lab") == 6 and n.intake.counters["query_churn"] == 4
+    assert "http://s.lab/a?sid=8&x=1" not in n.seen, "a trap's URLs do not grow the seen set"
 
 
 def test_robots_txt_5xx_defers_the_host_and_it_is_crawled_once_robots_recovers(tmp_path, run):
