@@ -71,7 +71,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print("=" * 72)
     print(f"wancrawl demo: strategy {cl.strategy}, {len(cl.agents)} agents, "
           f"{'crawl finished' if done else 'TIMED OUT before the crawl finished'}")
-    print(f"  seeds           {seeded['seeds']} ({seeded['accepted']} accepted by their owners)")
+    print(f"  seeds           {seeded['seeds']} ({seeded['accepted']} accepted, routed to their owners by the agents)")
     print(f"  pages stored    {stats.pages} in {crawl_s:.1f} s of crawling ({stats.pages / max(crawl_s, 1e-9):.0f} pages/s)")
     for c in stats.per_agent:
         print(f"    {c.key:<22} {c.pages} pages")
