@@ -130,7 +130,6 @@ class AgentNode:
         await self.dispatcher.stop()
         self.commit_log.commit(force=True)
         total = Handed()
-        last = Handed()
         while self.clock() < deadline:
             last = await self.handoff.hand_over_all()
             total.urls += last.urls
@@ -172,8 +171,9 @@ class AgentNode:
             pages_fetched=int(c["pages"]), spool_pages=self.spool.pages,
         )
 
-    def status_counters(self) -> dict[str, float]:
-        """Every component's counters (summed where two count the same thing) and gauges."""
+    def status_counters(self, parked: int | None = None) -> dict[str, float]:
+        """Every component's counters (summed where two count the same thing) and gauges;
+        `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
         for part in (self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff):
             for k, v in part.counters.items():
@@ -181,5 +181,5 @@ class AgentNode:
         out.update(self.routing.gauges(), **self.directory.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
-                   parked_hosts=len(self.dispatcher.parked(self.clock())))
+                   parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)
         return out

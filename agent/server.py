@@ -38,9 +38,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
     async def Status(self, request, context):
         d = self.node.dispatcher
+        parked = d.parked(self.node.clock())  # a scan of the waiting hosts: once per Status
         return agent_pb2.StatusResponse(
-            agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters(),
-            parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in d.parked(self.node.clock())],
+            agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters(len(parked)),
+            parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in parked],
             given_up=[agent_pb2.HostNote(host=h, reason=r) for h, r in d.given_up.items()],
         )
 
