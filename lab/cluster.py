@@ -325,6 +325,7 @@ def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
         ok = asyncio.run(_healthy(new.address, timeout))
     else:  # the web: no gRPC health, a TCP connect to a site answers instead
         ok = _web_up(topology.load(cl.topology or None).normal_sites[0].ip, cl.web_port, timeout)
-    if not ok:
+    # Answering is not enough: another process may have taken the freed port meanwhile.
+    if not ok or not _alive(new):
         raise Unavailable(f"{name} did not come back: see {new.log}")
     return new
