@@ -67,6 +67,23 @@ class AgentClient:
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "HandOver") from None
 
+    async def replicate(self, parts: AsyncIterator[agent_pb2.ReplicateRequest] | Iterable[agent_pb2.ReplicateRequest],
+                        timeout: float | None = None) -> agent_pb2.ReplicateResponse:
+        """Stream replica changes to a backup; the answer means they are durable there."""
+        try:
+            return await self._stub.Replicate(parts, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Replicate") from None
+
+    async def claim(self, claimer_id: str, claimer_address: str, epoch: int, hosts: list[str],
+                    timeout: float | None = None) -> agent_pb2.ClaimResponse:
+        """Ask this agent to hand over what it holds of hosts the claimer now owns."""
+        req = agent_pb2.ClaimRequest(claimer_id=claimer_id, claimer_address=claimer_address, epoch=epoch, hosts=hosts)
+        try:
+            return await self._stub.Claim(req, timeout=timeout or self.timeout * 4)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Claim") from None
+
     async def close(self) -> None:
         await self._channel.close()
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from agent.fetch import FetchRequest, FetchResponse, Fetcher
 from agent.frontier import Frontier, Item
+from agent.gate import Gate
 from agent.links import extract_links
 from agent.outcome import MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide
 from agent.politeness import OriginBackoff, Politeness, Scheduler, origin_of
@@ -67,6 +68,7 @@ class Dispatcher:
         route: Callable[[list[Item]], None],
         finish: Callable[[Item | None, Capture | None], None],
         clock: Callable[[], float],
+        gate: Gate | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -78,6 +80,8 @@ class Dispatcher:
         self.route = route
         self.finish = finish
         self.clock = clock
+        # The lease and held hosts (one fetcher per host); without one, every host, always.
+        self.gate = gate or Gate(signal.wake, fenced=False)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         self.politeness = Politeness(
@@ -109,6 +113,7 @@ class Dispatcher:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
+            "fenced_results": 0,
         }
         self._last_progress = (self.clock(), 0.0)
 
@@ -183,6 +188,10 @@ class Dispatcher:
         if self.scope.host_full(self.frontier.pages(host)):
             # At its page budget: its whole queue goes in one range delete, not item by item.
             self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
+            return
+        if not self.gate.allows(host, now):
+            # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
+            self.scheduler.remove(host)
             return
         item = self.frontier.pop(host, now)
         if item is None:
@@ -341,6 +350,14 @@ class Dispatcher:
         self.scheduler.started(host, ip, self.clock())
         resp = await self._fetch(item.url, host, ip)
         now = self.clock()
+        if not self.gate.lease_ok(now):
+            # The lease lapsed while this fetch was under way: another agent may own the host
+            # now, so the result is not ours to store; the URL stays queued (the gate wakes it).
+            self.gate.allows(host, now)
+            self.counters["fenced_results"] += 1
+            self.scheduler.finished(host, ip, now, 0, None, has_work=False)
+            self.frontier.retry(item)
+            return
         if resp.error == "forbidden_address":
             self.scheduler.finished(host, ip, now, 0, None, has_work=False)
             self.frontier.retry(item)
@@ -461,10 +478,10 @@ class Dispatcher:
             return None
 
     # -- per-host state, for the ledger -----------------------------------------------------------
-    def export_host(self, host: str) -> HostCrawlState:
+    def export_host(self, host: str, robots: bool = True) -> HostCrawlState:
         until, level = self.politeness.backoff_state(host)
-        robots = [(o, st) for o in sorted(self.origins_of.get(host, ())) if (st := self.robots.export(o)) is not None]
-        return HostCrawlState(self._crawl_delay(host), until, level, robots, self.frontier.pages(host))
+        entries = [(o, st) for o in sorted(self.origins_of.get(host, ())) if (st := self.robots.export(o)) is not None] if robots else []
+        return HostCrawlState(self._crawl_delay(host), until, level, entries, self.frontier.pages(host))
 
     def import_host(self, host: str, st: HostCrawlState) -> None:
         for origin, r in st.robots:

@@ -7,6 +7,10 @@ from bisect import insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.changes import ChangeLog
 
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
@@ -83,6 +87,7 @@ class Frontier:
         synchronous: str = "NORMAL",
         cache_kib: int = 8192,
         wal_pages: int = 16384,
+        changes: ChangeLog | None = None,
     ) -> None:
         if hot_per_host < 1:
             raise ValueError("hot_per_host must be >= 1")
@@ -111,6 +116,9 @@ class Frontier:
         self._deletes: list[tuple] = []
         self._deleted: set[int] = set()  # seqs of buffered deletes: rows still in the table
         self._epoch = 0  # flushes so far
+        # What each flush made durable goes to `changes` (replication), when there is one.
+        self.changes = changes
+        self._done_items: list[Item] = []
         # Pages fetched per host (the page budget), durable with the done marks that count them.
         self._pages: dict[str, int] = dict(self._db.execute("SELECT host, n FROM pages"))
         self._pages_dirty: set[str] = set()
@@ -146,6 +154,11 @@ class Frontier:
     def hot_items(self) -> int:
         """Items held in memory (heads of host queues)."""
         return self._hot_total
+
+    def in_flight_of(self, host: str) -> int:
+        """The host's items popped and neither done nor retried."""
+        q = self._hosts.get(host)
+        return q.inflight if q is not None else 0
 
     def queue_len(self, host: str) -> int:
         q = self._hosts.get(host)
@@ -321,6 +334,8 @@ class Frontier:
             return False
         self._deletes.append((item.host, item.depth, item.seq))
         self._deleted.add(item.seq)
+        if self.changes is not None:
+            self._done_items.append(item)
         q = self._hosts.get(item.host)
         if q is not None:
             q.inflight -= 1
@@ -370,6 +385,8 @@ class Frontier:
         self._work.discard(host)
         if not q.inflight:
             del self._hosts[host]
+        if self.changes is not None:
+            self.changes.cleared(host)
         return n
 
     def drop_host(self, host: str) -> int:
@@ -389,6 +406,8 @@ class Frontier:
             for seq in [s for s, it in self._inflight.items() if it.host == host]:
                 del self._inflight[seq]
         self._work.discard(host)
+        if self.changes is not None:
+            self.changes.cleared(host)
         return n
 
     # -- durability ---------------------------------------------------------------------------------
@@ -425,6 +444,9 @@ class Frontier:
                 q.dirty = self._epoch
             raise
         self._deleted.clear()
+        if self.changes is not None:
+            done, self._done_items = self._done_items, []
+            self.changes.flushed([Item(url, host, depth, via, nb, seq) for host, depth, seq, url, via, nb in adds], done, pages)
         return n
 
     def close(self) -> None:

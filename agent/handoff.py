@@ -39,7 +39,8 @@ class HandOff:
         self.directory = directory
         self.peers = peers
         self.durable = durable  # returns after the next group commit
-        self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0}
+        self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
+                                           "handover_bytes_out": 0, "handover_dropped_done": 0}
 
     async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
         """host -> (agent id, address) of the next agent of its preference list other than this
@@ -96,7 +97,9 @@ class HandOff:
         async def parts() -> AsyncIterator[agent_pb2.HandOverRequest]:
             for st in states:
                 for p in st.parts():
-                    yield agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto())
+                    m = agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto())
+                    self.counters["handover_bytes_out"] += m.ByteSize()
+                    yield m
 
         return await self.peers.get(address).hand_over(parts())
 
@@ -104,16 +107,27 @@ class HandOff:
         """Import every part, then answer once all of it is durable (the next group commit)."""
         hosts: set[str] = set()
         queued = seen = 0
+        # Hosts this agent held something of before: their state is reconciled with the
+        # sender's (the previous owner's) once all of its parts are in.
+        theirs: dict[str, tuple[set[str], set[int]]] = {}
         async for req in parts:
             self.directory.saw_epoch(req.epoch)
             h = req.host.host
             if not h:
                 raise errors.InvalidArgument("HandOver: a part without a host")
-            st = HostState.from_proto(req.host, first=h not in hosts)
+            first = h not in hosts
+            if first and self.ledger.holds(h):
+                theirs[h] = (set(), set())
+            st = HostState.from_proto(req.host, first=first)
             hosts.add(h)
+            if h in theirs:
+                theirs[h][0].update(i.url for i in st.queue)
+                theirs[h][1].update(st.seen)
             q, s = self.ledger.import_(st)
             queued += q
             seen += s
+        for h, (q_urls, fps) in theirs.items():
+            self.counters["handover_dropped_done"] += self.ledger.reconcile(h, q_urls, fps)
         await self.durable()
         self.counters["hosts_handed_in"] += len(hosts)
         return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen)

@@ -47,6 +47,7 @@ class Intake:
         refusing: Callable[[], bool],
         wake: Callable[[str], None],
         durable: Callable[[], Awaitable[None]],
+        arriving: Callable[[list[str]], None] = lambda hosts: None,
         sort_query: bool = False,
     ):
         self.seen = seen
@@ -56,6 +57,7 @@ class Intake:
         self.refusing = refusing    # True once this agent has left: nothing is its own any more
         self.wake = wake            # a host got work (the dispatcher's signal)
         self.durable = durable      # returns after the next group commit
+        self.arriving = arriving    # hosts about to get URLs (ownership may hold a new one first)
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
                                            "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0}
@@ -71,6 +73,7 @@ class Intake:
         by_host: dict[str, list[Item]] = {}
         for it in items:
             by_host.setdefault(it.host, []).append(it)
+        self.arriving(list(by_host))
         fresh: list[Item] = []
         for host, its in by_host.items():
             if self.scope.host_full(self.frontier.pages(host)):

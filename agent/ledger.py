@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from agent.dispatcher import Dispatcher, HostCrawlState
 from agent.frontier import Frontier, Item
 from agent.robots import RobotsState
-from agent.seen import SeenSet
+from agent.seen import SeenSet, fingerprint
 from wancrawl.v1 import agent_pb2
 
 # Items or fingerprints per HandOver message: a host of millions of URLs goes in parts of a
@@ -47,7 +47,8 @@ class HostState:
     def to_proto(self) -> agent_pb2.HostState:
         m = agent_pb2.HostState(
             host=self.host, seen=self.seen,
-            queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via, not_before=i.not_before) for i in self.queue],
+            queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via, not_before=i.not_before, seq=max(i.seq, 0))
+                   for i in self.queue],
         )
         c = self.crawl
         if c is not None:
@@ -84,8 +85,16 @@ class HostLedger:
         seen set too), and queued hosts in case a seen set was lost."""
         return list(dict.fromkeys(self.seen.hosts() + list(self.frontier.hosts_ready())))
 
+    def holds(self, host: str) -> bool:
+        """Does this agent hold any state of the host (history or queue)?"""
+        return self.seen.holds(host) or self.frontier.has_work(host) or self.frontier.in_flight_of(host) > 0
+
     def queued(self, host: str) -> int:
         return self.frontier.queue_len(host)
+
+    def crawl(self, host: str) -> HostCrawlState:
+        """The host's crawl state without robots.txt (what a replica delta carries)."""
+        return self.dispatcher.export_host(host, robots=False)
 
     def export(self, host: str) -> HostState:
         """A copy of the host's state; nothing changes here (drop or release does)."""
@@ -104,6 +113,31 @@ class HostLedger:
         if fresh:
             self.wake(st.host)
         return len(fresh), n_seen
+
+    def merge(self, st: HostState) -> tuple[int, int]:
+        """Import a whole host state from the agent that owned the host until now (a handover,
+        or a replica of a dead owner): what it says it has seen and no longer queues was done
+        there, so a copy queued here meanwhile goes (it would be fetched twice)."""
+        res = self.import_(st)
+        self.reconcile(st.host, {i.url for i in st.queue}, set(st.seen))
+        return res
+
+    def reconcile(self, host: str, their_queue: set[str], their_seen: set[int]) -> int:
+        """Drop the host's queued URLs that another agent's authoritative state has seen and not
+        queued (it fetched them). Returns how many went."""
+        if not their_seen:
+            return 0
+        items = self.frontier.export_host(host)
+        gone = [i for i in items if i.url not in their_queue and fingerprint(i.url) in their_seen]
+        if not gone:
+            return 0
+        keep = [Item(i.url, host, i.depth, i.via, i.not_before) for i in items if i.url in their_queue
+                or fingerprint(i.url) not in their_seen]
+        pages = self.frontier.pages(host)
+        self.frontier.drop_host(host)  # its in-memory head is rebuilt from what is kept
+        self.frontier.add(keep)
+        self.frontier.add_pages(host, pages)
+        return len(gone)
 
     def drop(self, host: str) -> None:
         """Forget the host everywhere (it changed owner)."""

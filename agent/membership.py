@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from agent.gate import Gate
 from agent.placement import Placement
 from agent.settings import AgentSettings, bind_ip
 from wancrawl import errors
@@ -21,13 +22,17 @@ class Membership:
     to `saw_epoch`; its heartbeats carry `load()`."""
 
     def __init__(self, settings: AgentSettings, placement: Placement, address: str, *,
-                 saw_epoch: Callable[[int], object], load: Callable[[], common_pb2.LoadReport]):
+                 saw_epoch: Callable[[int], object], load: Callable[[], common_pb2.LoadReport], gate: Gate,
+                 clock: Callable[[], float]):
         self.s = settings
         self.id = settings.agent_id
         self.placement = placement
         self.address = address
         self.saw_epoch = saw_epoch
         self.load = load
+        self.gate = gate        # the lease this agent's fetches depend on (the fence)
+        self.clock = clock
+        self.registrations = 0  # answered Registers so far (ownership claims its hosts after each)
         self.registered = False
         self.left = False       # deregistered for good (a drain): never registers again
         self.lease = 15.0       # the consultant's lease, learnt at Register
@@ -39,10 +44,13 @@ class Membership:
         if loc.lat is not None and loc.lon is not None:
             location.lat, location.lon, location.has_coordinates = loc.lat, loc.lon, True
         self.counters["consultant_rpcs"] += 1
+        sent = self.clock()
         reg = await self.placement.register(self.id, self.address, location=location, source_ip=bind_ip(self.s),
                                             capacity=self.s.capacity)
         self.registered = True
+        self.registrations += 1
         self.lease = reg.lease_seconds
+        self.gate.renew(sent + reg.lease_seconds, self.clock(), registered=True)
         self.saw_epoch(reg.epoch)
         log.info("registered %s at %s (epoch %d, lease %.0fs)", self.id, self.address, reg.epoch, reg.lease_seconds)
 
@@ -56,10 +64,13 @@ class Membership:
                     await self.register()
                     continue
                 self.counters["consultant_rpcs"] += 1
+                sent = self.clock()
                 self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
+                self.gate.renew(sent + self.lease, self.clock())
             except errors.NotFound:
                 log.info("consultant forgot %s (restart or expiry): registering again", self.id)
                 self.registered = False
+                self.gate.expire()
             except errors.WancrawlError as exc:
                 log.warning("heartbeat failed (%s); crawling on cached routes", exc)
 

@@ -13,19 +13,25 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from agent.changes import ChangeLog
 from agent.client import AgentPool
 from agent.commit import CommitLog
 from agent.dispatcher import Dispatcher
 from agent.fetch import Fetcher, create_fetcher
 from agent.frontier import Frontier
+from agent.gate import Gate
 from agent.handoff import Handed, HandOff
 from agent.hostcache import HostCache
 from agent.intake import Intake, IntakeResult
 from agent.ledger import HostLedger
 from agent.membership import Membership
 from agent.outbox import Outbox
+from agent.ownership import Ownership
 from agent.placement import HostDirectory, Placement
+from agent.replica import ReplicaStore
+from agent.replicator import Replicator
 from agent.router import Router
 from agent.routing_service import RoutingService
 from agent.scope import Scope
@@ -54,12 +60,18 @@ class AgentNode:
         s = self.s = settings
         self.id = settings.agent_id
         self.clock = clock
+        self.address = address
         data = Path(s.data_dir)
         data.mkdir(parents=True, exist_ok=True)
-        self.frontier = Frontier(data / "frontier.sqlite")
+        rep = s.replication
+        self.signal = HostSignal()
+        self.gate = Gate(self.signal.wake, fenced=rep.fence)
+        changes = ChangeLog() if rep.enabled else None
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
+        self.replicas = ReplicaStore(data / "replicas") if rep.enabled else None
         resolver = HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
         self.fetcher = fetcher or create_fetcher(s.fetcher, fetch_settings(s), resolver)
         self.placement: Placement = consultant or ConsultantClient(s.consultant)
@@ -70,18 +82,28 @@ class AgentNode:
                                     flush_interval=s.storage_out.flush_interval, clock=clock)
         self.shipper = StorageShipper(self.spool, storage or (GrpcStorageClient(s.storage) if s.storage else None),
                                       retry_seconds=s.storage_out.retry_seconds)
-        self.signal = HostSignal()
         scope = Scope(s.scope)
-        self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.saw_epoch, load=self.load_report)
+        self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.saw_epoch, load=self.load_report,
+                                     gate=self.gate, clock=clock)
+        # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,
-                             wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query)
+                             wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
+                             arriving=lambda hosts: self.ownership.arriving(hosts))
         router = Router(self.id, self.directory.cache, alpha=r.alpha, beta=r.beta, flush_interval=r.flush_interval)
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
-                                     finish=self.commit_log.finish, clock=clock)
+                                     finish=self.commit_log.finish, clock=clock, gate=self.gate)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier)
+        self.replicator = Replicator(
+            self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
+            shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,
+            max_pending=rep.max_pending, clock=clock) if changes is not None else None
+        self.ownership = Ownership(
+            self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
+            self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
+            settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5, clock=clock)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
 
@@ -97,8 +119,10 @@ class AgentNode:
         loops = {
             "dispatch": self.dispatcher.run(), "routing": self.routing.run(self.s.routing.flush_interval),
             "commit": self.commit_log.run(self.s.commit_interval), "membership": self.membership.run(),
-            "storage": self.shipper.run(),
+            "storage": self.shipper.run(), "ownership": self.ownership.run(),
         }
+        if self.replicator is not None:
+            loops["replication"] = self.replicator.run()
         self.tasks = [asyncio.create_task(coro, name=name) for name, coro in loops.items()]
 
     async def stop(self) -> None:
@@ -119,25 +143,34 @@ class AgentNode:
         self.frontier.close()
         self.seen.close()
         self.outbox.close()
+        if self.replicas is not None:
+            self.replicas.close()
 
     async def drain(self, timeout: float = 120.0) -> tuple[int, int]:
-        """Graceful leave (seed 001 §2.4.2): stop fetching, hand every host's whole state (queue,
-        seen set, politeness, robots) to the next agent of its preference list, deregister, hand
-        over what arrived meanwhile, deliver what is owed to peers. While this agent is still the
-        owner, pushes keep arriving here and go with a later pass. Returns (URLs handed over,
-        URLs still here or owed)."""
+        """Graceful leave (seed 001 §2.4.2): stop fetching, bring the replicas up to date,
+        deregister, then hand every host's whole state (queue, seen set, politeness, robots) to
+        its new owner, the next agent of its preference list, which may have promoted its
+        replica meanwhile (the handover merges into it). Deliver what is owed to peers.
+        Returns (URLs handed over, URLs still here or owed)."""
         deadline = self.clock() + timeout
         await self.dispatcher.stop()
         self.commit_log.commit(force=True)
+        if self.replicator is not None:
+            # Pages go to storage first (a replica learns "done" only for stored pages), then
+            # every host's changes to its backup: the backup that takes over is current.
+            while len(self.spool) and self.clock() < deadline and await self.shipper.send(max_batches=50) > 0:
+                pass
+            self.commit_log.commit(force=True)
+            await self.replicator.round()
+            await self.replicator.round()
+        await self.membership.leave()
         total = Handed()
+        last = Handed()
         while self.clock() < deadline:
             last = await self.handoff.hand_over_all()
             total.urls += last.urls
             if last.hosts == 0:
                 break
-        await self.membership.leave()
-        last = await self.handoff.hand_over_all()  # what came in before the epoch moved
-        total.urls += last.urls
         await self.routing.flush(force=True, deadline=deadline)
         self.commit_log.commit(force=True)
         remaining = self.routing.pending() + last.kept_urls
@@ -175,10 +208,14 @@ class AgentNode:
         """Every component's counters (summed where two count the same thing) and gauges;
         `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
-        for part in (self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff):
+        parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
+                 self.gate, self.ownership, *([self.replicator] if self.replicator else []), *([self.replicas] if self.replicas else [])]
+        for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
-        out.update(self.routing.gauges(), **self.directory.gauges())
+        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges())
+        if self.replicator is not None:
+            out.update(self.replicator.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
                    parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)

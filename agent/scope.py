@@ -21,7 +21,11 @@ class ScopeSettings:
     denied_domains: list[str] = field(default_factory=list)  # wins over allowed_domains
     allow_patterns: list[str] = field(default_factory=list)  # regex searched in the URL; [] = any
     deny_patterns: list[str] = field(default_factory=list)
-    max_depth: int | None = None  # seeds are depth 0
+    # Link hops from a seed (seeds are depth 0; a link or a redirect is one more). On by default,
+    # at Heritrix's maxHops: without it a calendar-style trap (one new in-host page per page, every
+    # page distinct) is bounded only by the page budget and keeps the crawl from ever finishing.
+    # -1 in TOML = no limit, for every optional budget below.
+    max_depth: int | None = 20
     # Per-host budgets, on by default (issue 11): a trap host cannot grow the agent's memory or disk
     # without bound. Pages counted persistently (the frontier); unset = no limit.
     max_pages_per_host: int | None = 100_000
@@ -53,8 +57,10 @@ class ScopeSettings:
                     raise ValueError(f"{key}[{i}]: bad regex {p!r}: {exc}") from None
         for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape"):
             v = getattr(self, key)
-            if v is not None and v < 0:
-                raise ValueError(f"{key} must be >= 0 or unset, got {v}")
+            if v == -1:
+                setattr(self, key, None)  # TOML has no null: -1 says "no limit"
+            elif v is not None and v < 0:
+                raise ValueError(f"{key} must be >= 0, or -1 for no limit, got {v}")
         bad = [x for x in self.schemes if x not in ("http", "https")]
         if bad or not self.schemes:
             raise ValueError(f"schemes must be a non-empty subset of http, https (got {self.schemes})")

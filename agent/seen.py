@@ -191,6 +191,10 @@ class SeenSet:
         """Hosts with fingerprints here (a snapshot): the hosts whose history this agent holds."""
         return list(self._hid)
 
+    def holds(self, host: str) -> bool:
+        """Does this set have (or had, until dropped) fingerprints of the host?"""
+        return host in self._hid
+
     def __contains__(self, url: str) -> bool:
         return self._has(fingerprint(url))
 

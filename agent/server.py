@@ -10,7 +10,7 @@ from agent.node import AgentNode
 from agent.settings import AgentSettings
 from wancrawl import grpcutil
 from wancrawl.metrics import serve_metrics
-from wancrawl.errors import InvalidArgument
+from wancrawl.errors import FailedPrecondition, InvalidArgument
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("agent")
@@ -31,6 +31,34 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
     async def HandOver(self, request_iterator, context):
         return await self.node.handoff.receive(request_iterator)
+
+    async def Replicate(self, request_iterator, context):
+        node = self.node
+        if node.replicas is None:
+            raise FailedPrecondition("replication is off on this agent (replication.enabled = false)")
+        applied = 0
+        batch: list[agent_pb2.ReplicateRequest] = []
+        sender = ""
+        async for m in request_iterator:
+            if not m.host:
+                raise InvalidArgument("Replicate: a message without a host")
+            if sender and m.sender_id != sender:
+                raise InvalidArgument("Replicate: one stream, one sender")
+            sender = m.sender_id
+            node.directory.saw_epoch(m.epoch)
+            batch.append(m)
+            if len(batch) >= 256:
+                applied += node.replicas.apply(sender, batch)
+                batch = []
+        if batch:
+            applied += node.replicas.apply(sender, batch)
+        return agent_pb2.ReplicateResponse(applied=applied)
+
+    async def Claim(self, request, context):
+        if not request.claimer_id or not request.claimer_address:
+            raise InvalidArgument("Claim: claimer_id and claimer_address are required")
+        return await self.node.ownership.claimed((request.claimer_id, request.claimer_address), request.epoch,
+                                                 list(request.hosts))
 
     async def Drain(self, request, context):
         handed, remaining = await self.node.drain(request.timeout_seconds or 120.0)

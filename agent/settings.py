@@ -92,6 +92,25 @@ class StorageOutSettings:
 
 
 @dataclass(frozen=True)
+class ReplicationSettings:
+    # Each owned host's committed state goes to its first backup (docs/replication.md).
+    enabled: bool = True
+    interval: float = 0.2         # seconds between replication rounds (changes of each commit)
+    retry_seconds: float = 2.0    # after a failed send, that backup's hosts wait this long
+    max_pending: int = 500_000    # changes held for lagging backups before hosts go whole later
+    # Lease fence: no fetch unless the consultant answered a heartbeat within the lease. Off only
+    # for an agent crawling alone without a consultant.
+    fence: bool = True
+    # After an epoch change or a registration, URLs of hosts new here wait until the agents of
+    # the host's preference list answered a claim, for at most this long (0: twice the lease).
+    settle_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0 or self.retry_seconds <= 0 or self.max_pending < 1 or self.settle_seconds < 0:
+            raise ValueError("replication: interval and retry_seconds > 0, max_pending >= 1, settle_seconds >= 0")
+
+
+@dataclass(frozen=True)
 class AgentSettings:
     agent_id: str = ""
     listen: str = "127.0.0.1:0"       # the Agent gRPC service
@@ -118,6 +137,7 @@ class AgentSettings:
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
+    replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     source: str = field(default="defaults", compare=False)
 
     def __post_init__(self) -> None:

@@ -32,7 +32,9 @@ class StorageShipper:
             if sent > 0:
                 await asyncio.sleep(0.05)                  # more may be waiting
             elif sent == 0:
-                await asyncio.sleep(self.retry_seconds / 4)  # nothing to send: look again soon
+                # Nothing to send: look again soon (a replica learns "done" only once a page is
+                # at storage, so this delay is part of what a backup lags behind).
+                await asyncio.sleep(min(0.05, self.retry_seconds / 4))
             else:
                 await asyncio.sleep(self.retry_seconds)      # storage is down
 

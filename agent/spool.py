@@ -57,6 +57,16 @@ class Spool:
             p.unlink(missing_ok=True)
             self._files.pop(p, None)
 
+    @property
+    def last_seq(self) -> int:
+        """Seq of the newest batch written (0: none yet)."""
+        return self._next - 1
+
+    def shipped_through(self) -> int:
+        """Every batch with a seq up to this one is acknowledged by storage (removed)."""
+        first = next(iter(self._files), None)
+        return int(first.stem.split("-")[0]) - 1 if first is not None else self._next - 1
+
     def __len__(self) -> int:
         return len(self._files)
 

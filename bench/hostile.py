@@ -1,6 +1,6 @@
 """One agent with default budgets against the lab's whole web, hostile sites allowed (issue 11).
 
-    .venv/bin/python bench/hostile.py [--run-dir DIR] [--timeout 600]
+    .venv/bin/python bench/hostile.py [--run-dir DIR] [--timeout 1800]
 
 `lab up` with one agent (telecom-beijing) whose scope allows the normal sites and every hostile
 site (session-id trap, robots.txt 503 at start, 429 forever, lying Content-Length, 100,000 links,
@@ -88,7 +88,7 @@ async def watch(cl: cluster.Cluster, pid: int, timeout: float, stable: float = 2
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run-dir", help="keep the run here (default: a temporary directory)")
-    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     base = Path(args.run_dir or tempfile.mkdtemp(prefix="wancrawl-hostile-"))

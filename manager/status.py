@@ -99,7 +99,7 @@ def render(snap: Snapshot, rates: dict[str, float]):
 
     t = Table(title=f"wancrawl — strategy {snap.strategy}, epoch {snap.epoch}" + ("  [idle]" if snap.idle() else ""))
     for col in ("agent", "state", "ISP", "city", "hosts", "queue", "in flight", "pages", "pages/s", "errors", "parked",
-                "given up", "pushes", "spool"):
+                "given up", "pushes", "spool", "replicas", "repl lag"):
         t.add_column(col, justify="right" if col not in ("agent", "state", "ISP", "city") else "left")
     for a in snap.agents:
         c = a.counters
@@ -108,6 +108,8 @@ def render(snap: Snapshot, rates: dict[str, float]):
             f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('in_flight', 0):.0f}",
             f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
             f"{len(a.parked)}", f"{len(a.given_up)}", f"{c.get('pushes', 0):.0f}", f"{c.get('spool_batches', 0):.0f}",
+            # hosts backed up here; hosts whose backup lacks a full copy / changes not yet at a backup
+            f"{c.get('replica_hosts', 0):.0f}", f"{c.get('replica_unsynced', 0):.0f}/{c.get('replica_lag_items', 0):.0f}",
         )
     if snap.storage:
         st = snap.storage

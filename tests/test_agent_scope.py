@@ -17,7 +17,9 @@ def test_domains_patterns_depth():
     assert sc.check("http://x.bad.lab/news/", "x.bad.lab", 0) == "denied_domain"
     assert sc.check("http://www.s1.lab/news/a.pdf", "www.s1.lab", 0) == "denied_pattern"
     assert sc.check("http://www.s1.lab/blog/a", "www.s1.lab", 0) == "pattern"
-    assert Scope().check("http://any.where/x", "any.where", 10**6) is None
+    assert Scope().check("http://any.where/x", "any.where", 20) is None
+    assert Scope().check("http://any.where/x", "any.where", 21) == "depth", "Heritrix's 20 hops by default"
+    assert Scope(ScopeSettings(max_depth=-1)).check("http://any.where/x", "any.where", 10**6) is None, "-1: no limit"
 
 
 def test_trap_guards():
@@ -57,8 +59,9 @@ def test_query_shape_blanks_values_only():
 def test_settings_via_config():
     s = config.build(ScopeSettings, {"allowed_domains": ["LAB"], "max_depth": 5}, source="agent.toml")
     assert s.allowed_domains == ["lab"] and s.max_depth == 5
+    assert config.build(ScopeSettings, {"max_depth": -1, "max_pages_per_host": -1}, source="a.toml").max_depth is None
     for bad, key in [({"deny_patterns": ["("]}, "deny_patterns"), ({"allowed_domains": ["a b"]}, "allowed_domains"),
-                     ({"max_depth": -1}, "max_depth"), ({"max_url_length": 0}, "max_url_length"), ({"max_dpth": 1}, "max_dpth")]:
+                     ({"max_depth": -2}, "max_depth"), ({"max_url_length": 0}, "max_url_length"), ({"max_dpth": 1}, "max_dpth")]:
         with pytest.raises(ConfigError, match=key):
             config.build(ScopeSettings, bad, source="agent.toml")
 

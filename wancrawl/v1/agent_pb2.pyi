@@ -93,16 +93,18 @@ class DrainResponse(_message.Message):
     def __init__(self, handed_over: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
 
 class QueuedUrl(_message.Message):
-    __slots__ = ("url", "depth", "via", "not_before")
+    __slots__ = ("url", "depth", "via", "not_before", "seq")
     URL_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     VIA_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     url: str
     depth: int
     via: str
     not_before: float
-    def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ..., not_before: _Optional[float] = ...) -> None: ...
+    seq: int
+    def __init__(self, url: _Optional[str] = ..., depth: _Optional[int] = ..., via: _Optional[str] = ..., not_before: _Optional[float] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class RobotsState(_message.Message):
     __slots__ = ("origin", "status", "body", "expires", "fetched_ok", "failing_since")
@@ -159,3 +161,51 @@ class HandOverResponse(_message.Message):
     queued: int
     seen: int
     def __init__(self, hosts: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ...) -> None: ...
+
+class ReplicateRequest(_message.Message):
+    __slots__ = ("sender_id", "epoch", "host", "reset", "drop", "state", "done")
+    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    DROP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    sender_id: str
+    epoch: int
+    host: str
+    reset: bool
+    drop: bool
+    state: HostState
+    done: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[str] = ..., reset: _Optional[bool] = ..., drop: _Optional[bool] = ..., state: _Optional[_Union[HostState, _Mapping]] = ..., done: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ReplicateResponse(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: int
+    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+
+class ClaimRequest(_message.Message):
+    __slots__ = ("claimer_id", "claimer_address", "epoch", "hosts")
+    CLAIMER_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIMER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    claimer_id: str
+    claimer_address: str
+    epoch: int
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, claimer_id: _Optional[str] = ..., claimer_address: _Optional[str] = ..., epoch: _Optional[int] = ..., hosts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ("handed", "not_held", "refused", "epoch")
+    HANDED_FIELD_NUMBER: _ClassVar[int]
+    NOT_HELD_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    handed: _containers.RepeatedScalarFieldContainer[str]
+    not_held: _containers.RepeatedScalarFieldContainer[str]
+    refused: _containers.RepeatedScalarFieldContainer[str]
+    epoch: int
+    def __init__(self, handed: _Optional[_Iterable[str]] = ..., not_held: _Optional[_Iterable[str]] = ..., refused: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,16 @@ class AgentStub:
                 request_serializer=wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.FromString,
                 _registered_method=True)
+        self.Replicate = channel.stream_unary(
+                '/wancrawl.v1.Agent/Replicate',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.FromString,
+                _registered_method=True)
+        self.Claim = channel.unary_unary(
+                '/wancrawl.v1.Agent/Claim',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -89,6 +99,22 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replicate(self, request_iterator, context):
+        """STORE_BACKUP / DELETE_BACKUP (seed 001 §2.2): an owner streams the committed changes of its
+        hosts to each host's first backup. A slow or failed stream only makes the replica lag.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Claim(self, request, context):
+        """REFRESH_TASK pulled by the new owner (seed 001 §2.3): "these hosts are mine at this epoch;
+        hand over what you hold of them". Answered after the HandOver of those hosts is acknowledged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +137,16 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.HandOver,
                     request_deserializer=wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.SerializeToString,
+            ),
+            'Replicate': grpc.stream_unary_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.SerializeToString,
+            ),
+            'Claim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Claim,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +257,60 @@ class Agent:
             '/wancrawl.v1.Agent/HandOver',
             wancrawl_dot_v1_dot_agent__pb2.HandOverRequest.SerializeToString,
             wancrawl_dot_v1_dot_agent__pb2.HandOverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/wancrawl.v1.Agent/Replicate',
+            wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Claim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/Claim',
+            wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.FromString,
             options,
             channel_credentials,
             insecure,

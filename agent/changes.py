@@ -1,0 +1,53 @@
+"""ChangeLog: the frontier's committed changes, per host, for the replicator (issue 12).
+
+The frontier records here what each flush made durable (URLs added, URLs done, page counts) and
+which hosts it cleared or dropped whole; the replicator takes it all at once, each round. Only
+committed changes enter, so a replica never runs ahead of the owner's disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.frontier import Item
+
+
+@dataclass
+class HostChanges:
+    adds: list[Item] = field(default_factory=list)   # queued (with the owner's seq)
+    done: list[Item] = field(default_factory=list)   # fetched or given up
+    pages: int | None = None                         # the page count after the flush
+    cleared: bool = False                            # queue dropped whole (budget) or host dropped
+
+
+class ChangeLog:
+    """Owns the changes not yet taken. Invariant: per host, changes are in flush order (a
+    `cleared` host's adds and dones before the clear were discarded: the clear supersedes them)."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, HostChanges] = {}
+        self.items = 0  # adds + dones held (the replicator bounds this by taking every round)
+
+    def _c(self, host: str) -> HostChanges:
+        c = self._hosts.get(host)
+        if c is None:
+            c = self._hosts[host] = HostChanges()
+        return c
+
+    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]]) -> None:
+        for it in adds:
+            self._c(it.host).adds.append(it)
+        for it in done:
+            self._c(it.host).done.append(it)
+        for host, n in pages:
+            self._c(host).pages = n
+        self.items += len(adds) + len(done)
+
+    def cleared(self, host: str) -> None:
+        c = self._c(host)
+        self.items -= len(c.adds) + len(c.done)
+        c.adds, c.done, c.cleared = [], [], True
+
+    def take(self) -> dict[str, HostChanges]:
+        out, self._hosts, self.items = self._hosts, {}, 0
+        return out

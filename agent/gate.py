@@ -1,0 +1,88 @@
+"""Gate: which hosts this agent may fetch now. The fence that keeps a host fetched by one agent
+at a time (issue 12): no fetch without a valid lease, none of a host whose ownership is settling.
+
+The lease: an agent may act as an owner only while the consultant still counts it alive. Its own
+conservative view is "the send time of the last answered Register or Heartbeat, plus the lease":
+the consultant received that call after it was sent, so it declares the agent dead no earlier than
+that. A paused process (SIGSTOP, a long GC, a stalled VM) or a partitioned one therefore stops
+starting fetches, and drops the results of fetches that straddled the lapse, before its backup
+can have learnt the new epoch and started on its hosts.
+
+A held host: one this agent owns by the consultant's answer but whose state is still on its way
+(a claim or a promotion under way, or a handover out in progress). Its URLs wait in the frontier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+
+class Gate:
+    """Owns the lease deadline and the set of held hosts. Invariant: every host refused since it
+    was last woken is in `_refused`, so opening the gate (renew, release) wakes exactly those."""
+
+    def __init__(self, wake: Callable[[str], None], *, fenced: bool = True):
+        self.wake = wake
+        self.fenced = fenced          # False: no lease check (a single agent without a consultant)
+        self.lease_until = 0.0
+        # Just registered: no fetch until ownership has looked at every host (some may be
+        # another agent's by now). Set by registration, cleared by ownership.
+        self.settling = False
+        self._held: set[str] = set()
+        self._refused: set[str] = set()
+        self.counters: dict[str, float] = {"fence_refusals": 0, "lease_lapses": 0}
+
+    def lease_ok(self, now: float) -> bool:
+        return not self.fenced or now < self.lease_until
+
+    def allows(self, host: str, now: float) -> bool:
+        """May the dispatcher start a fetch of host now? Remembers a refusal."""
+        if host in self._held or self.settling or not self.lease_ok(now):
+            if host not in self._refused:
+                self._refused.add(host)
+                self.counters["fence_refusals"] += 1
+            return False
+        return True
+
+    def renew(self, until: float, now: float, registered: bool = False) -> None:
+        """An answered Register/Heartbeat sent at `until - lease`: the lease runs to `until`.
+        registered: it was a Register; hosts stay closed until `settled()`."""
+        lapsed = not self.lease_ok(now)
+        if until > self.lease_until:
+            self.lease_until = until
+        if registered and self.fenced:
+            self.settling = True
+        elif lapsed and self.lease_ok(now) and not self.settling:
+            self._reopen([h for h in self._refused if h not in self._held])
+
+    def settled(self) -> None:
+        """Ownership has held whatever must wait for a claim: the other hosts may go."""
+        if self.settling:
+            self.settling = False
+            self._reopen([h for h in self._refused if h not in self._held])
+
+    def expire(self) -> None:
+        """The consultant forgot this agent (or it left): no fetch until it registers again."""
+        if self.lease_until:
+            self.counters["lease_lapses"] += 1
+        self.lease_until = 0.0
+
+    def held(self, host: str) -> bool:
+        return host in self._held
+
+    @property
+    def holding(self) -> int:
+        return len(self._held)
+
+    def hold(self, hosts: Iterable[str]) -> None:
+        self._held.update(hosts)
+
+    def release(self, hosts: Iterable[str]) -> None:
+        out = [h for h in hosts if h in self._held]
+        self._held.difference_update(out)
+        self._reopen([h for h in out if h in self._refused])
+
+    def _reopen(self, hosts: list[str]) -> None:
+        for h in hosts:
+            self._refused.discard(h)
+            self.wake(h)

@@ -1,0 +1,335 @@
+"""Ownership: settles which agent holds each host after placement changes (issue 12; seed 001
+§2.3-2.4 REFRESH_TASK, join, leave and crash; seed 000 §1.3).
+
+A host may move for any reason: an agent died (its lease expired), joined, left, changed weight,
+or an operator pinned the host. Whatever the reason, the consultant's preference list for the
+host changes with a new epoch, and the agents settle it here in the same three moves:
+
+* hand out: a host this agent holds but no longer owns goes whole to its new owner (HandOver),
+  after this agent stopped fetching it and committed what was in flight;
+* promote: a host this agent owns now and holds a replica of, whose replica's owner is not in
+  the preference list any more (dead), becomes owned state here;
+* claim: a host this agent owns now but whose state may be elsewhere (a replica's owner still
+  alive, URLs of a host new here shortly after an epoch change, or every host after this agent
+  registered again) is held (not fetched) while the others are asked to hand it over.
+
+The decision for one host is the pure function `settle_action`; this class runs it and the RPCs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from agent.client import AgentPool
+from agent.gate import Gate
+from agent.handoff import HandOff
+from agent.ledger import HostLedger
+from agent.membership import Membership
+from agent.placement import HostDirectory
+from agent.replica import ReplicaStore
+from agent.replicator import Replicator
+from agent.waker import Waker
+from consultant.client import HostRoute
+from wancrawl import errors
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+Peer = tuple[str, str]  # (agent id, address)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str                    # "fetch", "promote", "claim", "hand_out", "drop_replica", "keep"
+    peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out: the new owner
+
+
+def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool) -> Action:
+    """What to do with one host given its current preference list (live agents, owner first).
+
+    holds: this agent has state of the host (queue or history); replica_of: the agent whose
+    replica of the host this agent keeps (None: none); settling: the host's state may be on
+    another agent (shortly after an epoch change, or after this agent registered again)."""
+    owner = route.agents[0]
+    others = tuple(a for a in route.agents if a[0] != self_id)
+    if owner[0] != self_id:
+        if holds:
+            return Action("hand_out", (owner,))
+        if replica_of is not None and self_id not in (a[0] for a in route.agents[:2]):
+            return Action("drop_replica")
+        return Action("keep")
+    if replica_of is not None:
+        src = next((a for a in others if a[0] == replica_of), None)
+        if src is None:
+            return Action("promote")         # its owner is gone: the replica is the host's state
+        return Action("claim", (src,))       # its owner lives: it hands the host over
+    if settling and others:
+        return Action("claim", others)
+    return Action("fetch")
+
+
+class Ownership:
+    """Owns the settling of hosts: the hosts held while their state is asked for (with the
+    agents still to answer and a deadline), the epoch last settled, the settle window."""
+
+    def __init__(self, self_id: str, address: Callable[[], str], ledger: HostLedger, replicas: ReplicaStore | None,
+                 directory: HostDirectory, handoff: HandOff, peers: AgentPool, gate: Gate, replicator: Replicator | None,
+                 membership: Membership, *, in_flight: Callable[[str], int], durable: Callable[[], Awaitable[None]],
+                 settle_seconds: float, wait_in_flight: float, clock: Callable[[], float]):
+        self.self_id = self_id
+        self.address = address
+        self.ledger = ledger
+        self.replicas = replicas
+        self.directory = directory
+        self.handoff = handoff
+        self.peers = peers
+        self.gate = gate
+        self.replicator = replicator
+        self.membership = membership
+        self.in_flight = in_flight
+        self.durable = durable
+        self.settle_seconds = settle_seconds
+        self.wait_in_flight = wait_in_flight
+        self.clock = clock
+        self._epoch = -1                # the epoch last settled (-1: none yet)
+        self._registrations = 0         # membership registrations seen
+        self._settle_until = 0.0        # new hosts are claimed before their first fetch until then
+        self._waiting: dict[str, set[str]] = {}   # held host -> agents still to answer its claim
+        self._deadline: dict[str, float] = {}     # held host -> released after this anyway
+        self._new: set[str] = set()               # held, not yet looked at
+        self._moving: set[str] = set()            # being handed out now
+        self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
+        self.waker = Waker()
+        self.counters: dict[str, float] = {
+            "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
+            "replicas_dropped": 0, "claims_timed_out": 0,
+        }
+
+    def gauges(self) -> dict[str, float]:
+        return {"hosts_settling": self.gate.holding, "replica_hosts": len(self.replicas) if self.replicas else 0}
+
+    def _window(self) -> float:
+        return self.settle_seconds or 2 * self.membership.lease
+
+    # -- intake's hook -----------------------------------------------------------------------------
+    def arriving(self, hosts: list[str]) -> None:
+        """URLs of these hosts are about to be queued here. A host this agent holds nothing of,
+        but that has a replica here or may have state elsewhere (settle window), is held before
+        its first fetch; the loop decides promote or claim."""
+        now = self.clock()
+        settling = now < self._settle_until
+        for h in hosts:
+            if self.gate.held(h) or self.ledger.holds(h):
+                continue
+            if settling or (self.replicas is not None and self.replicas.owner(h) is not None):
+                self._hold([h], now)
+                self._new.add(h)
+        if self._new:
+            self.waker.set()
+
+    def _hold(self, hosts: list[str], now: float) -> None:
+        self.gate.hold(hosts)
+        for h in hosts:
+            self._deadline.setdefault(h, now + self._window())
+
+    def _release(self, hosts: list[str]) -> None:
+        for h in hosts:
+            self._waiting.pop(h, None)
+            self._deadline.pop(h, None)
+            self._new.discard(h)
+        self.gate.release(hosts)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self.waker.wait(0.25)
+            try:
+                await self.step()
+            except Exception:  # noqa: BLE001 - the next step tries again
+                log.exception("ownership step failed")
+
+    async def step(self) -> None:
+        now = self.clock()
+        regs = self.membership.registrations
+        if regs != self._registrations:
+            # Registered (again): while this agent was away, others may have taken its hosts.
+            self._registrations = regs
+            self._settle_until = now + self._window()
+            try:
+                await self.reconcile(claim_all=True)
+            finally:
+                self.gate.settled()  # what must wait is held now; never leave every host closed
+        elif self.directory.epoch != self._epoch and self.membership.registered:
+            self._settle_until = now + self._window()
+            await self.reconcile(claim_all=False)
+        if self._new or self._waiting:
+            await self.settle()
+        late = [h for h, t in self._deadline.items() if t <= now]
+        if late:
+            self.counters["claims_timed_out"] += len(late)
+            log.warning("%d hosts released unsettled after %.0fs (claims unanswered)", len(late), self._window())
+            self._release(late)
+
+    async def reconcile(self, claim_all: bool) -> None:
+        """One pass over every host held here and every replica, against fresh routes."""
+        self._epoch = self.directory.epoch
+        held = self.ledger.owned_hosts()
+        rep = self.replicas.hosts() if self.replicas is not None else {}
+        routes = await self.directory.routes(sorted(set(held) | set(rep)))
+        out: dict[Peer, list[str]] = {}
+        drop: list[str] = []
+        now = self.clock()
+        for h, r in routes.items():
+            a = settle_action(self.self_id, r, holds=h in held or self.ledger.holds(h), replica_of=rep.get(h),
+                              settling=claim_all)
+            if a.kind == "hand_out":
+                out.setdefault(a.peers[0], []).append(h)
+            elif a.kind == "drop_replica":
+                drop.append(h)
+            elif a.kind in ("promote", "claim"):
+                self._hold([h], now)
+                self._new.add(h)
+        if drop and self.replicas is not None:
+            self.counters["replicas_dropped"] += self.replicas.drop(drop)
+        for peer, hosts in out.items():
+            await self.hand_out(peer, hosts)
+
+    async def settle(self) -> None:
+        """Decide the held hosts: promote replicas of dead owners, claim the others."""
+        new, self._new = sorted(self._new), set()
+        routes = await self.directory.routes(new) if new else {}
+        promote: list[str] = []
+        fetch: list[str] = []
+        for h in new:
+            r = routes.get(h)
+            if r is None:
+                self._new.add(h)  # placement cannot answer now: next step
+                continue
+            a = settle_action(self.self_id, r, holds=self.ledger.holds(h),
+                              replica_of=self.replicas.owner(h) if self.replicas is not None else None, settling=True)
+            if a.kind == "promote":
+                promote.append(h)
+            elif a.kind == "claim":
+                self._waiting[h] = {p[0] for p in a.peers}
+                for p in a.peers:
+                    self._addresses[p[0]] = p[1]
+            elif a.kind == "hand_out":
+                fetch.append(h)  # the next reconcile hands it out; nothing to wait for here
+            else:
+                fetch.append(h)
+        if promote:
+            self.promote(promote)
+        self._release(fetch)
+        await self._claim()
+
+    def promote(self, hosts: list[str]) -> None:
+        """The replicas of hosts whose owner is dead become this agent's state."""
+        assert self.replicas is not None
+        for h in hosts:
+            st = self.replicas.export(h)
+            self.ledger.merge(st)
+            self.replicas.drop([h])
+            log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))
+        self.counters["hosts_promoted"] += len(hosts)
+        if self.replicator is not None:
+            self.replicator.sync(hosts)
+        self._release(hosts)
+
+    async def _claim(self) -> None:
+        by_peer: dict[str, list[str]] = {}
+        for h, agents in self._waiting.items():
+            for a in agents:
+                by_peer.setdefault(a, []).append(h)
+        if not by_peer:
+            return
+        epoch = self.directory.epoch
+        results = await asyncio.gather(*(self._claim_from(a, hosts, epoch) for a, hosts in by_peer.items()))
+        done: list[str] = []
+        for agent_id, answered in results:
+            for h in answered:
+                w = self._waiting.get(h)
+                if w is not None:
+                    w.discard(agent_id)
+                    if not w:
+                        done.append(h)
+        if done:
+            if self.replicas is not None:
+                # The owner's handover superseded what this agent had as its backup.
+                self.counters["replicas_dropped"] += self.replicas.drop([h for h in done if self.replicas.owner(h)])
+            if self.replicator is not None:
+                self.replicator.sync(done)
+            self._release(done)
+
+    async def _claim_from(self, agent_id: str, hosts: list[str], epoch: int) -> tuple[str, list[str]]:
+        """Ask one agent; returns the hosts it settled (handed over or holds nothing of)."""
+        addr = self._addresses.get(agent_id)
+        if addr is None:
+            return agent_id, []
+        self.counters["claims_sent"] += 1
+        try:
+            r = await self.peers.get(addr).claim(self.self_id, self.address(), epoch, hosts)
+        except errors.WancrawlError as exc:
+            self.counters["claim_failures"] += 1
+            log.warning("claim of %d hosts from %s failed: %s", len(hosts), agent_id, exc)
+            return agent_id, []
+        self.directory.saw_epoch(r.epoch)
+        self.counters["hosts_claimed"] += len(r.handed)
+        return agent_id, list(r.handed) + list(r.not_held)
+
+    # -- handing out -------------------------------------------------------------------------------
+    async def hand_out(self, peer: Peer, hosts: list[str]) -> list[str]:
+        """Hand hosts this agent no longer owns to their owner: stop fetching them, let what is
+        in flight finish and commit, send their whole state, drop it here. Returns the hosts
+        handed (acknowledged by the receiver)."""
+        hosts = [h for h in hosts if h not in self._moving]
+        if not hosts:
+            return []
+        self._moving.update(hosts)
+        self.gate.hold(hosts)
+        try:
+            deadline = self.clock() + self.wait_in_flight
+            while any(self.in_flight(h) for h in hosts) and self.clock() < deadline:
+                await asyncio.sleep(0.05)
+            await self.durable()
+            states = [self.ledger.export(h) for h in hosts]
+            try:
+                await self.handoff.send(peer[1], states)
+            except errors.WancrawlError as exc:
+                self.handoff.counters["handover_failures"] += 1
+                log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
+                return []
+            for st in states:
+                self.ledger.release(st)
+                if self.replicator is not None:
+                    self.replicator.forget(st.host)
+            self.handoff.counters["hosts_handed_out"] += len(states)
+            self.counters["hosts_moved_out"] += len(states)
+            log.info("handed %d hosts to %s (epoch %d)", len(states), peer[0], self.directory.epoch)
+            return hosts
+        finally:
+            self._moving.difference_update(hosts)
+            self.gate.release(hosts)
+
+    async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
+        """Claim RPC: the claimer says it owns hosts at `epoch`. Hand over those this agent holds
+        and, by a route at least that new, the claimer owns; refuse the others."""
+        self.directory.saw_epoch(epoch)
+        routes = await self.directory.routes(hosts)
+        give: list[str] = []
+        not_held: list[str] = []
+        refused: list[str] = []
+        for h in hosts:
+            while h in self._moving:
+                await asyncio.sleep(0.05)  # a handover of it is under way: its outcome answers
+            if not self.ledger.holds(h):
+                not_held.append(h)
+            elif (r := routes.get(h)) is not None and r.agents[0][0] == claimer[0]:
+                give.append(h)
+            else:
+                refused.append(h)
+        handed = await self.hand_out(claimer, give) if give else []
+        refused += [h for h in give if h not in handed]
+        return agent_pb2.ClaimResponse(handed=handed, not_held=not_held, refused=refused, epoch=self.directory.epoch)

@@ -1,0 +1,246 @@
+"""Replicator: each owned host's committed state, streamed to the host's first backup (STORE_BACKUP,
+DELETE_BACKUP; seed 001 §2.2, seed 000 §1.2). Off the fetch path: a slow or dead backup makes
+a replica lag (counted), never the crawl wait.
+
+The first backup of a host is the second agent of its preference list (the consultant's answer,
+cached by HostDirectory): the agent that owns the host if this one disappears. A host is synced
+to a backup once that backup acknowledged a full copy; after that only the changes of each
+group commit go (URLs queued with their seq, seqs done, the crawl state without robots.txt).
+When the backup changes, the send fails, or the host's queue was cleared, the host is copied
+whole again, and the old backup is told to drop it.
+
+One rule keeps a dead owner's pages from being lost: a URL's "done" goes to the backup only
+after storage acknowledged its capture (the spool shipped the batch). Until then the backup
+still has it queued, so if this agent dies with pages in its spool, the backup fetches them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from agent.changes import ChangeLog
+from agent.client import AgentPool
+from agent.frontier import Item
+from agent.ledger import HostLedger, HostState
+from agent.placement import HostDirectory
+from agent.replica import crawl_of
+from agent.waker import Waker
+from wancrawl import errors
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+Backup = tuple[str, str]  # (agent id, address)
+
+
+@dataclass
+class _Pending:
+    adds: list[Item] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)  # seqs whose captures storage has
+
+
+class Replicator:
+    """Owns what each backup has of this agent's hosts. Invariants: a host is in `_synced` only
+    if that backup acknowledged a full copy and every change since is in `_pending[host]` or was
+    acknowledged; `_held_done[host]` are done items whose capture is not yet at storage (spool
+    batch seq in the tuple), which a full copy still sends as queued."""
+
+    def __init__(self, self_id: str, changes: ChangeLog, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
+                 *, spooled: Callable[[], int], shipped: Callable[[], int], interval: float, retry_seconds: float,
+                 max_pending: int, clock: Callable[[], float]):
+        self.self_id = self_id
+        self.changes = changes
+        self.ledger = ledger
+        self.directory = directory
+        self.peers = peers
+        self.spooled = spooled    # seq of the newest spool batch written
+        self.shipped = shipped    # every spool batch up to this seq is at storage
+        self.interval = interval
+        self.retry_seconds = retry_seconds
+        self.max_pending = max_pending
+        self.clock = clock
+        self._synced: dict[str, Backup] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._held_done: dict[str, list[tuple[Item, int]]] = {}
+        self._need_full: set[str] = set(ledger.owned_hosts())  # a restart does not know what its backups have
+        self._dirty: set[str] = set(self._need_full)
+        self._backoff: dict[str, float] = {}  # backup id -> no sends before
+        self._epoch = directory.epoch
+        self._lock = asyncio.Lock()  # one round at a time: a backup gets each host's changes in order
+        self.waker = Waker()
+        self.counters: dict[str, float] = {
+            "replica_sends": 0, "replica_send_failures": 0, "replica_full_copies": 0, "replica_bytes_out": 0,
+            "replica_drops_sent": 0, "replica_overflows": 0,
+        }
+
+    # -- state -----------------------------------------------------------------------------------
+    def gauges(self) -> dict[str, float]:
+        """replica_unsynced: hosts whose backup has no full copy yet (new, moved, or after a
+        failed send); replica_lag_items: committed changes not yet at a backup (dones of pages
+        still on their way to storage excluded: the backup must keep those queued)."""
+        shipped = self.shipped()
+        sendable = sum(1 for held in self._held_done.values() for _, m in held if m <= shipped)
+        return {"replica_unsynced": len(self._need_full), "replica_synced_hosts": len(self._synced),
+                "replica_lag_items": sum(len(p.adds) + len(p.done) for p in self._pending.values()) + self.changes.items + sendable}
+
+    def backup_of(self, host: str) -> Backup | None:
+        return self._synced.get(host)
+
+    def forget(self, host: str) -> None:
+        """The host left this agent (handed over): nothing more to replicate of it here. The
+        next round tells its backup to drop it (the route no longer names this agent)."""
+        self._dirty.add(host)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self.waker.wait(self.interval)
+            try:
+                await self.round()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("replication round failed")
+
+    def _collect(self) -> None:
+        """Take the committed changes; move dones whose captures are at storage to pending."""
+        mark = self.spooled()
+        for h, c in self.changes.take().items():
+            if c.cleared:
+                self._need_full.add(h)
+                self._pending.pop(h, None)
+            for it in c.done:
+                self._held_done.setdefault(h, []).append((it, mark))
+            if h in self._synced and h not in self._need_full:
+                if c.adds:
+                    self._pending.setdefault(h, _Pending()).adds.extend(c.adds)
+            else:
+                self._need_full.add(h)
+            self._dirty.add(h)
+        shipped = self.shipped()
+        for h in list(self._held_done):
+            held = self._held_done[h]
+            ready = [it for it, m in held if m <= shipped]
+            if not ready:
+                continue
+            rest = [(it, m) for it, m in held if m > shipped]
+            if rest:
+                self._held_done[h] = rest
+            else:
+                del self._held_done[h]
+            if h in self._synced and h not in self._need_full:
+                self._pending.setdefault(h, _Pending()).done.extend(it.seq for it in ready)
+            self._dirty.add(h)
+        if sum(len(p.adds) + len(p.done) for p in self._pending.values()) > self.max_pending:
+            # A backup that cannot keep up: its hosts go whole later instead of piling up here.
+            self.counters["replica_overflows"] += 1
+            self._need_full.update(self._pending)
+            self._pending.clear()
+
+    async def round(self) -> None:
+        async with self._lock:
+            await self._round()
+
+    async def _round(self) -> None:
+        self._collect()
+        if self.directory.epoch != self._epoch:
+            # Backups may have changed for any host: look at all of them again.
+            self._epoch = self.directory.epoch
+            self._dirty.update(self.ledger.owned_hosts())
+            self._dirty.update(self._synced)
+        if not self._dirty:
+            return
+        hosts, self._dirty = sorted(self._dirty), set()
+        routes = await self.directory.routes(hosts)
+        self._collect()  # what committed during the look-up: a full copy below must not miss a done
+        now = self.clock()
+        by_backup: dict[Backup, list[agent_pb2.ReplicateRequest]] = {}
+        fulls: dict[Backup, list[str]] = {}
+        epoch = self.directory.epoch
+        for h in hosts:
+            r = routes.get(h)
+            if r is None:
+                self._dirty.add(h)  # placement cannot answer now: next round
+                continue
+            old = self._synced.get(h)
+            mine = r.agents[0][0] == self.self_id
+            backup = r.agents[1] if mine and len(r.agents) > 1 else None
+            if old is not None and old != backup:
+                # DELETE_BACKUP: the old backup's copy is stale (the host moved, or its backup did).
+                by_backup.setdefault(old, []).append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True))
+                self.counters["replica_drops_sent"] += 1
+                del self._synced[h]
+            if backup is None:
+                self._pending.pop(h, None)
+                self._need_full.discard(h)
+                if not mine:
+                    self._held_done.pop(h, None)
+                continue
+            if self._backoff.get(backup[0], 0.0) > now:
+                self._need_full.add(h)
+                self._pending.pop(h, None)
+                self._dirty.add(h)
+                continue
+            if h in self._need_full or h not in self._synced:
+                by_backup.setdefault(backup, []).extend(self._full_copy(h, epoch))
+                fulls.setdefault(backup, []).append(h)
+                self._need_full.discard(h)
+                self._pending.pop(h, None)
+            else:
+                p = self._pending.pop(h, None)
+                if p is not None and (p.adds or p.done):
+                    by_backup.setdefault(backup, []).append(self._delta(h, p, epoch))
+        if by_backup:
+            await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items()))
+
+    def _full_copy(self, host: str, epoch: int) -> list[agent_pb2.ReplicateRequest]:
+        st = self.ledger.export(host)
+        queued = {i.seq for i in st.queue}
+        st.queue += [it for it, _ in self._held_done.get(host, []) if it.seq not in queued]
+        out = []
+        for i, part in enumerate(st.parts()):
+            out.append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, reset=i == 0,
+                                                  state=part.to_proto()))
+        self.counters["replica_full_copies"] += 1
+        return out
+
+    def _delta(self, host: str, p: _Pending, epoch: int) -> agent_pb2.ReplicateRequest:
+        crawl = self.ledger.crawl(host)
+        st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via,
+                                                                        not_before=i.not_before, seq=i.seq) for i in p.adds],
+                                 **crawl_of(crawl))
+        return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done)
+
+    async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> None:
+        def parts() -> Iterator[agent_pb2.ReplicateRequest]:
+            yield from msgs
+
+        try:
+            await self.peers.get(backup[1]).replicate(parts())
+        except errors.WancrawlError as exc:
+            self.counters["replica_send_failures"] += 1
+            self._backoff[backup[0]] = self.clock() + self.retry_seconds
+            hosts = {m.host for m in msgs if not m.drop}
+            # What that backup has of these hosts is unknown now: copy them whole later.
+            for h in hosts:
+                if self._synced.get(h) == backup:
+                    del self._synced[h]
+            self._need_full.update(hosts)
+            self._dirty.update(hosts)
+            log.warning("replication to %s failed (%s): %d hosts lag", backup[0], exc, len(hosts))
+            return
+        self._backoff.pop(backup[0], None)
+        for h in fulls:
+            self._synced[h] = backup
+        self.counters["replica_sends"] += 1
+        self.counters["replica_bytes_out"] += sum(m.ByteSize() for m in msgs)
+
+    def sync(self, hosts: list[str]) -> None:
+        """Replicate these hosts now (a promotion or handover just made them ours)."""
+        self._need_full.update(hosts)
+        self._dirty.update(hosts)
+        self.waker.set()
+
+
+__all__ = ["Replicator", "HostState"]
