@@ -19,6 +19,18 @@ requested at least once, polled every 0.2 s; baseline has none):
   storage     kill -9 storage, start it again 30 s later.
   drain       `manager drain VICTIM` (the Drain RPC: deregister, hand queued URLs over, exit).
   kill        kill -9 the victim agent; it stays dead.
+  kill2       kill -9 the victim; wait until the consultant no longer lists it alive (at most
+              lease + 30 s) and every live agent's Status gauge `replica_unsynced` is 0 (at
+              most 30 s more; an absent gauge counts as 0, noted); then kill -9 the agent that
+              owns most of the victim's former hosts in the consultant's answer. Both stay dead.
+  join        start a fifth agent (--join, default cernet-beijing: a block no default agent is
+              in) with the others' settings (lab.cluster.add_agent); it takes hosts over (an
+              epoch change) and their old owners must hand them over. The fault time is when
+              the consultant lists it alive and answers Resolve at that epoch.
+  flap        SIGSTOP the victim for lease + 5 s, then SIGCONT it (lab.cluster.pause/resume):
+              the consultant declares it dead and its hosts go to their backups; it comes back
+              and registers again, and must not fetch the hosts it lost until they are handed
+              back.
 
 Columns (pure functions `compare` and `recovery` below; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
@@ -36,10 +48,18 @@ rows (canonical URL, record type), the lab's request log):
                  (robots.txt excluded) at or after the fault, by any agent but a drained or
                  killed victim; the column is the largest. Affected hosts: hosts with work
                  left at the fault (a truth URL of the host not requested before the fault)
-                 and, for agent faults (restart, drain, kill), owned by the victim in the
-                 consultant's answer just before the fault.
+                 and, for agent faults (restart, drain, kill, kill2, flap), owned by the
+                 victim in the consultant's answer just before the fault.
                  For consultant and storage faults: every host with work left. "(+N never)":
                  N affected hosts were not requested again at all (their rest is lost).
+                 kill2: the first victim's hosts from the first kill (its own requests
+                 ignored) and the second victim's hosts (the first's it took included) from
+                 the second kill (both victims' requests ignored); a host in both keeps the
+                 larger delay (merge_recovery).
+                 join: the hosts the joiner owns once it is listed, with work left, and only
+                 its own requests count: the delay until the new owner fetches them.
+                 flap: like restart, any agent's request counts (the backup's or the resumed
+                 victim's).
 Two times per row: "last fetch s", seeding to the last page request in the log, and "end s",
 seeding to when the end was observed (every live agent idle for --stable seconds; the harness
 starts watching only after the outage, so a consultant or storage outage holds the end back).
@@ -48,6 +68,31 @@ the Drain RPC is sent. The crawl ends when every live agent is idle or at the ti
 and captures fetched after that (the teardown of a crawl that timed out) are not counted.
 `worst:` is the largest lost and the largest stored twice, as a share of truth, over the
 scenarios run.
+
+Two more tables follow the main one when their scenarios ran:
+  handover cost (join, flap; pure function `handover_cost`): hosts moved = the sum over the
+                 live agents of the Status counter `hosts_handed_out` at the end minus at the
+                 fault; bytes moved = the same for `handover_bytes_out` (bytes of HandOver
+                 messages sent; "n/a" when no agent reports it); moved B/host = bytes moved /
+                 hosts moved. Held B/host = the agents' per-host state on disk at the fault
+                 (the sizes of frontier.sqlite and seen.sqlite in each agent's data_dir, with
+                 their -wal and -journal files; -shm not counted) / the number of distinct
+                 truth hosts (72 for seed 9). moved/held is the ratio. The end counters are read
+                 before `lab down` (stopping agents hand over). drain is not in it: its victim
+                 exits, taking its counters with it.
+  flap (pure functions `flap_stale`, `handback_time`): lost hosts = the victim's hosts at the
+                 pause that another agent requested (a page) between the pause and the resume.
+                 handback s = seconds from the resume to the handback: the victim's Status is
+                 polled every 0.1 s from the resume for lease s, and the handback is the answer
+                 before the first one whose `hosts_handed_in` (against before the pause) has
+                 grown by at least the number of lost hosts, i.e. the last moment it certainly
+                 had not got them back ("n/a": not seen). Then, counting the victim's page
+                 requests (by its source address) to lost hosts: "fetched before handback" (from
+                 the resume to the handback; 0 for a correct agent, a lower bound by up to one
+                 poll), "fetched in window" (from the pause to resume + lease; includes the
+                 fetches after the handback, which are legitimate), "while another agent
+                 fetched them" (those in the window made before another agent's last request
+                 to the same host: both fetching one host).
 """
 
 from __future__ import annotations
@@ -61,6 +106,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, field
@@ -74,12 +120,22 @@ from lab import cluster  # noqa: E402
 from lab.server import LogEntry  # noqa: E402
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical  # noqa: E402
 
-SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill")
-AGENT_FAULTS = ("restart", "drain", "kill")
+SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap")
+AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap")  # the ones with a victim
 # Four agents: seed 002's scheme B (one agent per ISP, three cities) plus a second China Telecom
 # agent, so the victim's hosts have a same-ISP agent to fail over to.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou", "telecom-beijing")
 DEFAULT_VICTIM = "telecom-beijing"
+# join: a block none of the default groups is in. With the asn strategy (geo fallback) the
+# cernet-beijing and cernet-guangzhou sites (16 hosts) move from cernet-harbin, the only CERNET
+# agent, to it; at 40% of seed 9's truth both blocks still have work left (unicom-harbin's sites,
+# the other natural choice, are all fetched by then).
+DEFAULT_JOIN = "cernet-beijing"
+# kill2: how long to wait for the consultant to declare the first victim dead (beyond the lease)
+# and then for the live agents' replicas to catch up, before the second kill.
+KILL2_DEAD_S = 30.0
+KILL2_SYNC_S = 30.0
+FLAP_EXTRA_S = 5.0  # flap: the victim stays stopped for lease + this
 # Lab seed 0 gives 1,497 truth URLs (< 1,500); seed 9 gives 1,831 over 72 sites with a largest
 # host of 278 pages, so a crawl under politeness still ends in ~20-30 s.
 DEFAULT_SEED = 9
@@ -154,6 +210,115 @@ def recovery(fault_t: float, requests: Iterable[tuple[float, str, str, str]], tr
                     sorted(h for h in left if h not in first_after), per_host)
 
 
+def merge_recovery(a: Recovery, b: Recovery) -> Recovery:
+    """Two faults' recoveries as one (kill2: the first victim's hosts from the first kill, the
+    second victim's from the second). A host affected by both keeps the larger delay, and counts
+    as never requested again if it was not after either fault."""
+    never = set(a.never) | set(b.never)
+    per_host: dict[str, float] = {}
+    for d in (a.per_host, b.per_host):
+        for h, v in d.items():
+            if h not in never:
+                per_host[h] = max(per_host.get(h, v), v)
+    affected = set(a.per_host) | set(a.never) | set(b.per_host) | set(b.never)
+    return Recovery(len(affected), max(per_host.values()) if per_host else None, sorted(never), per_host)
+
+
+@dataclass
+class HandoverCost:
+    hosts_moved: int                # hosts handed out by HandOver, fault to end (Status `hosts_handed_out`)
+    bytes_moved: int | None         # bytes of HandOver messages sent, same span (`handover_bytes_out`); None: not reported
+    held_bytes: int                 # the agents' per-host state on disk at the fault (frontier and seen SQLite files)
+    held_hosts: int                 # the hosts that state is divided over
+    moved_per_host: float | None    # bytes_moved / hosts_moved
+    held_per_host: float | None     # held_bytes / held_hosts
+    ratio: float | None             # moved_per_host / held_per_host
+
+
+def handover_cost(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], held_bytes: int,
+                  held_hosts: int) -> HandoverCost:
+    """`before`, `after`: agent id -> Status counters at the fault and at the end. Each counter
+    counts from the agent's start, so the figure is the sum over the agents of `after` of
+    after - before (an agent absent from `before`, a joiner, started from 0; one absent from
+    `after`, dead at the end, is not counted). Bytes moved is None when no agent of `after`
+    reports `handover_bytes_out`."""
+    def moved(key: str) -> float:
+        return sum(c.get(key, 0.0) - before.get(a, {}).get(key, 0.0) for a, c in after.items())
+
+    hosts = int(moved("hosts_handed_out"))
+    nbytes = int(moved("handover_bytes_out")) if any("handover_bytes_out" in c for c in after.values()) else None
+    per_moved = nbytes / hosts if nbytes is not None and hosts else None
+    per_held = held_bytes / held_hosts if held_hosts else None
+    ratio = per_moved / per_held if per_moved is not None and per_held else None
+    return HandoverCost(hosts, nbytes, held_bytes, held_hosts, per_moved, per_held, ratio)
+
+
+def handback_time(samples: Iterable[tuple[float, float | None]], baseline: float, need: int, start: float) -> float | None:
+    """When the victim of flap had its hosts handed back, from polls of its Status counter
+    `hosts_handed_in` after the resume: `samples` are (time of the answer, counter value or None
+    when absent), `baseline` the counter before the pause. The handback counts as done at the
+    first answer showing at least `need` more hosts handed in; the figure returned is the time of
+    the answer before that one (`start`, the resume, if it is the first): the last moment the
+    victim certainly did not have them back. None: no answer showed it."""
+    last = start
+    for t, value in sorted(samples, key=lambda s: s[0]):
+        if value is not None and value - baseline >= max(need, 1):
+            return last
+        last = t
+    return None
+
+
+@dataclass
+class FlapFigure:
+    lost_hosts: list[str]          # the victim's hosts another agent requested while the victim was stopped
+    stale: int                     # victim page requests to those hosts from the stop to the window's end
+    overlapping: int               # of those, made before another agent's last page request to the same host
+    window_s: float                # the window's end, in seconds after the resume
+    before_handback: int | None = None   # of the stale ones, made before the handback (None: handback not seen)
+    handback_s: float | None = None      # the handback (handback_time), in seconds after the resume
+    per_host: dict[str, int] = field(default_factory=dict)  # stale requests per lost host
+
+
+def flap_stale(requests: Iterable[tuple[float, str, str, str]], victim_client: str, victim_hosts: Collection[str],
+               stop_t: float, resume_t: float, window_end: float, handback_t: float | None = None) -> FlapFigure:
+    """The flap figures, from the request log (and the handback time). `requests`: (time, client
+    address, host, canonical URL) per log line, robots.txt requests ignored throughout.
+
+    Lost hosts: hosts of `victim_hosts` (the victim's just before it was stopped) that a client
+    other than `victim_client` requested in [stop_t, resume_t): taken over while the victim hung.
+    Stale: the victim's requests to a lost host in [stop_t, window_end) (the harness passes
+    resume + lease; a stopped process sends nothing, so in practice these follow the resume). A
+    victim that waits for its hosts to be handed back still fetches them after the handback, so
+    this is not 0 for a correct agent. Before handback: the stale requests made before
+    `handback_t` (see handback_time): fetches of hosts it had lost and not yet got back, 0 for a
+    correct agent; None when `handback_t` is None. Overlapping: the stale requests made before
+    another client's last request (at or after stop_t) to the same host, i.e. while the host's
+    other owner was still fetching it (both fetching one host)."""
+    victim_hosts = set(victim_hosts)
+    lost: set[str] = set()
+    last_other: dict[str, float] = {}
+    mine: list[tuple[float, str]] = []
+    for t, client, host, url in requests:
+        if host not in victim_hosts or t < stop_t or urlsplit(url).path == "/robots.txt":
+            continue
+        if client == victim_client:
+            mine.append((t, host))
+            continue
+        if t < resume_t:
+            lost.add(host)
+        last_other[host] = max(last_other.get(host, t), t)
+    per_host: collections.Counter[str] = collections.Counter()
+    overlapping = early = 0
+    for t, host in mine:
+        if host in lost and t < window_end:
+            per_host[host] += 1
+            overlapping += t < last_other[host]
+            early += handback_t is not None and t < handback_t
+    return FlapFigure(sorted(lost), sum(per_host.values()), overlapping, window_end - resume_t,
+                      early if handback_t is not None else None,
+                      None if handback_t is None else handback_t - resume_t, dict(per_host))
+
+
 def worst(rows: Iterable["Row"]) -> tuple[int, float]:
     """(largest lost, largest stored twice as a percentage of truth) over the rows."""
     rows = [r for r in rows if r.metrics is not None]
@@ -178,6 +343,11 @@ class Row:
     finished: bool = False
     notes: list[str] = field(default_factory=list)
     run_dir: str = ""
+    victim2: str = ""                     # kill2: the second victim
+    fault2_after_s: float | None = None   # kill2: seconds from seeding to the second kill
+    joined: str = ""                      # join: the agent that joined
+    handover: HandoverCost | None = None  # join, flap: HandOver bytes per host moved against held
+    flap: FlapFigure | None = None        # flap: the victim's fetches of hosts it had lost
 
 
 class LogTail:
@@ -264,6 +434,145 @@ async def _owned_by(cl: cluster.Cluster, hosts: list[str], agent: str) -> set[st
         return {r.host for r in await c.resolve(hosts) if r.owner and r.owner[0] == agent}
 
 
+async def _owned_once_listed(cl: cluster.Cluster, hosts: list[str], agent: str, timeout: float = 10.0) -> tuple[set[str], float]:
+    """(the hosts `agent` owns, the time of that answer) in the first Resolve answer at or past
+    the epoch ListAgents reports now. ListAgents reads the consultant's store, which holds a new
+    agent a moment before Register has rebuilt the directory Resolve answers from: an answer in
+    that moment still names the old owners. Past the timeout, the last answer."""
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(cl.consultant) as c:
+        epoch = (await c.list_agents()).epoch
+        end = time.monotonic() + timeout
+        while True:
+            routes = await c.resolve(hosts)
+            if (routes and routes[0].epoch >= epoch) or time.monotonic() > end:
+                return {r.host for r in routes if r.owner and r.owner[0] == agent}, time.time()
+            await asyncio.sleep(0.02)
+
+
+async def _owners(cl: cluster.Cluster, hosts: list[str]) -> dict[str, str]:
+    """host -> its owner's agent id in the consultant's answer ("" if none)."""
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(cl.consultant) as c:
+        return {r.host: (r.owner[0] if r.owner else "") for r in await c.resolve(hosts)}
+
+
+async def _live_agents(cl: cluster.Cluster) -> dict[str, str]:
+    """agent id -> address of the agents the consultant holds alive."""
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(cl.consultant) as c:
+        return {a.agent_id: a.address for a in (await c.list_agents()).agents}
+
+
+async def _statuses(cl: cluster.Cluster) -> dict[str, dict[str, float] | None]:
+    """agent id -> Status counters of every agent the consultant holds alive (None: no answer)."""
+    from agent.client import AgentPool
+    from wancrawl.errors import WancrawlError
+
+    live = await _live_agents(cl)
+
+    async def one(pool: AgentPool, address: str) -> dict[str, float] | None:
+        try:
+            return dict((await pool.get(address).status(timeout=3)).counters)
+        except WancrawlError:
+            return None
+
+    async with AgentPool() as pool:
+        got = await asyncio.gather(*(one(pool, a) for a in live.values()))
+    return dict(zip(live, got))
+
+
+class CounterPoller(threading.Thread):
+    """One agent's Status counter polled in the background every `interval` s until `until`
+    (unix time) or stop(): `samples` are (time of the answer, value or None when absent)."""
+
+    def __init__(self, address: str, key: str, until: float, interval: float = 0.1):
+        super().__init__(daemon=True)
+        self.address, self.key, self.until, self.interval = address, key, until, interval
+        self.samples: list[tuple[float, float | None]] = []
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        asyncio.run(self._poll())
+
+    async def _poll(self) -> None:
+        from agent.client import AgentClient
+        from wancrawl.errors import WancrawlError
+
+        async with AgentClient(self.address) as c:
+            while not self._halt.is_set() and time.time() < self.until:
+                try:
+                    counters = (await c.status(timeout=1)).counters
+                    self.samples.append((time.time(), counters[self.key] if self.key in counters else None))
+                except WancrawlError:
+                    pass
+                await asyncio.sleep(self.interval)
+
+
+def agent_counters(cl: cluster.Cluster) -> dict[str, dict[str, float]]:
+    """agent id -> Status counters of the live agents that answer."""
+    return {a: c for a, c in asyncio.run(_statuses(cl)).items() if c is not None}
+
+
+# The per-host state of an agent on disk: its frontier (queues, host records) and seen set.
+# The -shm files are SQLite's shared-memory WAL index, not data: not counted.
+STATE_FILES = tuple(f"{base}{suffix}" for base in ("frontier.sqlite", "seen.sqlite") for suffix in ("", "-wal", "-journal"))
+
+
+def state_bytes(data_dir: str | Path) -> int:
+    total = 0
+    for name in STATE_FILES:
+        try:
+            total += (Path(data_dir) / name).stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def held_bytes(cl: cluster.Cluster) -> int:
+    """The agents' per-host state on disk now (every agent of the cluster, by its config's data_dir)."""
+    return sum(state_bytes(cluster.agent_config(cl.run_dir, a)["data_dir"]) for a in cl.agents)
+
+
+async def _wait_gone(cl: cluster.Cluster, agent: str, timeout: float) -> float | None:
+    """Poll the consultant until it no longer lists `agent` alive; the time then, None at the timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if agent not in await _live_agents(cl):
+                return time.time()
+        except Exception:  # noqa: BLE001 - the consultant is busy: poll again
+            pass
+        await asyncio.sleep(0.2)
+    return None
+
+
+async def _wait_replicas(cl: cluster.Cluster, timeout: float) -> tuple[float | None, int, bool]:
+    """Poll every live agent's Status until each answers with the gauge `replica_unsynced` (hosts
+    it owns whose backup copy is not current) at 0, an absent gauge counting as 0. Returns (the
+    time that held or None at the timeout, the last sum of the gauge, whether any agent reported
+    the gauge)."""
+    end = time.monotonic() + timeout
+    unsynced, reported = -1, False
+    while True:
+        st = await _statuses(cl)
+        reported = reported or any(c is not None and "replica_unsynced" in c for c in st.values())
+        if st and all(c is not None for c in st.values()):
+            unsynced = int(sum(c.get("replica_unsynced", 0.0) for c in st.values() if c is not None))
+            if unsynced == 0:
+                return time.time(), 0, reported
+        if time.monotonic() >= end:
+            return None, unsynced, reported
+        await asyncio.sleep(0.5)
+
+
 async def _wait_idle(cl: cluster.Cluster, timeout: float, stable: float) -> bool:
     from consultant.client import ConsultantClient
     from manager.status import wait_idle
@@ -286,10 +595,91 @@ def _wait_progress(tail: LogTail, truth: set[str], port: int, share: float, dead
     return False
 
 
-def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str]) -> tuple[float, Callable[[], None]]:
+@dataclass
+class FaultContext:
+    """What a scenario's fault needs and leaves for the comparison, besides the fault time."""
+    args: argparse.Namespace
+    truth_hosts: list[str]
+    candidates: set[str] | None = None         # the victim's hosts just before the fault
+    second_t: float | None = None              # kill2: the second kill
+    second_victim: str = ""
+    second_candidates: set[str] | None = None  # kill2: the second victim's hosts just before its kill
+    resume_t: float | None = None              # flap: the SIGCONT
+    poller: CounterPoller | None = None        # flap: the victim's hosts_handed_in after the resume
+    joined: str = ""                           # join: the new agent
+    joined_hosts: set[str] | None = None       # join: the hosts it owns once it answers
+    counters_before: dict[str, dict[str, float]] | None = None  # join, flap: Status counters at the fault
+    held_bytes: int = 0                        # join, flap: per-host state on disk at the fault
+
+
+def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], ctx: FaultContext) -> None:
+    """kill2's second step: once the consultant declared the first victim dead and every live
+    agent's replicas are current (or the waits timed out), kill -9 the agent that took most of the
+    first victim's hosts."""
+    lease = ctx.args.lease
+    dead_at = asyncio.run(_wait_gone(cl, victim, lease + KILL2_DEAD_S))
+    if dead_at is None:
+        notes.append(f"{victim} still listed alive {lease + KILL2_DEAD_S:.0f}s after its kill: no second kill")
+        return
+    notes.append(f"declared dead {dead_at - t:.1f}s after the kill")
+    synced_at, unsynced, reported = asyncio.run(_wait_replicas(cl, KILL2_SYNC_S))
+    if not reported:
+        notes.append("replica_unsynced not reported by any agent: taken as 0")
+    elif synced_at is None:
+        notes.append(f"replicas not current {KILL2_SYNC_S:.0f}s after: {unsynced} hosts unsynced at the second kill")
+    else:
+        notes.append(f"replicas current {synced_at - t:.1f}s after the kill")
+    owners = asyncio.run(_owners(cl, sorted(ctx.candidates or ())))
+    took = collections.Counter(o for o in owners.values() if o and o != victim)
+    if not took:
+        notes.append(f"no other agent owns {victim}'s hosts: no second kill")
+        return
+    victim2, k = took.most_common(1)[0]
+    ctx.second_victim = victim2
+    ctx.second_candidates = asyncio.run(_owned_by(cl, ctx.truth_hosts, victim2))
+    cluster.kill(cl.run_dir, f"agent-{victim2}")
+    ctx.second_t = time.time()
+    notes.append(f"then killed {victim2} (owner of {k} of {victim}'s {len(owners)} hosts) {ctx.second_t - t:.1f}s after the first kill")
+
+
+def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
+           ctx: FaultContext) -> tuple[float, Callable[[], None]]:
     """Inject the scenario's fault; returns (fault time, a completion step to run before waiting
-    for the end: the restart after the outage, or the drain's exit)."""
+    for the end: the restart after the outage, the drain's exit, kill2's second kill, flap's
+    resume)."""
     run = cl.run_dir
+    if name == "kill2":
+        cluster.kill(run, f"agent-{victim}")
+        t = time.time()
+        return t, lambda: _kill2_second(cl, victim, t, notes, ctx)
+    if name == "join":
+        ctx.counters_before, ctx.held_bytes = agent_counters(cl), held_bytes(cl)
+        proc = cluster.add_agent(run, ctx.args.join)  # returns once the consultant lists it
+        fresh = cluster.Cluster.load(run)
+        cl.agents, cl.agent_sources, cl.procs = fresh.agents, fresh.agent_sources, fresh.procs
+        ctx.joined = proc.name.removeprefix("agent-")
+        # The fault is in place once the consultant's answers name the joiner.
+        ctx.joined_hosts, t = asyncio.run(_owned_once_listed(cl, ctx.truth_hosts, ctx.joined))
+        notes.append(f"joined {ctx.joined} ({cl.agent_sources[ctx.joined]}), owner of {len(ctx.joined_hosts)} hosts")
+        return t, lambda: None
+    if name == "flap":
+        ctx.counters_before, ctx.held_bytes = agent_counters(cl), held_bytes(cl)
+        cluster.pause(run, f"agent-{victim}")
+        t = time.time()
+        pause_s = ctx.args.lease + FLAP_EXTRA_S
+
+        def resume() -> None:
+            time.sleep(max(0.0, t + pause_s - time.time()))
+            try:
+                dead = victim not in asyncio.run(_live_agents(cl))
+                notes.append(f"stopped {pause_s:g}s, " + ("declared dead before the resume" if dead else "still listed alive at the resume"))
+            finally:
+                cluster.resume(run, f"agent-{victim}")
+                ctx.resume_t = time.time()
+                ctx.poller = CounterPoller(cl.agents[victim], "hosts_handed_in", ctx.resume_t + ctx.args.lease)
+                ctx.poller.start()
+
+        return t, resume
     if name in ("restart", "kill"):
         cluster.kill(run, f"agent-{victim}")
         t = time.time()
@@ -347,10 +737,13 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     candidates: set[str] | None = None
     truth: set[str] = set()
     seeded_at: float | None = None
+    ctx: FaultContext | None = None
+    counters_after: dict[str, dict[str, float]] | None = None
     try:
         if victim and victim not in cl.agents:
             raise ValueError(f"victim {victim!r} is not one of the agents {sorted(cl.agents)}")
         truth = compute_truth(cl)
+        ctx = FaultContext(args, sorted({host_of_canonical(u) for u in truth}))
         tail = LogTail(cl.web_log)
         t0, seeded_at = time.monotonic(), time.time()
         deadline = t0 + args.timeout
@@ -362,13 +755,23 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
             if name != "baseline":
                 row.fault_at = len(seen) / len(truth)
                 if victim:
-                    candidates = asyncio.run(_owned_by(cl, sorted({host_of_canonical(u) for u in truth}), victim))
-                fault_t, complete = _fault(name, cl, victim, row.notes)
-                row.fault_after_s = time.monotonic() - t0
+                    candidates = ctx.candidates = asyncio.run(_owned_by(cl, ctx.truth_hosts, victim))
+                fault_t, complete = _fault(name, cl, victim, row.notes, ctx)
+                row.fault_after_s = fault_t - seeded_at
                 complete()
+                if ctx.second_t is not None:
+                    row.victim2, row.fault2_after_s = ctx.second_victim, ctx.second_t - seeded_at
+                row.joined = ctx.joined
             row.finished = asyncio.run(_wait_idle(cl, deadline - time.monotonic(), args.stable))
             if not row.finished:
                 row.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
+            if ctx.poller is not None:
+                ctx.poller.stop()
+            if ctx.counters_before is not None:
+                # Before `down`: stopping agents deregister and hand their hosts over.
+                counters_after = agent_counters(cl)
+                if name == "flap" and victim not in counters_after:
+                    row.notes.append(f"{victim} not alive (or not answering) at the end")
         row.crawl_s = time.monotonic() - t0
     except Exception as exc:  # noqa: BLE001 - the row says what failed, the other scenarios go on
         row.notes.append(f"ERROR: {type(exc).__name__}: {exc}")
@@ -377,10 +780,16 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         # agent deregisters, so its hosts move to agents still running: if the crawl had not
         # finished (a timeout), they fetch during the teardown. Those fetches are not counted.
         t_end = time.time()
-        stopped = cluster.down(run)
+        try:
+            if ctx is not None and ctx.poller is not None:
+                ctx.poller.stop()  # an error above left it polling
+        finally:
+            stopped = cluster.down(run)
     # A process that died by itself (not the victim of kill or drain) makes the row meaningless:
     # say so rather than blame the crawler (the web once died of SIGPIPE when an agent was killed).
-    gone_by_design = {f"agent-{victim}"} if name in ("kill", "drain") and fault_t is not None else set()
+    gone_by_design = {f"agent-{victim}"} if name in ("kill", "drain", "kill2") and fault_t is not None else set()
+    if ctx is not None and ctx.second_victim:
+        gone_by_design.add(f"agent-{ctx.second_victim}")
     for p in cluster.Cluster.load(run).procs:
         if p.name not in stopped and p.name not in gone_by_design:
             row.notes.append(f"ERROR: {p.name} was not running at the end (see {p.log})")
@@ -397,10 +806,33 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         pages = [t for t, _, _, u in requests if urlsplit(u).path != "/robots.txt"]
         if pages and seeded_at is not None:
             row.last_fetch_s = max(pages) - seeded_at
-        if fault_t is not None:
-            # Only a restarted victim recovers its own hosts; a drained or killed one does not.
-            ignore = [cl.agent_sources[victim]] if name in ("drain", "kill") else []
-            row.recovery = recovery(fault_t, requests, truth, candidates, ignore)
+        if fault_t is not None and ctx is not None:
+            if name == "join":
+                # The joiner's takeover: its first request to each host it took with work left.
+                others = [src for a, src in cl.agent_sources.items() if a != ctx.joined]
+                row.recovery = recovery(fault_t, requests, truth, ctx.joined_hosts, others)
+            else:
+                # Only a restarted (or resumed) victim recovers its own hosts; a drained or killed one does not.
+                ignore = [cl.agent_sources[victim]] if name in ("drain", "kill", "kill2") else []
+                row.recovery = recovery(fault_t, requests, truth, candidates, ignore)
+            if name == "kill2" and ctx.second_t is not None:
+                # The second victim's hosts (the first's it took included), from the second kill.
+                second = recovery(ctx.second_t, requests, truth, ctx.second_candidates,
+                                  [cl.agent_sources[victim], cl.agent_sources[ctx.second_victim]])
+                row.recovery = merge_recovery(row.recovery, second)
+            if ctx.counters_before is not None and counters_after is not None:
+                row.handover = handover_cost(ctx.counters_before, counters_after, ctx.held_bytes, len(ctx.truth_hosts))
+            if name == "flap" and ctx.resume_t is not None and candidates is not None:
+                src = cl.agent_sources[victim]
+                lost = flap_stale(requests, src, candidates, fault_t, ctx.resume_t, ctx.resume_t + args.lease).lost_hosts
+                baseline = (ctx.counters_before or {}).get(victim, {}).get("hosts_handed_in", 0.0)
+                samples = ctx.poller.samples if ctx.poller is not None else []
+                back = handback_time(samples, baseline, len(lost), ctx.resume_t)
+                row.flap = flap_stale(requests, src, candidates, fault_t, ctx.resume_t, ctx.resume_t + args.lease, back)
+                if not samples:
+                    row.notes.append(f"{victim}'s Status did not answer after the resume")
+                elif all(v is None for _, v in samples):
+                    row.notes.append("hosts_handed_in not reported")
     return row
 
 
@@ -444,6 +876,43 @@ HEADERS = ["scenario", "truth", "stored", "lost", "stored twice", "fetched twice
            "end s", "notes"]
 
 
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+HANDOVER_HEADERS = ["scenario", "hosts moved", "bytes moved", "moved B/host", "held B/host", "moved/held", "held at the fault"]
+FLAP_HEADERS = ["scenario", "lost hosts", "handback s", "fetched before handback", "fetched in window",
+                "while another agent fetched them", "window"]
+
+
+def handover_rows(rows: list[Row]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        h = r.handover
+        if h is not None:
+            out.append([r.scenario, str(h.hosts_moved), _num(h.bytes_moved), _num(h.moved_per_host), _num(h.held_per_host),
+                        _num(h.ratio, ".3g"), f"{h.held_bytes:,} B over {h.held_hosts} hosts"])
+    return out
+
+
+def flap_rows(rows: list[Row]) -> list[list[str]]:
+    return [[r.scenario, str(len(r.flap.lost_hosts)), _num(r.flap.handback_s, ".1f"), _num(r.flap.before_handback, "d"),
+             str(r.flap.stale), str(r.flap.overlapping), f"pause to resume + {r.flap.window_s:.0f}s"]
+            for r in rows if r.flap is not None]
+
+
+def _small_table(console, title: str, headers: list[str], cells: list[list[str]]) -> None:
+    from rich.table import Table
+
+    console.print(title, highlight=False, markup=False)
+    t = Table(show_edge=False, box=None, pad_edge=False)
+    for h in headers:
+        t.add_column(h, justify="left" if h in ("scenario", "held at the fault", "window") else "right", overflow="fold")
+    for c in cells:
+        t.add_row(*c)
+    console.print(t)
+
+
 def print_table(rows: list[Row], header: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -459,6 +928,12 @@ def print_table(rows: list[Row], header: list[str]) -> None:
     console.print(t)
     lost, pct = worst(rows)
     console.print(f"worst: lost {lost}, stored twice {pct:.1f}%", highlight=False, markup=False)
+    if handover_rows(rows):
+        _small_table(console, "handover cost (HandOver bytes per host moved, fault to end, against per-host state held at the fault):",
+                     HANDOVER_HEADERS, handover_rows(rows))
+    if flap_rows(rows):
+        _small_table(console, "flap (the victim's page requests to the hosts another agent fetched while it was stopped; handback s: after the resume):",
+                     FLAP_HEADERS, flap_rows(rows))
 
 
 def parse_scenarios(values: list[str] | None) -> list[str]:
@@ -480,7 +955,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topology", help="lab topology TOML (default: seed 002's world)")
     p.add_argument("--strategy", default="asn")
     p.add_argument("--groups", default=",".join(DEFAULT_GROUPS), help="four ISP-city agent groups")
-    p.add_argument("--victim", default=DEFAULT_VICTIM, help="the agent that restart, drain and kill hit")
+    p.add_argument("--victim", default=DEFAULT_VICTIM, help="the agent that restart, drain, kill, kill2 (first) and flap hit")
+    p.add_argument("--join", default=DEFAULT_JOIN, help=f"join: the ISP-city group of the agent that joins (default {DEFAULT_JOIN})")
     p.add_argument("--fault-at", type=float, default=0.4, help="share of truth requested when the fault comes")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds from seeding to the end of the crawl")
     p.add_argument("--stable", type=float, default=2.0, help="seconds every live agent must stay idle to call the crawl finished")
@@ -501,8 +977,9 @@ def main(argv: list[str] | None = None) -> int:
         f"lab seed {args.seed}, topology {args.topology or 'default (seed 002)'}, strategy {args.strategy}, "
         f"time scale {args.time_scale:g}{', zero latency' if args.zero_latency else ''}, politeness delay {args.delay:g}s, "
         f"concurrency {args.concurrency}",
-        f"agents {', '.join(args.groups)}; victim {args.victim}; fault at {args.fault_at:.0%} of truth requested",
-        f"lease {args.lease:g}s; outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s; "
+        f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at {args.fault_at:.0%} of truth requested",
+        f"lease {args.lease:g}s; outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s, "
+        f"flap {args.lease + FLAP_EXTRA_S:g}s (lease + {FLAP_EXTRA_S:g}s); "
         f"end: every live agent idle for {args.stable:g}s, timeout {args.timeout:g}s after seeding",
         f"runs under {base}",
     ]
@@ -539,8 +1016,13 @@ def _row_json(r: Row) -> dict:
     if r.recovery is not None:
         d["recovery"]["per_host"] = {h: round(s, 3) for h, s in sorted(r.recovery.per_host.items())}
         d["recovery"]["seconds"] = None if r.recovery.seconds is None else round(r.recovery.seconds, 3)
-    for k in ("fault_at", "fault_after_s", "crawl_s", "last_fetch_s"):
+    for k in ("fault_at", "fault_after_s", "crawl_s", "last_fetch_s", "fault2_after_s"):
         d[k] = None if d[k] is None else round(d[k], 3)
+    if d["handover"] is not None:
+        d["handover"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d["handover"].items()}
+    if d["flap"] is not None:
+        for k in ("window_s", "handback_s"):
+            d["flap"][k] = None if d["flap"][k] is None else round(d["flap"][k], 3)
     return d
 
 

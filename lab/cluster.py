@@ -5,7 +5,8 @@ the consultant, storage and one agent per chosen ISP/city group (each bound to i
 until they answer, and records them in RUN_DIR/cluster.json. `down` stops exactly those
 processes (it checks each pid still runs the command it started, so a reused pid is left alone).
 `kill` and `restart` crash one of them and start it again from its recorded command (the fault
-harness, bench/chaos.py).
+harness, bench/chaos.py); `pause` and `resume` stop and continue one (SIGSTOP/SIGCONT: a process
+that hangs, then comes back); `add_agent` starts one more agent in a running cluster (a join).
 """
 
 from __future__ import annotations
@@ -269,6 +270,8 @@ def down(run_dir: str | Path, timeout: float = 20.0) -> list[str]:
     for p in order:
         if not _alive(p):
             continue
+        # A paused process (SIGSTOP) would hold SIGTERM pending until the timeout: continue it first.
+        os.kill(p.pid, signal.SIGCONT)
         os.kill(p.pid, signal.SIGTERM)
         end = time.monotonic() + timeout
         while _alive(p) and time.monotonic() < end:
@@ -329,3 +332,131 @@ def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
     if not ok or not _alive(new):
         raise Unavailable(f"{name} did not come back: see {new.log}")
     return new
+
+
+def _state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat (R, S, T stopped, Z zombie...), "" if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0]  # the command name in parentheses may hold spaces
+
+
+def pause(run_dir: str | Path, name: str, timeout: float = 10.0) -> Proc:
+    """SIGSTOP one process of the run (it hangs: no heartbeat, no request, its sockets open) and
+    return once the kernel reports it stopped. `resume` continues it; `down` continues a paused
+    process before stopping it."""
+    cl = Cluster.load(run_dir)
+    p = cl.procs[_find(cl, name)]
+    if not _alive(p):
+        raise FailedPrecondition(f"{name} (pid {p.pid}) is not running")
+    os.kill(p.pid, signal.SIGSTOP)
+    end = time.monotonic() + timeout
+    while _state(p.pid) not in ("T", "t"):
+        if time.monotonic() > end or not _alive(p):
+            raise Unavailable(f"{name} (pid {p.pid}) did not stop {timeout:.0f}s after SIGSTOP")
+        time.sleep(0.01)
+    return p
+
+
+def resume(run_dir: str | Path, name: str, timeout: float = 10.0) -> Proc:
+    """SIGCONT a process `pause` stopped and return once it runs again."""
+    cl = Cluster.load(run_dir)
+    p = cl.procs[_find(cl, name)]
+    if not _alive(p):
+        raise FailedPrecondition(f"{name} (pid {p.pid}) is not running")
+    os.kill(p.pid, signal.SIGCONT)
+    end = time.monotonic() + timeout
+    while _state(p.pid) in ("T", "t"):
+        if time.monotonic() > end:
+            raise Unavailable(f"{name} (pid {p.pid}) still stopped {timeout:.0f}s after SIGCONT")
+        time.sleep(0.01)
+    return p
+
+
+# The settings of one agent's config that are its own; `add_agent` copies every other line.
+_OWN_KEYS = ("agent_id", "listen", "data_dir", "source_ip")
+
+
+def _config_of(p: Proc) -> Path:
+    try:
+        return Path(p.cmd[p.cmd.index("--config") + 1])
+    except (ValueError, IndexError):
+        raise ConfigError(f"{p.name}: recorded command {p.cmd!r} has no --config") from None
+
+
+def agent_config(run_dir: str | Path, agent_id: str) -> dict:
+    """The parsed config of one agent of the run (from its recorded command's --config)."""
+    import tomllib
+
+    cl = Cluster.load(run_dir)
+    return tomllib.loads(_config_of(cl.procs[_find(cl, f"agent-{agent_id}")]).read_text())
+
+
+def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
+    """Start one more agent in a running cluster (a join): `group` is an "isp-city" block as
+    `up`'s groups ("isp-city#n" for its n-th agent). Its config is a copy of the first agent's
+    (the same consultant, storage, hosts file, concurrency, politeness, fetch and scope settings)
+    with its own id, listen address, data dir and source address; it is started the way `up`
+    starts agents, recorded in cluster.json (so `down` stops it and `kill`/`pause` find it), and
+    returned once it answers gRPC health. Blocking: not from a running event loop."""
+    import re
+
+    cl = Cluster.load(run_dir)
+    run = Path(cl.run_dir)
+    topo = topology.load(cl.topology or None)
+    block, _, slot = group.partition("#")
+    isp, _, city = block.partition("-")
+    n = int(slot) if slot.isdigit() else 0
+    g = block if n == 0 else f"{block}-{n}"
+    try:
+        src = topo.agent_address(isp, city, n)
+    except (KeyError, ValueError) as exc:
+        known = ", ".join(b.name for b in topo.blocks)
+        raise ConfigError(f"unknown ISP/city group {group!r} (known: {known}; '#n' picks the n-th agent of a block, 0-7)") from exc
+    name = f"agent-{g}"
+    if g in cl.agents or any(p.name == name for p in cl.procs):
+        raise FailedPrecondition(f"agent {g} is already in the cluster of {run}")
+    template = next((p for p in cl.procs if p.name.startswith("agent-")), None)
+    if template is None:
+        raise ConfigError(f"no agent in the cluster of {run} to copy the settings of")
+    aport = free_port()
+    own = {"agent_id": g, "listen": f"127.0.0.1:{aport}", "data_dir": str(run / "agents" / g), "source_ip": src}
+    text = _config_of(template).read_text()
+    for key, value in own.items():
+        text, count = re.subn(rf"^{key} = .*$", lambda _m, k=key, v=value: f"{k} = {json.dumps(v)}", text,
+                              count=1, flags=re.MULTILINE)
+        if count != 1:
+            raise ConfigError(f"{_config_of(template)}: no top-level {key!r} line to replace")
+    cfg = run / "agents" / f"{g}.toml"
+    cfg.write_text(text.replace("# written by lab up", f"# written by lab add_agent (a copy of {template.name})", 1))
+    p = _start(name, ["agent.cli", "run", "--config", str(cfg)], run)
+    p.address = own["listen"]
+    cl.procs.append(p)
+    cl.agents[g] = p.address
+    cl.agent_sources[g] = src
+    cl.save()
+    if not asyncio.run(_healthy(p.address, timeout)) or not _alive(p):
+        raise Unavailable(f"{name} did not come up: see {p.log}")
+    # An agent answers health before its registration is through: until the consultant lists
+    # it, the cluster has not changed (the consultant's answers still name the old owners).
+    if cl.consultant and not asyncio.run(_registered(cl.consultant, g, timeout)):
+        raise Unavailable(f"{name} answers but the consultant does not list it alive: see {p.log}")
+    return p
+
+
+async def _registered(consultant: str, agent_id: str, timeout: float) -> bool:
+    from consultant.client import ConsultantClient
+    from wancrawl.errors import WancrawlError
+
+    end = time.monotonic() + timeout
+    async with ConsultantClient(consultant) as c:
+        while time.monotonic() < end:
+            try:
+                if any(a.agent_id == agent_id for a in (await c.list_agents()).agents):
+                    return True
+            except WancrawlError:
+                pass
+            await asyncio.sleep(0.1)
+    return False

@@ -72,3 +72,88 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
     rows = [chaos.Row("a", chaos.Comparison(1000, 990, 10, 5, 5, 0, 0)), chaos.Row("b", chaos.Comparison(1000, 1000, 0, 20, 20, 20, 0)),
             chaos.Row("c")]
     assert chaos.worst(rows) == (10, 2.0)
+
+
+def test_scenarios_run_in_the_documented_order():
+    assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap")
+
+
+def test_two_kills_recovery_merges_per_host():
+    # kill2: a.lab was the first victim's (fault 10), then the second victim's (fault 30) with b.lab.
+    first = chaos.Recovery(1, 2.0, [], {"a.lab": 2.0})
+    second = chaos.Recovery(3, 5.0, ["c.lab"], {"a.lab": 1.0, "b.lab": 5.0})
+    r = chaos.merge_recovery(first, second)
+    assert r.affected == 3 and r.per_host == {"a.lab": 2.0, "b.lab": 5.0} and r.seconds == 5.0 and r.never == ["c.lab"]
+    # A host recovered after the first kill but never after the second is "never".
+    r = chaos.merge_recovery(first, chaos.Recovery(1, None, ["a.lab"], {}))
+    assert r.affected == 1 and r.seconds is None and r.never == ["a.lab"] and r.per_host == {}
+
+
+def test_handover_cost_is_bytes_per_host_moved_against_held():
+    before = {"x": {"hosts_handed_out": 2, "handover_bytes_out": 1000}, "y": {"hosts_handed_out": 0, "handover_bytes_out": 0}}
+    after = {"x": {"hosts_handed_out": 6, "handover_bytes_out": 9000},   # 4 hosts, 8000 B since the fault
+             "y": {"hosts_handed_out": 1, "handover_bytes_out": 2000},   # 1 host, 2000 B
+             "z": {"hosts_handed_out": 0, "handover_bytes_out": 0}}      # the joiner: absent before
+    h = chaos.handover_cost(before, after, held_bytes=40_000, held_hosts=10)
+    assert (h.hosts_moved, h.bytes_moved, h.moved_per_host, h.held_per_host, h.ratio) == (5, 10_000, 2000.0, 4000.0, 0.5)
+
+
+def test_handover_cost_without_the_bytes_counter_is_not_available():
+    h = chaos.handover_cost({}, {"x": {"hosts_handed_out": 3}}, held_bytes=1000, held_hosts=0)
+    assert (h.hosts_moved, h.bytes_moved, h.moved_per_host, h.held_per_host, h.ratio) == (3, None, None, None, None)
+    assert chaos.handover_rows([chaos.Row("join", handover=h)])[0][1:6] == ["3", "n/a", "n/a", "n/a", "n/a"]
+    none_moved = chaos.handover_cost({}, {"x": {"hosts_handed_out": 0, "handover_bytes_out": 0}}, 1000, 10)
+    assert none_moved.bytes_moved == 0 and none_moved.moved_per_host is None and none_moved.held_per_host == 100.0
+
+
+def test_flap_counts_the_victims_fetches_of_hosts_taken_while_it_hung():
+    # The victim "v" owned a.lab, b.lab and c.lab; stopped at 10, resumed at 30, window to 45.
+    V, W = "v", "w"
+    C = "http://c.lab:8080"
+    requests = [
+        (5.0, V, "a.lab", f"{A}/"),            # before the stop: not counted
+        (26.0, W, "a.lab", f"{A}/robots.txt"),  # robots.txt alone does not make a host lost
+        (27.0, W, "a.lab", f"{A}/1"),           # a.lab taken while v hung
+        (28.0, W, "b.lab", f"{B}/"),            # b.lab taken while v hung
+        (30.5, V, "a.lab", f"{A}/2"),           # stale, and w still fetches a.lab after it: overlapping
+        (31.0, W, "a.lab", f"{A}/2"),
+        (33.0, V, "b.lab", f"{B}/1"),           # stale, w had stopped fetching b.lab: not overlapping
+        (33.5, V, "b.lab", f"{B}/robots.txt"),  # robots.txt: not counted
+        (34.0, V, "c.lab", f"{C}/"),            # c.lab was not taken by anyone: not stale
+        (35.0, W, "c.lab", f"{C}/1"),           # taken only after the resume: not a lost host
+        (46.0, V, "a.lab", f"{A}/3"),           # after the window
+        (20.0, W, "d.lab", "http://d.lab:8080/"),  # not the victim's host
+    ]
+    f = chaos.flap_stale(requests, V, {"a.lab", "b.lab", "c.lab"}, stop_t=10.0, resume_t=30.0, window_end=45.0)
+    assert f.lost_hosts == ["a.lab", "b.lab"] and f.stale == 2 and f.overlapping == 1 and f.window_s == 15.0
+    assert f.per_host == {"a.lab": 1, "b.lab": 1} and f.before_handback is None and f.handback_s is None
+    assert chaos.flap_rows([chaos.Row("flap", flap=f)]) == [["flap", "2", "n/a", "n/a", "2", "1", "pause to resume + 15s"]]
+    # Handed back at 32 (after the a.lab fetch at 30.5, before the b.lab one at 33): one fetch before.
+    f = chaos.flap_stale(requests, V, {"a.lab", "b.lab", "c.lab"}, 10.0, 30.0, 45.0, handback_t=32.0)
+    assert f.before_handback == 1 and f.handback_s == 2.0 and f.stale == 2
+    assert chaos.flap_rows([chaos.Row("flap", flap=f)]) == [["flap", "2", "2.0", "1", "2", "1", "pause to resume + 15s"]]
+    clean = chaos.flap_stale([r for r in requests if r[1] == W], V, {"a.lab", "b.lab"}, 10.0, 30.0, 45.0, 32.0)
+    assert clean.lost_hosts == ["a.lab", "b.lab"] and clean.stale == clean.overlapping == clean.before_handback == 0
+
+
+def test_handback_is_the_last_answer_before_the_hosts_were_in():
+    # hosts_handed_in was 3 before the pause; 2 hosts were lost. Resumed at 30.
+    samples = [(30.1, 3.0), (30.2, None), (30.3, 4.0), (30.4, 5.0), (30.5, 6.0)]
+    assert chaos.handback_time(samples, baseline=3.0, need=2, start=30.0) == 30.3
+    assert chaos.handback_time(list(reversed(samples)), 3.0, 2, 30.0) == 30.3     # in any order
+    assert chaos.handback_time([(30.1, 5.0)], 3.0, 2, 30.0) == 30.0               # back at the first answer: the resume
+    assert chaos.handback_time(samples, 3.0, 9, 30.0) is None                      # never all back
+    assert chaos.handback_time([(30.1, None)], 0.0, 1, 30.0) is None               # counter not reported
+    assert chaos.handback_time([(30.1, 0.0), (30.2, 1.0)], 0.0, 0, 30.0) == 30.1   # no host lost: the first handover
+
+
+def test_rows_with_the_new_figures_serialise_to_json():
+    import json
+
+    f = chaos.flap_stale([], "v", {"a.lab"}, 10.0, 30.0, 45.0, handback_t=30.25)
+    row = chaos.Row("flap", chaos.Comparison(5, 5, 0, 0, 0, 0), chaos.Recovery(1, 1.23456, [], {"a.lab": 1.23456}),
+                    handover=chaos.handover_cost({}, {"x": {"hosts_handed_out": 3, "handover_bytes_out": 1000}}, 7000, 3),
+                    flap=f, fault2_after_s=12.34567)
+    d = json.loads(json.dumps(chaos._row_json(row)))
+    assert d["handover"]["moved_per_host"] == 333.333 and d["handover"]["held_per_host"] == 2333.333
+    assert d["flap"]["handback_s"] == 0.25 and d["flap"]["before_handback"] == 0 and d["fault2_after_s"] == 12.346
