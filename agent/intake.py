@@ -48,6 +48,7 @@ class Intake:
         wake: Callable[[str], None],
         durable: Callable[[], Awaitable[None]],
         arriving: Callable[[list[str]], None] = lambda hosts: None,
+        replicated: Callable[[], Awaitable[None]] | None = None,
         sort_query: bool = False,
     ):
         self.seen = seen
@@ -58,6 +59,7 @@ class Intake:
         self.wake = wake            # a host got work (the dispatcher's signal)
         self.durable = durable      # returns after the next group commit
         self.arriving = arriving    # hosts about to get URLs (ownership may hold a new one first)
+        self.replicated = replicated  # returns once what is committed is at the backups
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
                                            "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0}
@@ -163,4 +165,7 @@ class Intake:
         self.counters["pushed_in"] += len(accepted)
         self.counters["not_mine_sent"] += len(not_mine)
         await self.durable()
+        if accepted and self.replicated is not None:
+            # The sender forgets these URLs once answered: they must outlive this agent too.
+            await self.replicated()
         return IntakeResult(len(accepted), not_mine, errs)

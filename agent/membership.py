@@ -65,8 +65,14 @@ class Membership:
                     continue
                 self.counters["consultant_rpcs"] += 1
                 sent = self.clock()
+                lapsed = not self.gate.lease_ok(sent)
                 self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
-                self.gate.renew(sent + self.lease, self.clock())
+                if lapsed:
+                    # Past its lease the consultant may have declared this agent dead and let
+                    # others take its hosts (a heartbeat revives a dead agent): settle as after
+                    # a registration before fetching again.
+                    self.registrations += 1
+                self.gate.renew(sent + self.lease, self.clock(), registered=lapsed)
             except errors.NotFound:
                 log.info("consultant forgot %s (restart or expiry): registering again", self.id)
                 self.registered = False

@@ -88,7 +88,8 @@ class AgentNode:
         # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,
                              wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
-                             arriving=lambda hosts: self.ownership.arriving(hosts))
+                             arriving=lambda hosts: self.ownership.arriving(hosts),
+                             replicated=self._replicated if rep.enabled else None)
         router = Router(self.id, self.directory.cache, alpha=r.alpha, beta=r.beta, flush_interval=r.flush_interval)
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
@@ -106,6 +107,10 @@ class AgentNode:
             settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5, clock=clock)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
+
+    async def _replicated(self) -> None:
+        if self.replicator is not None:  # built after Intake, which needs this
+            await self.replicator.barrier()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -186,6 +191,8 @@ class AgentNode:
         items, errs = self.intake.screen(urls)
         self.routing.route(items)
         await self.commit_log.barrier()  # local ones queued, the rest in the outbox: durable
+        if self.replicator is not None:
+            await self.replicator.barrier()  # and the local ones at their backups
         return IntakeResult(len(items), [], errs)
 
     # -- status ---------------------------------------------------------------------------------

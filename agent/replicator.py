@@ -70,6 +70,7 @@ class Replicator:
         self._backoff: dict[str, float] = {}  # backup id -> no sends before
         self._epoch = directory.epoch
         self._lock = asyncio.Lock()  # one round at a time: a backup gets each host's changes in order
+        self._waiters: list[asyncio.Future[None]] = []  # answered at the end of the next round
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "replica_sends": 0, "replica_send_failures": 0, "replica_full_copies": 0, "replica_bytes_out": 0,
@@ -140,7 +141,22 @@ class Replicator:
 
     async def round(self) -> None:
         async with self._lock:
-            await self._round()
+            waiters, self._waiters = self._waiters, []
+            try:
+                await self._round()
+            finally:
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
+
+    async def barrier(self) -> None:
+        """Return after a round that started after this call: what was committed before it is
+        at its backup (or that backup failed: the replica lags, counted). A peer's push is
+        acknowledged only then, so a URL it handed over survives this agent's crash."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self.waker.set()
+        await fut
 
     async def _round(self) -> None:
         self._collect()
