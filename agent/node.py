@@ -104,7 +104,8 @@ class AgentNode:
         self.ownership = Ownership(
             self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
-            settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5, clock=clock)
+            settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5,
+            unshipped_grace=rep.unshipped_grace, clock=clock)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
 
@@ -199,7 +200,10 @@ class AgentNode:
     def idle(self) -> bool:
         """Nothing queued (or only parked hosts: none due within the park horizon), fetched,
         owed to peers or waiting for storage."""
-        return ((len(self.frontier) == 0 or self.dispatcher.only_parked(self.clock())) and self.dispatcher.idle()
+        now = self.clock()
+        # Hosts the gate keeps closed (settling, lease lapsed) are waiting, not parked.
+        closed = self.gate.holding or self.gate.settling or not self.gate.lease_ok(now)
+        return ((len(self.frontier) == 0 or (not closed and self.dispatcher.only_parked(now))) and self.dispatcher.idle()
                 and self.routing.idle() and not self.commit_log.busy() and self.shipper.idle())
 
     def load_report(self) -> common_pb2.LoadReport:

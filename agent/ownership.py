@@ -78,7 +78,7 @@ class Ownership:
     def __init__(self, self_id: str, address: Callable[[], str], ledger: HostLedger, replicas: ReplicaStore | None,
                  directory: HostDirectory, handoff: HandOff, peers: AgentPool, gate: Gate, replicator: Replicator | None,
                  membership: Membership, *, in_flight: Callable[[str], int], durable: Callable[[], Awaitable[None]],
-                 settle_seconds: float, wait_in_flight: float, clock: Callable[[], float]):
+                 settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float]):
         self.self_id = self_id
         self.address = address
         self.ledger = ledger
@@ -93,6 +93,7 @@ class Ownership:
         self.durable = durable
         self.settle_seconds = settle_seconds
         self.wait_in_flight = wait_in_flight
+        self.unshipped_grace = unshipped_grace
         self.clock = clock
         self._epoch = -1                # the epoch last settled (-1: none yet)
         self._registrations = 0         # membership registrations seen
@@ -228,8 +229,11 @@ class Ownership:
     def promote(self, hosts: list[str]) -> None:
         """The replicas of hosts whose owner is dead become this agent's state."""
         assert self.replicas is not None
+        # Pages the dead owner fetched but had not stored wait a grace: if it was only paused,
+        # it stores them and takes the host back before they are due here.
+        defer = self.clock() + self.unshipped_grace
         for h in hosts:
-            st = self.replicas.export(h)
+            st = self.replicas.export(h, defer_unshipped=defer)
             self.ledger.merge(st)
             self.replicas.drop([h])
             log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))

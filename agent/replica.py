@@ -23,7 +23,7 @@ from wancrawl.v1 import agent_pb2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rq (
     host TEXT NOT NULL, seq INTEGER NOT NULL, depth INTEGER NOT NULL, url TEXT NOT NULL, via TEXT NOT NULL,
-    not_before REAL NOT NULL, PRIMARY KEY (host, seq)
+    not_before REAL NOT NULL, unshipped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (host, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rhost (host TEXT PRIMARY KEY, owner TEXT NOT NULL, crawl BLOB NOT NULL) WITHOUT ROWID;
 """
@@ -58,10 +58,13 @@ class ReplicaStore:
     def queued(self, host: str) -> int:
         return self._db.execute("SELECT count(*) FROM rq WHERE host=?", (host,)).fetchone()[0]
 
-    def export(self, host: str) -> HostState:
-        """The replica of one host as a HostState (queue in BFS order, seen, crawl state)."""
-        queue = [Item(url, host, depth, via, nb) for depth, url, via, nb in self._db.execute(
-            "SELECT depth, url, via, not_before FROM rq WHERE host=? ORDER BY depth, seq", (host,))]
+    def export(self, host: str, defer_unshipped: float = 0.0) -> HostState:
+        """The replica of one host as a HostState (queue in BFS order, seen, crawl state).
+        Entries the owner fetched but had not yet stored get not_before = defer_unshipped: if
+        the owner comes back (a pause) it stores them and the handback drops them here."""
+        queue = [Item(url, host, depth, via, max(nb, defer_unshipped) if unshipped else nb)
+                 for depth, url, via, nb, unshipped in self._db.execute(
+                     "SELECT depth, url, via, not_before, unshipped FROM rq WHERE host=? ORDER BY depth, seq", (host,))]
         row = self._db.execute("SELECT crawl FROM rhost WHERE host=?", (host,)).fetchone()
         crawl = None
         if row is not None:
@@ -94,11 +97,13 @@ class ReplicaStore:
                 db.execute("INSERT OR REPLACE INTO rhost VALUES (?, ?, ?)", (h, sender, crawl))
                 self._owner[h] = sender
                 if st.queue:
-                    db.executemany("INSERT OR REPLACE INTO rq VALUES (?, ?, ?, ?, ?, ?)",
+                    db.executemany("INSERT OR REPLACE INTO rq (host, seq, depth, url, via, not_before) VALUES (?, ?, ?, ?, ?, ?)",
                                    [(h, q.seq, q.depth, q.url, q.via, q.not_before) for q in st.queue])
                     self.seen.add_new(h, [q.url for q in st.queue])
                 if st.seen:
                     self.seen.import_host(h, st.seen)
+                if m.unshipped:
+                    db.executemany("UPDATE rq SET unshipped=1 WHERE host=? AND seq=?", [(h, s) for s in m.unshipped])
                 if m.done:
                     db.executemany("DELETE FROM rq WHERE host=? AND seq=?", [(h, s) for s in m.done])
             db.execute("COMMIT")

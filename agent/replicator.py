@@ -39,7 +39,8 @@ Backup = tuple[str, str]  # (agent id, address)
 @dataclass
 class _Pending:
     adds: list[Item] = field(default_factory=list)
-    done: list[int] = field(default_factory=list)  # seqs whose captures storage has
+    done: list[int] = field(default_factory=list)       # seqs whose captures storage has
+    unshipped: list[int] = field(default_factory=list)  # seqs done here, captures not at storage yet
 
 
 class Replicator:
@@ -114,8 +115,10 @@ class Replicator:
             for it in c.done:
                 self._held_done.setdefault(h, []).append((it, mark))
             if h in self._synced and h not in self._need_full:
-                if c.adds:
-                    self._pending.setdefault(h, _Pending()).adds.extend(c.adds)
+                if c.adds or c.done:
+                    p = self._pending.setdefault(h, _Pending())
+                    p.adds.extend(c.adds)
+                    p.unshipped.extend(it.seq for it in c.done)
             else:
                 self._need_full.add(h)
             self._dirty.add(h)
@@ -205,7 +208,7 @@ class Replicator:
                 self._pending.pop(h, None)
             else:
                 p = self._pending.pop(h, None)
-                if p is not None and (p.adds or p.done):
+                if p is not None and (p.adds or p.done or p.unshipped):
                     by_backup.setdefault(backup, []).append(self._delta(h, p, epoch))
         if by_backup:
             await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items()))
@@ -213,11 +216,13 @@ class Replicator:
     def _full_copy(self, host: str, epoch: int) -> list[agent_pb2.ReplicateRequest]:
         st = self.ledger.export(host)
         queued = {i.seq for i in st.queue}
-        st.queue += [it for it, _ in self._held_done.get(host, []) if it.seq not in queued]
+        held = [it for it, _ in self._held_done.get(host, []) if it.seq not in queued]
+        st.queue += held
         out = []
         for i, part in enumerate(st.parts()):
             out.append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, reset=i == 0,
                                                   state=part.to_proto()))
+        out[-1].unshipped.extend(it.seq for it in held)  # after every queue part is in
         self.counters["replica_full_copies"] += 1
         return out
 
@@ -226,7 +231,8 @@ class Replicator:
         st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via,
                                                                         not_before=i.not_before, seq=i.seq) for i in p.adds],
                                  **crawl_of(crawl))
-        return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done)
+        return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done,
+                                          unshipped=p.unshipped)
 
     async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> None:
         def parts() -> Iterator[agent_pb2.ReplicateRequest]:

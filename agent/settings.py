@@ -104,10 +104,16 @@ class ReplicationSettings:
     # After an epoch change or a registration, URLs of hosts new here wait until the agents of
     # the host's preference list answered a claim, for at most this long (0: twice the lease).
     settle_seconds: float = 0.0
+    # A promoted replica's URLs the dead owner had fetched but not yet stored wait this long: an
+    # owner that was only paused stores them and takes its hosts back meanwhile (no page twice);
+    # a dead one's are fetched again after it.
+    unshipped_grace: float = 10.0
 
     def __post_init__(self) -> None:
-        if self.interval <= 0 or self.retry_seconds <= 0 or self.max_pending < 1 or self.settle_seconds < 0:
-            raise ValueError("replication: interval and retry_seconds > 0, max_pending >= 1, settle_seconds >= 0")
+        if (self.interval <= 0 or self.retry_seconds <= 0 or self.max_pending < 1 or self.settle_seconds < 0
+                or self.unshipped_grace < 0):
+            raise ValueError("replication: interval and retry_seconds > 0, max_pending >= 1, settle_seconds and "
+                             "unshipped_grace >= 0")
 
 
 @dataclass(frozen=True)

@@ -74,17 +74,18 @@ def test_gate_fences_on_lease_and_wakes_what_it_refused():
 
 
 # -- the replica store against a model -----------------------------------------------------------
-def _msg(host, *, reset=False, drop=False, adds=(), done=(), seen=(), pages=0, sender="a"):
+def _msg(host, *, reset=False, drop=False, adds=(), done=(), seen=(), pages=0, sender="a", unshipped=()):
     st = agent_pb2.HostState(host=host, pages=pages, seen=list(seen),
                              queue=[agent_pb2.QueuedUrl(url=u, depth=d, seq=s) for s, u, d in adds])
-    return agent_pb2.ReplicateRequest(sender_id=sender, host=host, reset=reset, drop=drop, state=st, done=list(done))
+    return agent_pb2.ReplicateRequest(sender_id=sender, host=host, reset=reset, drop=drop, state=st, done=list(done),
+                                      unshipped=list(unshipped))
 
 
 def test_replica_store_applies_copies_and_deltas_and_survives_a_restart(tmp_path):
     u = [f"http://h.lab/{i}" for i in range(6)]
     r = ReplicaStore(tmp_path / "rep")
     r.apply("a", [_msg("h.lab", reset=True, adds=[(1, u[0], 0), (2, u[1], 1)], seen=[fingerprint(u[5])], pages=3)])
-    r.apply("a", [_msg("h.lab", adds=[(3, u[2], 1), (4, u[3], 2)], done=[1, 3], pages=5)])
+    r.apply("a", [_msg("h.lab", adds=[(3, u[2], 1), (4, u[3], 2)], done=[1, 3], pages=5, unshipped=[4])])
     r.apply("a", [_msg("o.lab", reset=True, adds=[(1, "http://o.lab/", 0)])])
     r.close()
     r = ReplicaStore(tmp_path / "rep")  # persistent across the backup's restart
@@ -92,6 +93,9 @@ def test_replica_store_applies_copies_and_deltas_and_survives_a_restart(tmp_path
     assert [i.url for i in st.queue] == [u[1], u[3]], "queued minus done, breadth-first"
     assert set(st.seen) == {fingerprint(x) for x in (u[0], u[1], u[2], u[3], u[5])}, "a done URL stays seen"
     assert st.crawl is not None and st.crawl.pages == 5
+    deferred = r.export("h.lab", defer_unshipped=100.0).queue
+    assert [(i.url, i.not_before) for i in deferred] == [(u[1], 0.0), (u[3], 100.0)], \
+        "fetched by the owner but not stored: queued, deferred on promotion"
     assert r.hosts() == {"h.lab": "a", "o.lab": "a"}
     r.apply("b", [_msg("o.lab", drop=True, sender="b")])
     assert "o.lab" in r.hosts(), "only the owner of a replica drops it"

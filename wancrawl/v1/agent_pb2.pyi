@@ -163,7 +163,7 @@ class HandOverResponse(_message.Message):
     def __init__(self, hosts: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ...) -> None: ...
 
 class ReplicateRequest(_message.Message):
-    __slots__ = ("sender_id", "epoch", "host", "reset", "drop", "state", "done")
+    __slots__ = ("sender_id", "epoch", "host", "reset", "drop", "state", "done", "unshipped")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class ReplicateRequest(_message.Message):
     DROP_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    UNSHIPPED_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     epoch: int
     host: str
@@ -178,7 +179,8 @@ class ReplicateRequest(_message.Message):
     drop: bool
     state: HostState
     done: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[str] = ..., reset: _Optional[bool] = ..., drop: _Optional[bool] = ..., state: _Optional[_Union[HostState, _Mapping]] = ..., done: _Optional[_Iterable[int]] = ...) -> None: ...
+    unshipped: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[str] = ..., reset: _Optional[bool] = ..., drop: _Optional[bool] = ..., state: _Optional[_Union[HostState, _Mapping]] = ..., done: _Optional[_Iterable[int]] = ..., unshipped: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
     __slots__ = ("applied",)
