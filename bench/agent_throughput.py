@@ -1,22 +1,37 @@
-"""One wancrawl agent vs Scrapy on the lab's zero-latency web: pages/s and CPU per page.
+"""One wancrawl agent vs Scrapy on the lab's zero-latency web: pages/s and CPU per page, and
+the agent's CPU per page with replication off and on.
 
 Both crawl the same web (same topology, seed and port), the normal sites only, at the same
 concurrency and per-host cap, with no delays and robots.txt off. The crawler under test is
-pinned to core 0; the lab web, the consultant, the storage and this driver to core 1.
+pinned to core 0; the lab web, the consultant, the storage, the backup agent and this driver
+to core 1.
 
 * agent: the real `agent run` CLI with a TOML config, a `consultant serve` (hash strategy)
-  and a `storage serve`, so pages take the real spool -> storage path. Seeded by one PushUrls
-  call with the sites' root URLs; its Status counters are polled until `idle` = 1. Wall time
-  runs from the push to the last page counted; CPU (utime + stime of the agent process, from
-  /proc) from the push until idle, so compressing and shipping the last batch is included.
+  and a `storage serve`, so pages take the real spool -> storage path. Each agent run starts
+  its own consultant, storage and data dirs. Seeded by one PushUrls call with the sites' root
+  URLs; its Status counters are polled until `idle` = 1. Wall time runs from the push to the
+  last page counted; CPU (utime + stime of the measured agent process, from /proc) from the
+  push until idle, so compressing and shipping the last batch is included.
+  - replication off: the agent alone, `[replication] enabled = false` in its config.
+  - replication on: `enabled = true`, plus a second `agent run` (its own data dir, port and
+    source address) as the backup. Before seeding, every normal host is pinned to the measured
+    agent (consultant SetOverride), so it owns them all and the backup is the first backup of
+    every host: the measured agent replicates every host to it. The run ends when the measured
+    agent is idle and its replication has caught up (replica_lag_items = replica_unsynced = 0),
+    so the CPU includes sending the last changes. Only the measured agent's CPU is counted
+    (the backup's is printed beside it).
+  With both, the runs alternate off, on (x --repeat); the overhead compares the medians of
+  CPU per page.
 * Scrapy: bench/scrapy_lab_spider.py under a separate venv, bench/.venv-scrapy (created here
   with `python3 -m venv` + `pip install scrapy` on first use; Scrapy is not a project
   dependency). Wall and CPU from spider_opened to the last response (its own process_time).
 
-Target: the agent's pages per CPU-second at least 4x Scrapy's. Exits 0 either way.
+Targets: the agent's pages per CPU-second at least 4x Scrapy's; replication costs the agent at
+most 15% more CPU per page. Exits 0 either way (1 when an agent run failed).
 
-    .venv/bin/python bench/agent_throughput.py [--concurrency 64] [--per-host 8]
-        [--pages-limit N] [--skip-scrapy] [--pages-min 20] [--seed 0] [--profile FILE]
+    .venv/bin/python bench/agent_throughput.py [--replication both|on|off] [--repeat 1]
+        [--concurrency 64] [--per-host 8] [--pages-limit N] [--skip-scrapy] [--pages-min 20]
+        [--seed 0] [--profile FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -26,7 +41,9 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,14 +65,16 @@ from lab.web import Web  # noqa: E402
 from wancrawl.grpcutil import check_health  # noqa: E402
 from wancrawl.urls import canonicalize  # noqa: E402
 from agent.client import AgentClient  # noqa: E402
+from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
 from measure import cpu_seconds, pin  # noqa: E402
 
 TARGET = 4.0  # issue 10: the rebuilt agent keeps at least 4x Scrapy (the first target was 3x)
+REPLICATION_TARGET = 15.0  # issue 12: replication costs the agent at most 15% more CPU per page
 SCRAPY_VENV = ROOT / "bench" / ".venv-scrapy"
 SPIDER = ROOT / "bench" / "scrapy_lab_spider.py"
-CRAWLER_CORE, SERVICE_CORE = {0}, {1}
+CRAWLER_CORE, SERVICE_CORE = {0}, {1}  # the backup agent runs on the service core
 POLL = 0.05
 
 
@@ -144,11 +163,11 @@ async def wait_health(addr: str, proc: subprocess.Popen, what: str, log: Path, t
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise SystemExit(f"{what} exited ({proc.returncode}):\n{tail(log)}")
+            raise RuntimeError(f"{what} exited ({proc.returncode}):\n{tail(log)}")
         if await check_health(addr, timeout=0.5):
             return
         await asyncio.sleep(0.1)
-    raise SystemExit(f"{what} did not become healthy:\n{tail(log)}")
+    raise RuntimeError(f"{what} did not become healthy:\n{tail(log)}")
 
 
 async def warm_lab(topo, urls: list[str]) -> None:
@@ -188,17 +207,21 @@ def requests_since(log: Path, offset: int, port: int) -> tuple[list[str], int]:
 
 # --- the agent -------------------------------------------------------------------------------------
 
+MEASURED_ID, BACKUP_ID = "bench-agent", "bench-backup"
 
-def agent_config(tmp: Path, topo, world: dict, args, agent_port: int, consultant: str, storage: str) -> Path:
+
+def agent_config(path: Path, topo, world: dict, args, *, agent_id: str, port: int, slot: int, data_dir: Path,
+                 consultant: str, storage: str, replication: bool) -> Path:
+    """One agent's TOML; `slot`: which of the first block's agent source addresses it fetches from."""
     b = topo.blocks[0]
-    src = topo.agent_address(b.isp, b.city, 0)
+    src = topo.agent_address(b.isp, b.city, slot)
     hosts = json.dumps([s.host for s in topo.normal_sites])
     text = f"""
-agent_id = "bench-agent"
-listen = "127.0.0.1:{agent_port}"
+agent_id = "{agent_id}"
+listen = "127.0.0.1:{port}"
 consultant = "{consultant}"
 storage = "{storage}"
-data_dir = "{tmp / 'agent-data'}"
+data_dir = "{data_dir}"
 source_ip = "{src}"
 hosts_file = "{world['hosts_file']}"
 system_dns = false
@@ -219,10 +242,12 @@ enabled = false
 
 [scope]
 allowed_domains = {hosts}
+
+[replication]
+enabled = {"true" if replication else "false"}
 """
-    p = tmp / "agent.toml"
-    p.write_text(text)
-    return p
+    path.write_text(text)
+    return path
 
 
 def consultant_config(tmp: Path, world: dict, port: int) -> Path:
@@ -253,10 +278,54 @@ async def agent_status(client: AgentClient) -> dict[str, float]:
     return dict((await client.status(timeout=10)).counters)
 
 
-async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
+async def wait_registered(stub: AgentClient, proc: subprocess.Popen, what: str, log: Path, epoch: int = 1,
+                          timeout: float = 20) -> float:
+    """Until the agent's Status shows an epoch >= `epoch` (registered; the consultant answers
+    Resolve for it). Returns the epoch it shows."""
+    end = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}):\n{tail(log)}")
+        e = (await agent_status(stub)).get("epoch", 0)
+        if e >= epoch:
+            return e
+        if time.monotonic() > end:
+            raise RuntimeError(f"{what} at epoch {e:.0f}, not {epoch} after {timeout:.0f} s:\n{tail(log)}")
+        await asyncio.sleep(0.1)
+
+
+async def pin_hosts(consultant: str, hosts: list[str], agent_id: str, backup_id: str) -> int:
+    """Pin every host to `agent_id` (operator overrides); check the consultant now answers
+    [agent_id, backup_id] for each. Returns the consultant's epoch after the last override."""
+    async with ConsultantClient(consultant) as c:
+        end = time.monotonic() + 20
+        while True:  # both agents alive in the consultant's eyes
+            alive = {a.agent_id for a in (await c.list_agents()).agents}
+            if {agent_id, backup_id} <= alive:
+                break
+            if time.monotonic() > end:
+                raise RuntimeError(f"consultant lists {sorted(alive)}, not both {agent_id} and {backup_id}")
+            await asyncio.sleep(0.1)
+        epoch = 0
+        for h in hosts:
+            epoch = await c.set_override(h, agent_id)
+        routes = await c.resolve(hosts)
+        wrong = [(r.host, [a for a, _ in r.agents]) for r in routes if [a for a, _ in r.agents][:2] != [agent_id, backup_id]]
+        if wrong:
+            raise RuntimeError(f"{len(wrong)} hosts not routed [{agent_id}, {backup_id}] after the overrides, e.g. {wrong[:3]}")
+        return epoch
+
+
+async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None) -> dict:
+    """One crawl by the measured agent (with a backup agent when `replication`), in its own
+    consultant, storage and data dirs under `tmp`. Every process started here is stopped on return."""
+    tmp.mkdir(parents=True)
     cport, sport, aport = free_port(), free_port(), free_port()
     procs: list[subprocess.Popen] = []
-    logs = {k: tmp / f"{k}.log" for k in ("consultant", "storage", "agent")}
+    logs = {k: tmp / f"{k}.log" for k in ("consultant", "storage", "agent", "backup")}
+    hosts = [s.host for s in topo.normal_sites]
+    cons_addr, stor_addr, addr = f"127.0.0.1:{cport}", f"127.0.0.1:{sport}", f"127.0.0.1:{aport}"
+    backup = None
     try:
         cons = spawn([sys.executable, "-m", "consultant.cli", "serve", "--config", consultant_config(tmp, world, cport)],
                      logs["consultant"], SERVICE_CORE)
@@ -264,32 +333,45 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
         stor = spawn([sys.executable, "-m", "storage.cli", "serve", "--config", storage_config(tmp, sport)],
                      logs["storage"], SERVICE_CORE)
         procs.append(stor)
-        await wait_health(f"127.0.0.1:{cport}", cons, "consultant", logs["consultant"])
-        await wait_health(f"127.0.0.1:{sport}", stor, "storage", logs["storage"])
-        cfg = agent_config(tmp, topo, world, args, aport, f"127.0.0.1:{cport}", f"127.0.0.1:{sport}")
+        await wait_health(cons_addr, cons, "consultant", logs["consultant"])
+        await wait_health(stor_addr, stor, "storage", logs["storage"])
+        cfg = agent_config(tmp / "agent.toml", topo, world, args, agent_id=MEASURED_ID, port=aport, slot=0,
+                           data_dir=tmp / "agent-data", consultant=cons_addr, storage=stor_addr, replication=replication)
         prefix = [sys.executable]
-        if args.profile:
-            prefix += ["-m", "cProfile", "-o", Path(args.profile).resolve()]
+        if profile:
+            prefix += ["-m", "cProfile", "-o", str(profile)]
         agent = spawn(prefix + ["-m", "agent.cli", "run", "--config", cfg], logs["agent"], CRAWLER_CORE)
         procs.append(agent)
-        addr = f"127.0.0.1:{aport}"
+        if replication:
+            bport = free_port()
+            bcfg = agent_config(tmp / "backup.toml", topo, world, args, agent_id=BACKUP_ID, port=bport, slot=1,
+                                data_dir=tmp / "backup-data", consultant=cons_addr, storage=stor_addr, replication=True)
+            backup = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs["backup"], SERVICE_CORE)
+            procs.append(backup)
+            await wait_health(f"127.0.0.1:{bport}", backup, "backup agent", logs["backup"])
         await wait_health(addr, agent, "agent", logs["agent"])
         async with AgentClient(addr) as stub:
-            for _ in range(100):  # registered with the consultant (it answers Resolve for us)
-                if (await agent_status(stub)).get("epoch", 0) > 0:
-                    break
-                await asyncio.sleep(0.1)
+            await wait_registered(stub, agent, "agent", logs["agent"])
+            if backup is not None:
+                async with AgentClient(f"127.0.0.1:{bport}") as bstub:
+                    await wait_registered(bstub, backup, "backup agent", logs["backup"])
+                epoch = await pin_hosts(cons_addr, hosts, MEASURED_ID, BACKUP_ID)
+                # The measured agent learns the overrides' epoch at its next heartbeat (a third of the lease).
+                await wait_registered(stub, agent, "agent", logs["agent"], epoch=epoch)
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
+            b0 = cpu_seconds(backup.pid) if backup else 0.0
             c0, t0 = cpu_seconds(agent.pid), time.perf_counter()
             resp = await stub.push("bench", 0, seeds, timeout=30)
+            push_wall = time.perf_counter() - t0
             if resp.accepted != len(seeds):
                 print(f"  warning: agent accepted {resp.accepted}/{len(seeds)} seeds, not_mine={list(resp.not_mine)}, errors={list(resp.errors)}")
             pages, t_last, c_last, idle_since, last_print, limit_hit = 0.0, t0, c0, None, t0, False
             deadline = t0 + args.timeout
             st: dict[str, float] = {}
             while True:
-                if agent.poll() is not None:
-                    raise RuntimeError(f"agent exited ({agent.returncode}) during the crawl:\n{tail(logs['agent'])}")
+                for p, what, log in ((agent, "agent", logs["agent"]), (backup, "backup agent", logs["backup"])):
+                    if p is not None and p.poll() is not None:
+                        raise RuntimeError(f"{what} exited ({p.returncode}) during the crawl:\n{tail(log)}")
                 st = await agent_status(stub)
                 now, cpu = time.perf_counter(), cpu_seconds(agent.pid)
                 if st["pages"] != pages:
@@ -298,7 +380,8 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
                 if args.pages_limit and pages >= args.pages_limit:
                     t_idle, c_idle, limit_hit = now, cpu, True
                     break
-                if st.get("idle"):
+                # Done: idle, and (replication on) every committed change is at the backup.
+                if st.get("idle") and not st.get("replica_lag_items", 0) and not st.get("replica_unsynced", 0):
                     if idle_since is None:
                         idle_since, t_idle, c_idle = now, now, cpu
                     elif now - idle_since >= 1.0:
@@ -307,20 +390,31 @@ async def run_agent(tmp: Path, topo, world: dict, args) -> dict:
                     idle_since = None
                 if now - last_print >= 5:
                     last_print = now
+                    extra = (f", replica sends {st.get('replica_sends', 0):.0f} lag {st.get('replica_lag_items', 0):.0f} "
+                             f"unsynced {st.get('replica_unsynced', 0):.0f}" if replication else "")
                     print(f"  agent: {pages:.0f} pages, frontier {st.get('frontier', 0):.0f}, in_flight {st.get('in_flight', 0):.0f}, "
-                          f"spool {st.get('spool_batches', 0):.0f}, {now - t0:.0f} s", flush=True)
+                          f"spool {st.get('spool_batches', 0):.0f}{extra}, {now - t0:.0f} s", flush=True)
                 if now > deadline:
                     raise RuntimeError(f"agent not idle after {args.timeout} s: " + json.dumps({k: st.get(k) for k in (
-                        "pages", "fetches", "frontier", "in_flight", "router_pending", "spool_batches", "errors", "idle")}))
+                        "pages", "fetches", "frontier", "in_flight", "router_pending", "spool_batches", "errors", "idle",
+                        "replica_lag_items", "replica_unsynced")}))
                 await asyncio.sleep(POLL)
-        return {"crawler": "wancrawl agent", "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
-                "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st}
+            backup_cpu, bst = 0.0, {}
+            if backup is not None:
+                backup_cpu = cpu_seconds(backup.pid) - b0
+                async with AgentClient(f"127.0.0.1:{bport}") as bstub:
+                    bst = await agent_status(bstub)
+        name = f"agent repl {'on' if replication else 'off'}"
+        return {"crawler": name, "replication": replication, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
+                "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
+                "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall}
     finally:
         for p in reversed(procs):
-            stop(p, timeout=60 if args.profile else 20)
-        errs = [ln for ln in tail(logs["agent"], 200).splitlines() if "Traceback" in ln or " ERROR " in ln]
-        if errs:
-            print(f"  agent log has {len(errs)} ERROR/Traceback lines; last: {errs[-1][:300]}  ({logs['agent']})")
+            stop(p, timeout=60 if profile else 20)
+        for k in ("agent", "backup"):
+            errs = [ln for ln in tail(logs[k], 200).splitlines() if "Traceback" in ln or " ERROR " in ln]
+            if errs:
+                print(f"  {k} log has {len(errs)} ERROR/Traceback lines; last: {errs[-1][:300]}  ({logs[k]})")
 
 
 # --- Scrapy ------------------------------------------------------------------------------------------
@@ -353,8 +447,39 @@ def run_scrapy(tmp: Path, world: dict, args, py: Path) -> dict:
 
 def row(r: dict) -> str:
     pages, wall, cpu = r["pages"], r["wall"], r["cpu"]
-    return (f"{r['crawler']:<16} {pages:>7.0f} {wall:>7.2f} {pages / wall if wall else 0:>8.0f} {cpu:>7.2f} "
+    return (f"{r['crawler']:<18} {pages:>7.0f} {wall:>7.2f} {pages / wall if wall else 0:>8.0f} {cpu:>7.2f} "
             f"{cpu / pages * 1000 if pages else 0:>11.2f} {pages / cpu if cpu else 0:>10.0f}")
+
+
+def ms_per_page(r: dict) -> float:
+    return r["cpu"] / r["pages"] * 1000 if r["pages"] else float("nan")
+
+
+def replication_table(agents: list[dict]) -> None:
+    """CPU per page of the measured agent, replication off and on, and the overhead."""
+    by = {m: [r for r in agents if r["replication"] is m] for m in (False, True)}
+    print("\nReplication cost: the measured agent's CPU (utime + stime, /proc) per page, push to idle"
+          " (on: and replication caught up)")
+    print(f"{'replication':<12} {'run':>3} {'pages':>7} {'CPU s':>7} {'CPU ms/page':>11} {'backup CPU s':>12} "
+          f"{'sends':>6} {'full copies':>11} {'MB out':>7} {'backup msgs':>11}")
+    for on in (False, True):
+        for i, r in enumerate(by[on], 1):
+            c, b = r["counters"], r["backup_counters"]
+            tail_cols = (f"{r['backup_cpu']:>12.2f} {c.get('replica_sends', 0):>6.0f} {c.get('replica_full_copies', 0):>11.0f} "
+                         f"{c.get('replica_bytes_out', 0) / 1e6:>7.2f} {b.get('replica_messages', 0):>11.0f}" if on else
+                         f"{'-':>12} {'-':>6} {'-':>11} {'-':>7} {'-':>11}")
+            print(f"{'on' if on else 'off':<12} {i:>3} {r['pages']:>7.0f} {r['cpu']:>7.2f} {ms_per_page(r):>11.3f} {tail_cols}")
+    med = {m: statistics.median(ms_per_page(r) for r in by[m]) for m in (False, True) if by[m]}
+    label = "median " if any(len(v) > 1 for v in by.values()) else ""
+    for m in (False, True):
+        if m in med:
+            print(f"  {label}CPU ms per page, replication {'on ' if m else 'off'}: {med[m]:.3f}")
+    if len(med) == 2:
+        over = (med[True] / med[False] - 1) * 100
+        verdict = "target met" if over <= REPLICATION_TARGET else "TARGET MISSED"
+        print(f"  replication overhead: {over:+.1f}% (target <= {REPLICATION_TARGET:.0f}%) -- {verdict}")
+        if max(len(by[False]), len(by[True])) == 1:
+            print("  (one run each: on a shared machine single runs vary by 10-15%; --repeat 3 compares medians)")
 
 
 def show_profile(path: str) -> None:
@@ -367,6 +492,10 @@ def show_profile(path: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--replication", choices=("both", "on", "off"), default="both",
+                    help="measure the agent with replication off (alone), on (with a backup agent), or both (default)")
+    ap.add_argument("--repeat", type=int, default=1, help="agent runs per replication setting, alternating off/on "
+                    "(the overhead compares the medians)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--pages-limit", type=int, default=0, help="stop each crawler after this many pages (0: crawl it all)")
@@ -380,17 +509,24 @@ def main() -> int:
     ap.add_argument("--pages-min", type=int, default=20, help="lab web.pages_min (20 at seed 0: ~7,000 pages)")
     ap.add_argument("--lab-workers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds each crawl may take")
-    ap.add_argument("--profile", metavar="FILE", help="run the agent under cProfile, write stats here and print the top 25 "
+    ap.add_argument("--profile", metavar="FILE", help="run the measured agent under cProfile, write stats here (FILE-off, "
+                    "FILE-on... when there are several agent runs) and print the top 25 "
                     "(the profiler inflates the agent's CPU: figures from such a run are not the measurement)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, WARCs)")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
     if len(os.sched_getaffinity(0)) < 2:
         print("warning: fewer than 2 cores; crawler and lab share one")
     os.sched_setaffinity(0, SERVICE_CORE & os.sched_getaffinity(0) or os.sched_getaffinity(0))
+    # SIGTERM ends the bench like Ctrl-C, so the finally blocks stop every process it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     py = None if args.skip_scrapy else scrapy_python()
+    modes = {"both": [False, True], "off": [False], "on": [True]}[args.replication] * args.repeat
 
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
     lab = None
+    failed = 0
     try:
         topo, world = make_world(tmp, args)
         t = time.perf_counter()
@@ -406,14 +542,26 @@ def main() -> int:
 
         rows = []
         if not args.skip_agent:
-            print(f"agent: concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
-            try:
-                a = asyncio.run(run_agent(tmp, topo, world, args))
-                a["requests"], offset = requests_since(reqlog, offset, world["port"])
-                rows.append(a)
-            except RuntimeError as exc:
-                print(f"AGENT FAILED: {exc}")
-        if not args.skip_scrapy:
+            for n, on in enumerate(modes, 1):
+                mode = "on" if on else "off"
+                profile = None
+                if args.profile:
+                    pf = Path(args.profile).resolve()
+                    profile = pf if len(modes) == 1 else pf.with_name(f"{pf.stem}-{mode}{n}{pf.suffix}")
+                print(f"agent, replication {mode}{' (+ a backup agent on core 1, every host pinned to the measured agent)' if on else ''}: "
+                      f"concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
+                a = None
+                try:
+                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile))
+                except RuntimeError as exc:
+                    failed += 1
+                    print(f"AGENT FAILED (replication {mode}): {exc}")
+                # This run's requests (a failed run's too, so they are not counted for the next).
+                reqs, offset = requests_since(reqlog, offset, world["port"])
+                if a is not None:
+                    a["requests"] = reqs
+                    rows.append(a)
+        if py is not None:
             print(f"scrapy: CONCURRENT_REQUESTS {args.concurrency}, PER_DOMAIN {args.per_host} ...", flush=True)
             try:
                 s = run_scrapy(tmp, world, args, py)
@@ -430,8 +578,8 @@ def main() -> int:
 
     truth_set = set(truth)
     print(f"\nCrawl of the lab's normal sites ({len(truth)} pages reachable), concurrency {args.concurrency}, "
-          f"per host {args.per_host}, no delays, robots off; crawler on core 0, lab/services on core 1")
-    print(f"{'crawler':<16} {'pages':>7} {'wall s':>7} {'pages/s':>8} {'CPU s':>7} {'CPU s/1k pg':>11} {'pages/CPU-s':>10}")
+          f"per host {args.per_host}, no delays, robots off; crawler on core 0, lab/services/backup agent on core 1")
+    print(f"{'crawler':<18} {'pages':>7} {'wall s':>7} {'pages/s':>8} {'CPU s':>7} {'CPU s/1k pg':>11} {'pages/CPU-s':>10}")
     for r in rows:
         print(row(r))
     print()
@@ -443,21 +591,35 @@ def main() -> int:
         if "idle_wall" in r:
             c = r["counters"]
             end = "stopped at --pages-limit" if r["limit_hit"] else "idle"
-            print(f"  agent: {end} after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
+            print(f"  agent: seeds pushed in {r['push_wall']:.2f} s, {end} after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
                   + ", ".join(f"{k} {c.get(k, 0):g}" for k in ("fetches", "errors", "retries", "duplicates", "out_of_scope",
                                                                 "spool_batches_sent", "storage_failures", "seen")))
+            if r["replication"]:
+                print("  replication: " + ", ".join(f"{k} {c.get(k, 0):g}" for k in (
+                    "replica_synced_hosts", "replica_sends", "replica_send_failures", "replica_full_copies",
+                    "replica_overflows", "claims_timed_out")))
         else:
             print(f"  scrapy: follow {r.get('follow')}, reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
                   f"offsite {r.get('offsite_filtered')}, errors {r.get('errors')}")
-    if len(rows) == 2 and "idle_wall" in rows[0]:
-        a, s = rows
-        ratio = (a["pages"] / a["cpu"]) / (s["pages"] / s["cpu"])
-        verdict = "target met" if ratio >= TARGET else "TARGET MISSED"
-        print(f"\nratio agent/scrapy pages per CPU-second: {ratio:.2f} (target >= {TARGET:.2f}) -- {verdict}")
-        print(f"ratio agent/scrapy pages/s (wall): {(a['pages'] / a['wall']) / (s['pages'] / s['wall']):.2f}")
-    if args.profile and Path(args.profile).exists():
-        show_profile(args.profile)
-    return 0
+    agents = [r for r in rows if "idle_wall" in r]
+    scrapy = [r for r in rows if "idle_wall" not in r]
+    if agents:
+        replication_table(agents)
+    if agents and scrapy:
+        s = scrapy[0]
+        for m in (False, True):
+            mine = [r for r in agents if r["replication"] is m]
+            if not mine:
+                continue
+            a = sorted(mine, key=ms_per_page)[len(mine) // 2]  # the median run
+            ratio = (a["pages"] / a["cpu"]) / (s["pages"] / s["cpu"])
+            verdict = "target met" if ratio >= TARGET else "TARGET MISSED"
+            print(f"\nratio {a['crawler']}/scrapy pages per CPU-second: {ratio:.2f} (target >= {TARGET:.2f}) -- {verdict}")
+            print(f"ratio {a['crawler']}/scrapy pages/s (wall): {(a['pages'] / a['wall']) / (s['pages'] / s['wall']):.2f}")
+    for r in agents:
+        if r["profile"] and Path(r["profile"]).exists():
+            show_profile(str(r["profile"]))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
