@@ -103,6 +103,7 @@ class Ownership:
         self._new: set[str] = set()               # held, not yet looked at
         self._moving: set[str] = set()            # being handed out now
         self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
+        self._claim_backoff: dict[str, float] = {}  # agent id -> no claim to it before
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
@@ -204,6 +205,7 @@ class Ownership:
         routes = await self.directory.routes(new) if new else {}
         promote: list[str] = []
         fetch: list[str] = []
+        out: dict[Peer, list[str]] = {}
         for h in new:
             r = routes.get(h)
             if r is None:
@@ -218,12 +220,15 @@ class Ownership:
                 for p in a.peers:
                     self._addresses[p[0]] = p[1]
             elif a.kind == "hand_out":
-                fetch.append(h)  # the next reconcile hands it out; nothing to wait for here
+                out.setdefault(a.peers[0], []).append(h)  # taken in under an older answer: not ours
             else:
                 fetch.append(h)
         if promote:
             self.promote(promote)
         self._release(fetch)
+        for peer, hs in out.items():
+            await self.hand_out(peer, hs)
+            self._release(hs)
         await self._claim()
 
     def promote(self, hosts: list[str]) -> None:
@@ -270,15 +275,18 @@ class Ownership:
     async def _claim_from(self, agent_id: str, hosts: list[str], epoch: int) -> tuple[str, list[str]]:
         """Ask one agent; returns the hosts it settled (handed over or holds nothing of)."""
         addr = self._addresses.get(agent_id)
-        if addr is None:
+        if addr is None or self._claim_backoff.get(agent_id, 0.0) > self.clock():
             return agent_id, []
         self.counters["claims_sent"] += 1
         try:
             r = await self.peers.get(addr).claim(self.self_id, self.address(), epoch, hosts)
         except errors.WancrawlError as exc:
             self.counters["claim_failures"] += 1
+            # Unreachable (dead, its lease not yet expired): ask again in a second, not every step.
+            self._claim_backoff[agent_id] = self.clock() + 1.0
             log.warning("claim of %d hosts from %s failed: %s", len(hosts), agent_id, exc)
             return agent_id, []
+        self._claim_backoff.pop(agent_id, None)
         self.directory.saw_epoch(r.epoch)
         self.counters["hosts_claimed"] += len(r.handed)
         return agent_id, list(r.handed) + list(r.not_held)
