@@ -26,10 +26,10 @@ class PushResult:
 class AgentClient:
     """One agent, over one channel."""
 
-    def __init__(self, address: str, timeout: float = 30.0):
+    def __init__(self, address: str, timeout: float = 30.0, *, tls: grpcutil.TlsSettings | None = None):
         self.address = address
         self.timeout = timeout
-        self._channel = grpcutil.channel(address)
+        self._channel = grpcutil.channel(address, tls)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
 
     def _error(self, exc: grpc.aio.AioRpcError, what: str) -> Exception:
@@ -97,14 +97,15 @@ class AgentClient:
 class AgentPool:
     """One AgentClient per address, reused across calls."""
 
-    def __init__(self, timeout: float = 30.0):
+    def __init__(self, timeout: float = 30.0, *, tls: grpcutil.TlsSettings | None = None):
         self.timeout = timeout
+        self.tls = tls
         self._clients: dict[str, AgentClient] = {}
 
     def get(self, address: str) -> AgentClient:
         c = self._clients.get(address)
         if c is None:
-            c = self._clients[address] = AgentClient(address, self.timeout)
+            c = self._clients[address] = AgentClient(address, self.timeout, tls=self.tls)
         return c
 
     async def close(self) -> None:

@@ -74,13 +74,13 @@ class AgentNode:
         self.replicas = ReplicaStore(data / "replicas") if rep.enabled else None
         resolver = HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
         self.fetcher = fetcher or create_fetcher(s.fetcher, fetch_settings(s), resolver)
-        self.placement: Placement = consultant or ConsultantClient(s.consultant)
-        self.peers = AgentPool()
+        self.placement: Placement = consultant or ConsultantClient(s.consultant, tls=s.tls)
+        self.peers = AgentPool(tls=s.tls)
         r = s.routing
         self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
                                     flush_interval=s.storage_out.flush_interval, clock=clock)
-        self.shipper = StorageShipper(self.spool, storage or (GrpcStorageClient(s.storage) if s.storage else None),
+        self.shipper = StorageShipper(self.spool, storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None),
                                       retry_seconds=s.storage_out.retry_seconds)
         scope = Scope(s.scope)
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.saw_epoch, load=self.load_report,

@@ -9,13 +9,27 @@ import sys
 from agent.node import AgentNode
 from agent.settings import AgentSettings
 from wancrawl import grpcutil
+from wancrawl.auth import Rules
 from wancrawl.metrics import serve_metrics
-from wancrawl.errors import FailedPrecondition, InvalidArgument
+from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
+from wancrawl.pki import Identity, identity_of_pem
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("agent")
 
 SERVICE_NAME = "wancrawl.v1.Agent"
+
+# Who may call what (docs/security.md): role -> the request field that must be the caller's
+# own name ("" = none). Peers push, hand over, replicate and claim as themselves; operators
+# seed (PushUrls, the manager's sender "manager" with route=true), watch and drain.
+AUTH_RULES = Rules(SERVICE_NAME, {
+    "PushUrls": {"agent": "sender_id", "operator": ""},
+    "Status": {"operator": ""},
+    "Drain": {"operator": ""},
+    "HandOver": {"agent": "sender_id"},
+    "Replicate": {"agent": "sender_id"},
+    "Claim": {"agent": "claimer_id"},
+})
 MAX_PUSH = 100_000
 
 
@@ -79,8 +93,10 @@ class AgentServer:
 
     def __init__(self, settings: AgentSettings, node: AgentNode | None = None, **node_kwargs):
         self.settings = settings
-        self.grpc, self.health = grpcutil.new_server()
-        self.port = grpcutil.bind(self.grpc, settings.listen)
+        self.grpc, self.health, self.security = grpcutil.new_server(settings.tls, name=f"agent {settings.agent_id}",
+                                                                    rules=AUTH_RULES)
+        _check_identity(settings, self.security)
+        self.port = grpcutil.bind(self.grpc, settings.listen, self.security)
         self.address = settings.advertise or grpcutil.host_port(settings.listen, self.port)
         self.node = node or AgentNode(settings, address=self.address, **node_kwargs)
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.node), self.grpc)
@@ -92,6 +108,7 @@ class AgentServer:
         await self.grpc.start()
         await self.node.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
             self.metrics_snapshot = self.node.status_counters()
             self._snapshots = asyncio.create_task(self._snapshot_loop())
@@ -103,7 +120,12 @@ class AgentServer:
         # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
         while True:
             await asyncio.sleep(1.0)
-            self.metrics_snapshot = self.node.status_counters()
+            self.metrics_snapshot = {**self.node.status_counters(), **self.security.counters()}
+
+    async def reload(self) -> None:
+        """SIGHUP: read the TLS certificate, key and CA again (new connections to this agent use
+        them; its own channels to peers, the consultant and storage take them when reopened)."""
+        self.security.reload()
 
     async def stop(self, grace: float = 5.0) -> None:
         await grpcutil.mark_not_serving(self.health)
@@ -113,6 +135,22 @@ class AgentServer:
         await self.grpc.stop(grace)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
+
+
+def _check_identity(settings: AgentSettings, security: grpcutil.Security) -> None:
+    """An agent's certificate must name it: the consultant and its peers would refuse it anyway,
+    this says why at start."""
+    if security.insecure:
+        return
+    try:
+        with open(security.tls.cert, "rb") as fh:
+            ident = identity_of_pem(fh.read())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"tls.cert {security.tls.cert}: {exc}") from None
+    want = Identity("agent", settings.agent_id)
+    if ident != want:
+        raise ConfigError(f"tls.cert {security.tls.cert} is for {ident or 'no wancrawl identity'}, not {want} "
+                          f"(`wancrawl pki issue DIR agent {settings.agent_id}`)")
 
 
 def create_server(settings: AgentSettings, **node_kwargs) -> tuple[AgentServer, int]:
@@ -140,7 +178,7 @@ async def serve(settings: AgentSettings) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump_tasks)
     server, _ = create_server(settings)
     # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
-    await grpcutil.run_until_signalled(server.start, server.stop, finished=server.node.drained)
+    await grpcutil.run_until_signalled(server.start, server.stop, server.reload, finished=server.node.drained)
 
 
 def run(settings: AgentSettings) -> None:

@@ -10,6 +10,7 @@ from agent.fetch.base import FetchSettings
 from agent.scope import ScopeSettings
 from wancrawl.config import load
 from wancrawl.errors import ConfigError
+from wancrawl.grpcutil import TlsSettings
 from wancrawl.warcrecords import DEFAULT_LEVEL
 
 
@@ -144,6 +145,7 @@ class AgentSettings:
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS, server and client (docs/security.md)
     source: str = field(default="defaults", compare=False)
 
     def __post_init__(self) -> None:
@@ -173,7 +175,7 @@ def fetch_settings(s: AgentSettings) -> FetchSettings:
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> AgentSettings:
     """Settings from a TOML file (or defaults), then the dotted `overrides` (CLI flags)."""
-    s = load(AgentSettings, path, overrides, paths=("hosts_file", "data_dir"))
+    s = load(AgentSettings, path, overrides, paths=("hosts_file", "data_dir", "tls.ca", "tls.cert", "tls.key"))
     if not s.agent_id:
         raise ConfigError(f"{s.source}: agent_id is required (key 'agent_id' or --id)")
     return s

@@ -4,7 +4,10 @@ The consultant runs in its own process pinned to one core; the client runs on th
 Prints hosts/s (wall) and hosts per CPU-second of the consultant, beside the targets:
 at least 50,000 hosts/s warm and 10,000 hosts/s cold on one core.
 
-    python bench/consultant_resolve.py [--hosts 51200] [--strategies hash,xor,geo,asn,weighted]
+    python bench/consultant_resolve.py [--hosts 51200] [--strategies hash,xor,geo,asn,weighted] [--tls both|on|off]
+
+--tls both (the default) runs each strategy with mutual TLS (docs/security.md) and in plaintext
+and prints the ratio (target: TLS costs at most 10%).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from consultant.client import ConsultantClient  # noqa: E402
 from lab.cluster import free_port  # noqa: E402
 from measure import cpu_seconds, pin  # noqa: E402
-from wancrawl.grpcutil import check_health  # noqa: E402
+from wancrawl import pki  # noqa: E402
+from wancrawl.grpcutil import TlsSettings, check_health  # noqa: E402
 
 WARM_TARGET, COLD_TARGET = 50_000, 10_000
 BATCH = 256
@@ -52,7 +56,25 @@ def world(tmp: Path, n_hosts: int):
     return topo, paths, hosts, isps
 
 
-def config(tmp: Path, strategy: str, port: int, paths, isps) -> Path:
+def make_pki(tmp: Path) -> Path:
+    """A CA, the consultant's certificate, the operator's and one per agent id."""
+    d = tmp / "pki"
+    pki.init(d)
+    pki.issue(d, "service", "consultant")
+    pki.issue(d, "operator", "bench")
+    for i in range(AGENTS):
+        pki.issue(d, "agent", f"agent-{i:02d}")
+    return d
+
+
+def client_tls(tmp: Path, tls: bool, role: str = "operator", name: str = "bench") -> TlsSettings:
+    d = tmp / "pki"
+    if not tls:
+        return TlsSettings(insecure=True)
+    return TlsSettings(str(d / "ca.crt"), str(d / f"{role}-{name}.crt"), str(d / f"{role}-{name}.key"))
+
+
+def config(tmp: Path, strategy: str, port: int, paths, isps, tls: bool = False) -> Path:
     isp_lines = "".join(f"\"{name}\" = {asns}\n" for name, asns in isps.items())
     text = f"""
 listen = "127.0.0.1:{port}"
@@ -69,17 +91,21 @@ system_dns = false
 fallback = "geo"
 [asn.isps]
 {isp_lines}"""
-    p = tmp / f"consultant-{strategy}.toml"
+    t = client_tls(tmp, tls, "service", "consultant")
+    text += f'[tls]\nca = "{t.ca}"\ncert = "{t.cert}"\nkey = "{t.key}"\n' if tls else "[tls]\ninsecure = true\n"
+    p = tmp / f"consultant-{strategy}-{'tls' if tls else 'plain'}.toml"
     p.write_text(text)
     return p
 
 
-async def register_agents(client: ConsultantClient, topo) -> None:
+async def register_agents(addr: str, topo, tmp: Path, tls: bool) -> None:
     blocks = topo.blocks
     for i in range(AGENTS):
         b = blocks[i % len(blocks)]
         ip = topo.agent_address(b.isp, b.city, i // len(blocks))
-        await client.register(f"agent-{i:02d}", f"{ip}:{7000 + i}", source_ip=ip)
+        # With TLS an agent registers only as the id in its certificate.
+        async with ConsultantClient(addr, timeout=60, tls=client_tls(tmp, tls, "agent", f"agent-{i:02d}")) as client:
+            await client.register(f"agent-{i:02d}", f"{ip}:{7000 + i}", source_ip=ip)
 
 
 async def blast(client: ConsultantClient, hosts: list[str]) -> float:
@@ -96,9 +122,9 @@ async def blast(client: ConsultantClient, hosts: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-async def bench_strategy(strategy: str, tmp: Path, topo, paths, hosts, isps) -> dict:
+async def bench_strategy(strategy: str, tmp: Path, topo, paths, hosts, isps, tls: bool = False) -> dict:
     port = free_port()
-    cfg = config(tmp, strategy, port, paths, isps)
+    cfg = config(tmp, strategy, port, paths, isps, tls)
     proc = subprocess.Popen(
         [sys.executable, "-m", "consultant.cli", "serve", "--config", str(cfg)],
         cwd=ROOT, preexec_fn=pin({0}),
@@ -106,11 +132,11 @@ async def bench_strategy(strategy: str, tmp: Path, topo, paths, hosts, isps) -> 
     try:
         addr = f"127.0.0.1:{port}"
         for _ in range(100):
-            if await check_health(addr):
+            if await check_health(addr, tls=client_tls(tmp, tls)):
                 break
             await asyncio.sleep(0.1)
-        async with ConsultantClient(addr, timeout=60) as c:
-            await register_agents(c, topo)
+        await register_agents(addr, topo, tmp, tls)
+        async with ConsultantClient(addr, timeout=60, tls=client_tls(tmp, tls)) as c:
             await blast(c, hosts[:BATCH])  # connection and code paths warmed, not these hosts' answers
             cold_hosts = hosts[BATCH:]
             c0 = cpu_seconds(proc.pid)
@@ -120,7 +146,7 @@ async def bench_strategy(strategy: str, tmp: Path, topo, paths, hosts, isps) -> 
             c2 = cpu_seconds(proc.pid)
         n = len(cold_hosts)
         return {
-            "strategy": strategy, "hosts": n,
+            "strategy": strategy, "hosts": n, "tls": tls,
             "cold_wall": n / cold_wall, "cold_cpu": n / max(c1 - c0, 1e-9),
             "warm_wall": n / warm_wall, "warm_cpu": n / max(c2 - c1, 1e-9),
         }
@@ -133,21 +159,44 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=51_200 + BATCH)
     ap.add_argument("--strategies", default="hash,xor,geo,asn,weighted")
+    ap.add_argument("--tls", choices=("both", "on", "off"), default="both",
+                    help="mutual TLS on, off, or both side by side with the ratio (default)")
     args = ap.parse_args()
     os.sched_setaffinity(0, {1})
+    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.tls]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         topo, paths, hosts, isps = world(tmp, args.hosts)
-        rows = [asyncio.run(bench_strategy(s, tmp, topo, paths, hosts, isps)) for s in args.strategies.split(",")]
+        make_pki(tmp)
+        rows = [asyncio.run(bench_strategy(s, tmp, topo, paths, hosts, isps, tls))
+                for s in args.strategies.split(",") for tls in modes]
     print(f"\nResolve throughput: batches of {BATCH}, {AGENTS} agents, {IN_FLIGHT} requests in flight, consultant pinned to one core")
-    print(f"{'strategy':<10} {'hosts':>7} {'cold h/s':>10} {'cold h/cpu-s':>13} {'warm h/s':>10} {'warm h/cpu-s':>13}   vs targets (cold {COLD_TARGET:,} / warm {WARM_TARGET:,})")
+    print(f"{'strategy':<10} {'tls':<4} {'hosts':>7} {'cold h/s':>10} {'cold h/cpu-s':>13} {'warm h/s':>10} {'warm h/cpu-s':>13}   vs targets (cold {COLD_TARGET:,} / warm {WARM_TARGET:,})")
     ok = True
     for r in rows:
         cr, wr = r["cold_wall"] / COLD_TARGET, r["warm_wall"] / WARM_TARGET
         ok &= cr >= 1 and wr >= 1
-        print(f"{r['strategy']:<10} {r['hosts']:>7} {r['cold_wall']:>10,.0f} {r['cold_cpu']:>13,.0f} {r['warm_wall']:>10,.0f} {r['warm_cpu']:>13,.0f}   cold x{cr:.2f}, warm x{wr:.2f}")
+        print(f"{r['strategy']:<10} {'on' if r['tls'] else 'off':<4} {r['hosts']:>7} {r['cold_wall']:>10,.0f} {r['cold_cpu']:>13,.0f} {r['warm_wall']:>10,.0f} {r['warm_cpu']:>13,.0f}   cold x{cr:.2f}, warm x{wr:.2f}")
     print("all targets met" if ok else "SOME TARGETS MISSED")
+    tls_ratios(rows)
     return 0
+
+
+def tls_ratios(rows: list[dict]) -> None:
+    """TLS on / off per strategy (target: at least 0.90, TLS costs at most 10%)."""
+    pairs = {(r["strategy"], r["tls"]): r for r in rows}
+    lines = []
+    for s in dict.fromkeys(r["strategy"] for r in rows):
+        on, off = pairs.get((s, True)), pairs.get((s, False))
+        if on and off:
+            cold, warm = on["cold_wall"] / off["cold_wall"], on["warm_wall"] / off["warm_wall"]
+            ccpu, wcpu = on["cold_cpu"] / off["cold_cpu"], on["warm_cpu"] / off["warm_cpu"]
+            lines.append(f"{s:<10} hosts/s cold {cold:.3f} warm {warm:.3f}   hosts/cpu-s cold {ccpu:.3f} warm {wcpu:.3f}   "
+                         f"{'ok' if min(ccpu, wcpu) >= 0.9 else 'OVER 10%'}")
+    if lines:
+        print("\nTLS on / off (target >= 0.90: TLS costs at most 10%; judged on the consultant's CPU per host, the "
+              "wall figures move with whatever else the machine runs)")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ class ConsultantClient:
     """The consultant over gRPC: what agents need of it (it implements agent.placement.Placement)
     plus the operator calls."""
 
-    def __init__(self, target: str, timeout: float = 10.0):
+    def __init__(self, target: str, timeout: float = 10.0, *, tls: grpcutil.TlsSettings | None = None):
         self.target = target
         self.timeout = timeout
-        self.channel = grpcutil.channel(target)
+        self.channel = grpcutil.channel(target, tls)
         self.stub = pb_grpc.ConsultantStub(self.channel)
 
     async def close(self) -> None:

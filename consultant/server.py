@@ -13,6 +13,7 @@ from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
 from wancrawl import grpcutil
+from wancrawl.auth import Rules
 from wancrawl.metrics import serve_metrics
 from wancrawl.errors import ConfigError
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
@@ -20,6 +21,18 @@ from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as
 log = logging.getLogger("consultant")
 
 SERVICE_NAME = "wancrawl.v1.Consultant"
+# Who may call what (docs/security.md): role -> the request field that must be the caller's
+# own name ("" = no such field). Agents act only as themselves; operators list and override.
+AUTH_RULES = Rules(SERVICE_NAME, {
+    "Register": {"agent": "agent_id"},
+    "Heartbeat": {"agent": "agent_id"},
+    "Deregister": {"agent": "agent_id", "operator": ""},
+    "Resolve": {"agent": "", "operator": ""},
+    "Explain": {"operator": ""},
+    "ListAgents": {"operator": ""},
+    "SetOverride": {"operator": ""},
+    "ClearOverride": {"operator": ""},
+})
 _STATE = {ALIVE: pb.AGENT_STATE_ALIVE, DEAD: pb.AGENT_STATE_DEAD, LEFT: pb.AGENT_STATE_LEFT}
 
 
@@ -134,9 +147,9 @@ class ConsultantServer:
     def __init__(self, settings: ConsultantSettings, service: ConsultantService):
         self.settings = settings
         self.service = service
-        self.grpc, self.health = grpcutil.new_server()
+        self.grpc, self.health, self.security = grpcutil.new_server(settings.tls, name="consultant", rules=AUTH_RULES)
         pb_grpc.add_ConsultantServicer_to_server(ConsultantServicer(service), self.grpc)
-        self.port = grpcutil.bind(self.grpc, settings.listen)
+        self.port = grpcutil.bind(self.grpc, settings.listen, self.security)
         self.address = grpcutil.host_port(settings.listen, self.port)
         self.metrics_server: Any = None  # prometheus_client's HTTP server, while serving
 
@@ -144,9 +157,11 @@ class ConsultantServer:
         await self.service.start()
         await self.grpc.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
             self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_consultant",
-                                                {"listen": self.address}, self.service.metrics)
+                                                {"listen": self.address},
+                                                lambda: {**self.service.metrics(), **self.security.counters()})
         log.info("consultant serving on %s (strategy %s, epoch %d)", self.address, self.settings.strategy, self.service.directory.epoch)
 
     async def stop(self, grace: float = 2.0) -> None:
@@ -160,7 +175,9 @@ class ConsultantServer:
         await self.service.stop()
 
     async def reload(self) -> None:
-        """Re-read the config file (SIGHUP): a new strategy bumps the epoch."""
+        """Re-read the config file (SIGHUP): a new strategy bumps the epoch; the TLS certificate,
+        key and CA are read again (new connections use them)."""
+        self.security.reload()
         if self.settings.source == "defaults":
             log.warning("SIGHUP: no config file to reload")
             return

@@ -8,6 +8,7 @@ from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import load
+from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
 
 
@@ -55,6 +56,7 @@ class _ServiceSettings:
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
     source: str = field(default="defaults", compare=False)  # where the settings came from
 
     def __post_init__(self) -> None:
@@ -105,7 +107,7 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
             flags[name][key] = value
     raw: Any = load(
         _file_layout(), path, rest,
-        paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file"),
+        paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file", "tls.ca", "tls.cert", "tls.key"),
         sqlite_urls=("state_url",),
     )
     strategies = {}

@@ -127,6 +127,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  storage    {cl.storage}")
     for a, addr in cl.agents.items():
         print(f"  agent      {a:<20} {addr}  fetching from {cl.agent_sources[a]}")
+    print(f"mutual TLS: certificates in {cl.run_dir}/pki; for manager and the CLIs: source {cl.run_dir}/pki/operator.env")
     print(f"seeds: {cl.seeds_file}\nnext: manager --consultant {cl.consultant} seed {cl.seeds_file}")
     return 0
 

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
+from wancrawl import pki
+from wancrawl.grpcutil import TlsSettings, register_client_tls
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
@@ -66,7 +68,9 @@ class Cluster:
             raise ConfigError(f"no cluster in {run_dir} (no cluster.json): nothing to stop")
         d = json.loads(p.read_text())
         d["procs"] = [Proc(**x) for x in d["procs"]]
-        return cls(**d)
+        cl = cls(**d)
+        use_cluster_tls(cl)
+        return cl
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -93,6 +97,38 @@ class Configs:
     agents: dict[str, Service]  # by agent id
 
 
+PKI_DIR = "pki"
+OPERATOR = "lab"  # the operator certificate the lab's own clients (demo, chaos, manager) use
+
+
+def lab_tls(run: str | Path) -> TlsSettings:
+    """The operator credentials of a run: the lab's in-process clients (demo, bench/chaos.py)
+    dial its services with them; other processes get them from RUN/pki/operator.env."""
+    d = Path(run) / PKI_DIR
+    return TlsSettings(str(d / "ca.crt"), str(d / f"operator-{OPERATOR}.crt"), str(d / f"operator-{OPERATOR}.key"))
+
+
+def use_cluster_tls(cl: Cluster) -> None:
+    """Register the run's operator certificate for every address of the cluster (this process's
+    ConsultantClient, AgentClient and storage clients of those addresses then use it)."""
+    if (Path(cl.run_dir) / PKI_DIR / "ca.crt").is_file():
+        register_client_tls([cl.consultant, cl.storage, *cl.agents.values()], lab_tls(cl.run_dir))
+
+
+def _pki(run: Path, role: str, name: str) -> str:
+    """Issue ROLE/NAME's certificate in the run's PKI (a CA made on first use); its [tls] table."""
+    d = run / PKI_DIR
+    if not (d / pki.CA_KEY).is_file():
+        pki.init(d, name=f"wancrawl lab CA ({run.name})")
+        pki.issue(d, "operator", OPERATOR)
+        t = lab_tls(run)
+        (d / "operator.env").write_text(f"# source this to run `manager` and the CLIs against the lab in {run}\n"
+                                        f"export WANCRAWL_TLS_CA={t.ca}\nexport WANCRAWL_TLS_CERT={t.cert}\n"
+                                        f"export WANCRAWL_TLS_KEY={t.key}\n")
+    pki.issue(d, role, name)
+    return pki.tls_table(d, role, name)
+
+
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False) -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on."""
@@ -114,14 +150,14 @@ system_dns = false
 [asn]
 fallback = "geo"
 [asn.isps]
-{isps}""")
+{isps}{_pki(run, "service", "consultant")}""")
     storage = run / "storage.toml"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"
 data_dir = "{run}/storage"
 [ingest]
 fsync = "os"
-""")
+{_pki(run, "service", "storage")}""")
     allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
     for spec in groups:
@@ -156,7 +192,7 @@ total_timeout = 20.0
 delay = {delay}
 [scope]
 allowed_domains = {_toml_list(allowed)}
-""")
+{_pki(run, "agent", g)}""")
         agents[g] = Service(cfg, f"127.0.0.1:{aport}", src)
     return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
 
@@ -234,6 +270,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
             raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
         cl.consultant, cl.storage = cfgs.consultant.address, cfgs.storage.address
+        cl.agents = {g: a.address for g, a in cfgs.agents.items()}
+        use_cluster_tls(cl)
         core = [("consultant", "consultant.cli", "serve", cfgs.consultant), ("storage", "storage.cli", "serve", cfgs.storage)]
         agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
@@ -430,6 +468,8 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
         if count != 1:
             raise ConfigError(f"{_config_of(template)}: no top-level {key!r} line to replace")
     cfg = run / "agents" / f"{g}.toml"
+    # Its own certificate: the copied [tls] table (the last table of an agent's config) named the template.
+    text = text.split("\n[tls]\n", 1)[0].rstrip("\n") + "\n" + _pki(run, "agent", g)
     cfg.write_text(text.replace("# written by lab up", f"# written by lab add_agent (a copy of {template.name})", 1))
     p = _start(name, ["agent.cli", "run", "--config", str(cfg)], run)
     p.address = own["listen"]
@@ -437,6 +477,7 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
     cl.agents[g] = p.address
     cl.agent_sources[g] = src
     cl.save()
+    use_cluster_tls(cl)
     if not asyncio.run(_healthy(p.address, timeout)) or not _alive(p):
         raise Unavailable(f"{name} did not come up: see {p.log}")
     # An agent answers health before its registration is through: until the consultant lists

@@ -15,6 +15,11 @@ DEFAULT_CONSULTANT = os.environ.get("WANCRAWL_CONSULTANT", "127.0.0.1:50051")
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: seeds, status, drain, wait, report")
     p.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
+    t = p.add_argument_group("mutual TLS (docs/security.md): an operator certificate from `wancrawl pki issue DIR operator NAME`")
+    t.add_argument("--ca", help="CA certificate (env WANCRAWL_TLS_CA)")
+    t.add_argument("--cert", help="operator certificate (env WANCRAWL_TLS_CERT)")
+    t.add_argument("--key", help="its key (env WANCRAWL_TLS_KEY)")
+    t.add_argument("--insecure", action="store_true", help="plaintext, for services run with [tls] insecure = true (env WANCRAWL_INSECURE=1)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("seed", help="inject seed URLs (one per line; - for standard input)")
@@ -52,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        _client_tls(args)
         if args.cmd == "seed":
             from manager.seed import run_seed
 
@@ -78,6 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 2
+
+
+def _client_tls(args: argparse.Namespace) -> None:
+    """--ca/--cert/--key or --insecure: the credentials of every call this command makes."""
+    from wancrawl.errors import ConfigError
+    from wancrawl.grpcutil import TlsSettings, set_default_client_tls
+
+    if args.insecure or args.ca or args.cert or args.key:
+        tls = TlsSettings(args.ca or "", args.cert or "", args.key or "", insecure=args.insecure)
+        if not tls.insecure and not (tls.ca and tls.cert and tls.key):
+            raise ConfigError("--ca, --cert and --key go together")
+        set_default_client_tls(tls)
 
 
 if __name__ == "__main__":

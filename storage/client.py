@@ -62,10 +62,10 @@ class StorageClient(Protocol):
 class GrpcStorageClient:
     """StorageClient over gRPC: one client-streaming Ingest call per send()."""
 
-    def __init__(self, target: str, *, timeout: float = 60.0):
+    def __init__(self, target: str, *, timeout: float = 60.0, tls: grpcutil.TlsSettings | None = None):
         self.target = target
         self.timeout = timeout
-        self._channel = grpcutil.channel(target)
+        self._channel = grpcutil.channel(target, tls)
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
 
     async def send(self, batches) -> Ack:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wancrawl import config
+from wancrawl.grpcutil import TlsSettings
 
 FSYNC_POLICIES = ("always", "os")
 
@@ -60,6 +61,7 @@ class StorageSettings:
     index: IndexSettings = field(default_factory=IndexSettings)
     warc: WarcSettings = field(default_factory=WarcSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
 
     def warc_dir(self) -> Path:
         return Path(self.warc.dir) if self.warc.dir else Path(self.data_dir) / "warcs"
@@ -71,4 +73,4 @@ class StorageSettings:
 def load(path: str | Path | None = None, overrides: dict | None = None) -> StorageSettings:
     """Storage settings from a TOML file (or the defaults), then dotted `overrides`; relative
     paths and sqlite URLs are taken from the file's directory."""
-    return config.load(StorageSettings, path, overrides, paths=("data_dir", "warc.dir"), sqlite_urls=("index.url",))
+    return config.load(StorageSettings, path, overrides, paths=("data_dir", "warc.dir", "tls.ca", "tls.cert", "tls.key"), sqlite_urls=("index.url",))

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 from wancrawl import grpcutil
+from wancrawl.auth import Rules
 from wancrawl.metrics import serve_metrics
 from wancrawl.errors import InvalidArgument
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
@@ -19,6 +20,14 @@ from storage.store import BatchResult, Store
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["Storage"].full_name
+
+# Who may call what (docs/security.md): agents ingest pages captured as themselves (every
+# capture's agent_id), operators read.
+AUTH_RULES = Rules(SERVICE_NAME, {
+    "Ingest": {"agent": "captures.agent_id"},
+    "Get": {"operator": ""},
+    "Stats": {"operator": ""},
+})
 
 
 class GroupCommitter:
@@ -143,21 +152,22 @@ class StorageService:
         self.settings = settings
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage-writer")
         self.store = Store(settings)
-        self.server, self.health = grpcutil.new_server()
+        self.server, self.health, self.security = grpcutil.new_server(settings.tls, name="storage", rules=AUTH_RULES)
         self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
         self.servicer = StorageServicer(self.store, self.committer)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
         self.metrics_server = None
-        self.port = grpcutil.bind(self.server, settings.listen)
+        self.port = grpcutil.bind(self.server, settings.listen, self.security)
         self.address = grpcutil.host_port(settings.listen, self.port)
 
     async def start(self) -> None:
         self.committer.start()
         await self.server.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
-            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_storage",
-                                                {"listen": self.address}, lambda: dict(self.servicer.counters))
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_storage", {"listen": self.address},
+                                                lambda: {**self.servicer.counters, **self.security.counters()})
         log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -184,4 +194,7 @@ async def serve(settings: StorageSettings, on_ready=None) -> None:
         if on_ready is not None:
             on_ready(svc.address)
 
-    await grpcutil.run_until_signalled(start, svc.stop)
+    async def reload():  # SIGHUP: the TLS certificate, key and CA are read again
+        svc.security.reload()
+
+    await grpcutil.run_until_signalled(start, svc.stop, reload)

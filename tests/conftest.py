@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# The suite's many in-process servers and clients run plaintext, asked for explicitly here (and
+# inherited by the processes tests start). The lab writes a [tls] table into every config it
+# makes, which wins: lab clusters and tests/test_security.py run with mutual TLS.
+os.environ["WANCRAWL_INSECURE"] = "1"
+
 PG_HOST = os.environ.get("WANCRAWL_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("WANCRAWL_TEST_PG_PORT", "5432"))
 PG_DB = os.environ.get("WANCRAWL_TEST_PG_DB", "test")

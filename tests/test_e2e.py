@@ -72,7 +72,12 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
 
 
 def manager(*args: str, consultant: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", consultant, *args],
+    # The lab runs with mutual TLS: the manager dials it with the run's operator certificate.
+    from wancrawl.grpcutil import effective_tls
+
+    tls = effective_tls(None, consultant)  # registered by the lab for its addresses
+    return subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", consultant,
+                           "--ca", tls.ca, "--cert", tls.cert, "--key", tls.key, *args],
                           capture_output=True, text=True, timeout=180, cwd=REPO)
 
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from wancrawl import errors
+
+if TYPE_CHECKING:
+    from wancrawl.auth import Rules
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +119,192 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def new_server() -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    """A grpc.aio server with the error interceptor and the standard health service (mark the
-    services SERVING with `mark_serving` once started)."""
-    server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=CHANNEL_OPTIONS)
+# --- Transport security: every server and channel is made here -------------------------------
+
+# The environment a process without a [tls] table falls back to (CLIs, the manager, tests):
+# WANCRAWL_TLS_CA, WANCRAWL_TLS_CERT, WANCRAWL_TLS_KEY name the files; WANCRAWL_INSECURE=1 asks
+# for plaintext (the test suite's conftest sets it for its in-process servers).
+ENV_CA, ENV_CERT, ENV_KEY, ENV_INSECURE = "WANCRAWL_TLS_CA", "WANCRAWL_TLS_CERT", "WANCRAWL_TLS_KEY", "WANCRAWL_INSECURE"
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The `[tls]` table of every service (and of the manager's flags): the CA that signs the
+    peers, this process's certificate and key (wancrawl.pki makes them). With none of the three
+    set, WANCRAWL_TLS_* from the environment; plaintext only with `insecure = true` (or
+    WANCRAWL_INSECURE=1), warned about at start."""
+
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    insecure: bool = False
+
+    @property
+    def configured(self) -> bool:
+        """Says something: insecure, or files (checked whole by `effective_tls`)."""
+        return self.insecure or bool(self.ca or self.cert or self.key)
+
+    def check(self) -> TlsSettings:
+        if not self.insecure and not (self.ca and self.cert and self.key):
+            raise errors.ConfigError("tls.ca, tls.cert and tls.key go together (all three, or none and insecure = true)")
+        return self
+
+
+def tls_from_env() -> TlsSettings | None:
+    ca, cert, key = (os.environ.get(k, "") for k in (ENV_CA, ENV_CERT, ENV_KEY))
+    if ca or cert or key:
+        if not (ca and cert and key):
+            raise errors.ConfigError(f"{ENV_CA}, {ENV_CERT} and {ENV_KEY} go together")
+        return TlsSettings(ca, cert, key)
+    if os.environ.get(ENV_INSECURE, "").lower() in ("1", "true", "yes"):
+        return TlsSettings(insecure=True)
+    return None
+
+
+# Client credentials known for given targets (the lab registers its operator certificate for
+# its services' addresses) and a process default (a CLI's --ca/--cert/--key flags).
+_client_tls: dict[str, TlsSettings] = {}
+_default_client_tls: list[TlsSettings] = []
+
+
+def register_client_tls(targets: Iterable[str], tls: TlsSettings) -> None:
+    for t in targets:
+        if t:
+            _client_tls[t] = tls
+
+
+def set_default_client_tls(tls: TlsSettings | None) -> None:
+    _default_client_tls[:] = [tls] if tls is not None else []
+
+
+def effective_tls(tls: TlsSettings | None, target: str = "") -> TlsSettings:
+    """The TLS settings in force: the given table if it says anything, then (clients) what was
+    registered for the target and the process default, then the environment; else ConfigError."""
+    if tls is not None and tls.configured:
+        return tls.check()
+    if target and target in _client_tls:
+        return _client_tls[target]
+    if target and _default_client_tls:
+        return _default_client_tls[0]
+    env = tls_from_env()
+    if env is not None:
+        return env
+    who = f"dial {target}" if target else "serve"
+    raise errors.ConfigError(
+        f"no TLS credentials to {who}: set [tls] ca, cert and key (made by `python -m wancrawl.pki`), or "
+        f"{ENV_CA}/{ENV_CERT}/{ENV_KEY}; plaintext only with [tls] insecure = true (or {ENV_INSECURE}=1)"
+    )
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise errors.ConfigError(f"tls.{what}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def check_pair(tls: TlsSettings, ca: bytes, cert: bytes, key: bytes) -> None:
+    """The files parse and the key is the certificate's (grpc would only fail at a handshake)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        x509.load_pem_x509_certificates(ca)
+    except ValueError as exc:
+        raise errors.ConfigError(f"tls.ca {tls.ca}: not a PEM certificate ({exc})") from None
+    try:
+        c = x509.load_pem_x509_certificate(cert)
+    except ValueError as exc:
+        raise errors.ConfigError(f"tls.cert {tls.cert}: not a PEM certificate ({exc})") from None
+    try:
+        k = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as exc:
+        raise errors.ConfigError(f"tls.key {tls.key}: not an unencrypted PEM private key ({exc})") from None
+    fmt = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if c.public_key().public_bytes(*fmt) != k.public_key().public_bytes(*fmt):
+        raise errors.ConfigError(f"tls.key {tls.key} is not the key of tls.cert {tls.cert}")
+
+
+class ServerTls:
+    """A server's certificate, key and client CA, re-read by `reload()` (SIGHUP): grpc asks the
+    fetcher at each new handshake, so connections opened after a reload see the new files and
+    open ones keep theirs."""
+
+    def __init__(self, tls: TlsSettings):
+        self.tls = tls
+        self._lock = threading.Lock()
+        self._pending: Any = None
+        self._initial = self._config()
+
+    def _config(self) -> Any:
+        ca, cert, key = _read(self.tls.ca, "ca"), _read(self.tls.cert, "cert"), _read(self.tls.key, "key")
+        check_pair(self.tls, ca, cert, key)
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def _fetch(self) -> Any:
+        with self._lock:
+            cfg, self._pending = self._pending, None
+        return cfg
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(self._initial, self._fetch, require_client_authentication=True)
+
+    def reload(self) -> bool:
+        """Re-read the files; on an error keep the running ones (logged) and return False."""
+        try:
+            cfg = self._config()
+        except errors.ConfigError as exc:
+            log.error("SIGHUP: TLS certificates not reloaded, keeping the running ones: %s", exc)
+            return False
+        with self._lock:
+            self._pending = cfg
+        log.info("TLS certificate %s and CA %s reloaded (new connections use them)", self.tls.cert, self.tls.ca)
+        return True
+
+
+class Security:
+    """What `new_server` set up: server credentials (None = plaintext) and the authorizer."""
+
+    def __init__(self, tls: TlsSettings, name: str, rules: "Rules | None"):
+        from wancrawl.auth import Authorizer
+
+        self.name = name
+        self.tls = effective_tls(tls)
+        self.server_tls = None if self.tls.insecure else ServerTls(self.tls)
+        self.authorizer: Authorizer | None = None
+        if self.server_tls is not None and rules is not None:
+            self.authorizer = Authorizer(name, rules)
+
+    @property
+    def insecure(self) -> bool:
+        return self.server_tls is None
+
+    def warn_if_insecure(self, address: str) -> None:
+        if self.insecure:
+            log.warning("%s on %s serves PLAINTEXT without authentication ([tls] insecure = true or %s=1): "
+                        "anyone who reaches the port can call every RPC", self.name, address, ENV_INSECURE)
+
+    def reload(self) -> bool:
+        return self.server_tls.reload() if self.server_tls is not None else True
+
+    def counters(self) -> dict[str, float]:
+        return self.authorizer.counters() if self.authorizer is not None else {}
+
+
+def new_server(tls: TlsSettings | None = None, *, name: str = "server",
+               rules: "Rules | None" = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, Security]:
+    """A grpc.aio server with the error interceptor, the authorization interceptor of `rules`
+    (wancrawl.auth: a table method -> roles; on with TLS) and the standard health service (mark
+    the services SERVING with `mark_serving` once started). `tls` is the service's [tls] table;
+    bind with `bind(server, listen, security)`."""
+    security = Security(tls or TlsSettings(), name, rules)
+    interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]
+    if security.authorizer is not None:
+        interceptors.insert(0, security.authorizer.interceptor())
+    server = grpc.aio.server(interceptors=interceptors, options=CHANNEL_OPTIONS)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    return server, health_servicer
+    return server, health_servicer, security
 
 
 async def mark_serving(health_servicer: health.aio.HealthServicer, service_names: Iterable[str]) -> None:
@@ -131,17 +317,29 @@ async def mark_not_serving(health_servicer: health.aio.HealthServicer) -> None:
     await health_servicer.enter_graceful_shutdown()
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
-    """Bind `listen` (host:port, port 0 for any) without TLS; return the port bound."""
-    port = server.add_insecure_port(listen)
+def bind(server: grpc.aio.Server, listen: str, security: Security) -> int:
+    """Bind `listen` (host:port, port 0 for any) with mutual TLS, or plaintext when `security`
+    is insecure; return the port bound."""
+    if security.server_tls is None:
+        port = server.add_insecure_port(listen)
+    else:
+        port = server.add_secure_port(listen, security.server_tls.credentials())
     if port == 0:
         raise errors.ConfigError(f"cannot listen on {listen!r} (address in use or invalid)")
     return port
 
 
-def channel(target: str) -> grpc.aio.Channel:
-    """An insecure async channel with wancrawl's message limits and keepalives."""
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+def channel_credentials(tls: TlsSettings) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(_read(tls.ca, "ca"), _read(tls.key, "key"), _read(tls.cert, "cert"))
+
+
+def channel(target: str, tls: TlsSettings | None = None) -> grpc.aio.Channel:
+    """An async channel with wancrawl's message limits and keepalives: mutual TLS with `tls`
+    (or what effective_tls finds for the target), plaintext only when that says insecure."""
+    t = effective_tls(tls, target)
+    if t.insecure:
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(target, channel_credentials(t), options=CHANNEL_OPTIONS)
 
 
 def host_port(listen: str, port: int) -> str:
@@ -152,8 +350,8 @@ def host_port(listen: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-async def check_health(target: str, service: str = "", timeout: float = 2.0) -> bool:
-    async with channel(target) as ch:
+async def check_health(target: str, service: str = "", timeout: float = 2.0, tls: TlsSettings | None = None) -> bool:
+    async with channel(target, tls) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         try:
             resp = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
