@@ -27,9 +27,10 @@ to core 1.
   dependency). Wall and CPU from spider_opened to the last response (its own process_time).
 
 Targets: the agent's pages per CPU-second at least 4x Scrapy's; replication costs the agent at
-most 15% more CPU per page. Exits 0 either way (1 when an agent run failed).
+most 15% more CPU per page; mutual TLS (--tls both: each setting with and without) at most 10%. Exits 0
+either way (1 when an agent run failed).
 
-    .venv/bin/python bench/agent_throughput.py [--replication both|on|off] [--repeat 1]
+    .venv/bin/python bench/agent_throughput.py [--replication both|on|off] [--tls both|on|off] [--repeat 1]
         [--concurrency 64] [--per-host 8] [--pages-limit N] [--skip-scrapy] [--pages-min 20]
         [--seed 0] [--profile FILE] [--keep]
 """
@@ -54,9 +55,6 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-# The services it starts write no [tls] table: they run plaintext, asked for explicitly here
-# (docs/security.md; the cost of TLS is measured by bench/consultant_resolve.py --tls both).
-os.environ.setdefault("WANCRAWL_INSECURE", "1")
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lab import topology as lab_topology  # noqa: E402
@@ -65,7 +63,8 @@ from lab.geodb import write_all  # noqa: E402
 from lab.loadgen import get as lab_get  # noqa: E402
 from lab.truth import Scope as TruthScope, Truth  # noqa: E402
 from lab.web import Web  # noqa: E402
-from wancrawl.grpcutil import check_health  # noqa: E402
+from wancrawl import pki  # noqa: E402
+from wancrawl.grpcutil import TlsSettings, check_health, set_default_client_tls  # noqa: E402
 from wancrawl.urls import canonicalize  # noqa: E402
 from agent.client import AgentClient  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
@@ -319,10 +318,48 @@ async def pin_hosts(consultant: str, hosts: list[str], agent_id: str, backup_id:
         return epoch
 
 
-async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None) -> dict:
+def tls_setup(tmp: Path, on: bool):
+    """--tls: with `on`, a CA in TMP/pki, a certificate per process and a [tls] table in each
+    config, and this process's clients use an operator certificate; off: plaintext, explicitly.
+    Returns secure(config_path, role, name) -> config_path, which adds the table."""
+    if not on:
+        set_default_client_tls(TlsSettings(insecure=True))
+
+        def plain(path: Path, role: str, name: str) -> Path:
+            path.write_text(path.read_text() + "\n[tls]\ninsecure = true\n")
+            return path
+
+        return plain
+    d = tmp / "pki"
+    pki.init(d)
+    pki.issue(d, "operator", "bench")
+    set_default_client_tls(TlsSettings(str(d / "ca.crt"), str(d / "operator-bench.crt"), str(d / "operator-bench.key")))
+
+    def secure(path: Path, role: str, name: str) -> Path:
+        pki.issue(d, role, name)
+        path.write_text(path.read_text() + "\n" + pki.tls_table(d, role, name))
+        return path
+
+    return secure
+
+
+def tls_table(agents: list[dict]) -> None:
+    """The measured agent's CPU per page with mutual TLS on and off (target: at most +10%)."""
+    for repl in (False, True):
+        on = [ms_per_page(r) for r in agents if r["replication"] is repl and r.get("tls")]
+        off = [ms_per_page(r) for r in agents if r["replication"] is repl and not r.get("tls")]
+        if on and off:
+            a, b = sorted(on)[len(on) // 2], sorted(off)[len(off) // 2]
+            print(f"\nTLS cost (replication {'on' if repl else 'off'}): CPU ms/page {a:.3f} with TLS, {b:.3f} without: "
+                  f"x{a / b:.3f} ({'ok' if a / b <= 1.10 else 'OVER'}: target at most x1.10); "
+                  f"pages/CPU-s ratio on/off {b / a:.3f}")
+
+
+async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None, tls: bool = False) -> dict:
     """One crawl by the measured agent (with a backup agent when `replication`), in its own
     consultant, storage and data dirs under `tmp`. Every process started here is stopped on return."""
     tmp.mkdir(parents=True)
+    secure = tls_setup(tmp, tls)
     cport, sport, aport = free_port(), free_port(), free_port()
     procs: list[subprocess.Popen] = []
     logs = {k: tmp / f"{k}.log" for k in ("consultant", "storage", "agent", "backup")}
@@ -330,16 +367,17 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
     cons_addr, stor_addr, addr = f"127.0.0.1:{cport}", f"127.0.0.1:{sport}", f"127.0.0.1:{aport}"
     backup = None
     try:
-        cons = spawn([sys.executable, "-m", "consultant.cli", "serve", "--config", consultant_config(tmp, world, cport)],
+        cons = spawn([sys.executable, "-m", "consultant.cli", "serve", "--config", secure(consultant_config(tmp, world, cport), "service", "consultant")],
                      logs["consultant"], SERVICE_CORE)
         procs.append(cons)
-        stor = spawn([sys.executable, "-m", "storage.cli", "serve", "--config", storage_config(tmp, sport)],
+        stor = spawn([sys.executable, "-m", "storage.cli", "serve", "--config", secure(storage_config(tmp, sport), "service", "storage")],
                      logs["storage"], SERVICE_CORE)
         procs.append(stor)
         await wait_health(cons_addr, cons, "consultant", logs["consultant"])
         await wait_health(stor_addr, stor, "storage", logs["storage"])
         cfg = agent_config(tmp / "agent.toml", topo, world, args, agent_id=MEASURED_ID, port=aport, slot=0,
                            data_dir=tmp / "agent-data", consultant=cons_addr, storage=stor_addr, replication=replication)
+        cfg = secure(Path(cfg), "agent", MEASURED_ID)
         prefix = [sys.executable]
         if profile:
             prefix += ["-m", "cProfile", "-o", str(profile)]
@@ -349,6 +387,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
             bport = free_port()
             bcfg = agent_config(tmp / "backup.toml", topo, world, args, agent_id=BACKUP_ID, port=bport, slot=1,
                                 data_dir=tmp / "backup-data", consultant=cons_addr, storage=stor_addr, replication=True)
+            bcfg = secure(Path(bcfg), "agent", BACKUP_ID)
             backup = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs["backup"], SERVICE_CORE)
             procs.append(backup)
             await wait_health(f"127.0.0.1:{bport}", backup, "backup agent", logs["backup"])
@@ -407,8 +446,8 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 backup_cpu = cpu_seconds(backup.pid) - b0
                 async with AgentClient(f"127.0.0.1:{bport}") as bstub:
                     bst = await agent_status(bstub)
-        name = f"agent repl {'on' if replication else 'off'}"
-        return {"crawler": name, "replication": replication, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
+        name = f"agent repl {'on' if replication else 'off'}{' tls' if tls else ''}"
+        return {"crawler": name, "replication": replication, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
                 "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall}
     finally:
@@ -495,6 +534,8 @@ def show_profile(path: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tls", choices=("both", "on", "off"), default="both",
+                    help="the services with mutual TLS (docs/security.md), plaintext, or both with the ratio (default)")
     ap.add_argument("--replication", choices=("both", "on", "off"), default="both",
                     help="measure the agent with replication off (alone), on (with a backup agent), or both (default)")
     ap.add_argument("--repeat", type=int, default=1, help="agent runs per replication setting, alternating off/on "
@@ -526,6 +567,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     py = None if args.skip_scrapy else scrapy_python()
     modes = {"both": [False, True], "off": [False], "on": [True]}[args.replication] * args.repeat
+    tls_modes = {"both": [False, True], "off": [False], "on": [True]}[args.tls]
 
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
     lab = None
@@ -545,17 +587,17 @@ def main() -> int:
 
         rows = []
         if not args.skip_agent:
-            for n, on in enumerate(modes, 1):
-                mode = "on" if on else "off"
+            for n, (on, tls) in enumerate(((o, t) for o in modes for t in tls_modes), 1):
+                mode = ("on" if on else "off") + ("-tls" if tls else "")
                 profile = None
                 if args.profile:
                     pf = Path(args.profile).resolve()
-                    profile = pf if len(modes) == 1 else pf.with_name(f"{pf.stem}-{mode}{n}{pf.suffix}")
-                print(f"agent, replication {mode}{' (+ a backup agent on core 1, every host pinned to the measured agent)' if on else ''}: "
+                    profile = pf if len(modes) * len(tls_modes) == 1 else pf.with_name(f"{pf.stem}-{mode}{n}{pf.suffix}")
+                print(f"agent, replication {mode}{' (mutual TLS)' if tls else ''}{' (+ a backup agent on core 1, every host pinned to the measured agent)' if on else ''}: "
                       f"concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
                 a = None
                 try:
-                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile))
+                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls))
                 except RuntimeError as exc:
                     failed += 1
                     print(f"AGENT FAILED (replication {mode}): {exc}")
@@ -607,11 +649,13 @@ def main() -> int:
     agents = [r for r in rows if "idle_wall" in r]
     scrapy = [r for r in rows if "idle_wall" not in r]
     if agents:
-        replication_table(agents)
+        plain = [r for r in agents if not r.get("tls")]
+        replication_table(plain or agents)
+        tls_table(agents)
     if agents and scrapy:
         s = scrapy[0]
         for m in (False, True):
-            mine = [r for r in agents if r["replication"] is m]
+            mine = [r for r in agents if r["replication"] is m and not r.get("tls")] or [r for r in agents if r["replication"] is m]
             if not mine:
                 continue
             a = sorted(mine, key=ms_per_page)[len(mine) // 2]  # the median run

@@ -89,7 +89,9 @@ def test_add_agent_copies_the_first_agents_settings_and_records_it(tmp_path, mon
         own = {"agent_id": "unicom-harbin", "data_dir": str(tmp_path / "agents" / "unicom-harbin"),
                "source_ip": topo.agent_address("unicom", "harbin")}
         assert {k: new[k] for k in own} == own and new["listen"] != old["listen"] and new["listen"] == p.address
-        strip = lambda d: {k: v for k, v in d.items() if k not in ("agent_id", "listen", "data_dir", "source_ip")}  # noqa: E731
+        # Its own certificate (mutual TLS, docs/security.md), from the run's CA.
+        assert new["tls"]["cert"].endswith("/pki/agent-unicom-harbin.crt") and new["tls"]["ca"] == old["tls"]["ca"]
+        strip = lambda d: {k: v for k, v in d.items() if k not in ("agent_id", "listen", "data_dir", "source_ip", "tls")}  # noqa: E731
         assert strip(new) == strip(old) and new["politeness"]["delay"] == 0.25 and new["concurrency"] == 7
         saved = cluster.Cluster.load(tmp_path)
         assert saved.agents["unicom-harbin"] == p.address and saved.agent_sources["unicom-harbin"] == own["source_ip"]

@@ -72,7 +72,10 @@ def test_every_service_command_parses_with_its_real_cli():
     from manager.cli import parser as manager_parser
     from storage.cli import build_parser as storage_parser
 
-    parsers = {"consultant": consultant_parser, "agent": agent_parser, "storage": storage_parser, "manager": manager_parser}
+    from wancrawl.pki import wancrawl_parser
+
+    parsers = {"consultant": consultant_parser, "agent": agent_parser, "storage": storage_parser, "manager": manager_parser,
+               "wancrawl": wancrawl_parser}
     for name, svc in SERVICES.items():
         if name == "postgres":
             continue
@@ -201,7 +204,8 @@ def test_volumes_dependencies_and_healthchecks_are_consistent():
             assert dep in SERVICES, f"{name} depends on unknown {dep}"
             if how.get("condition") == "service_healthy":
                 assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep} to be healthy; it has no healthcheck"
-    data_volumes = [v.split(":")[0] for n in services_of("agent") for v in SERVICES[n]["volumes"]]
+    # Read-only mounts (the pki volume) are shared on purpose; data volumes never.
+    data_volumes = [v.split(":")[0] for n in services_of("agent") for v in SERVICES[n]["volumes"] if not v.endswith(":ro")]
     assert len(data_volumes) == len(set(data_volumes)), "two agents share a data volume"
 
 

@@ -164,6 +164,38 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
     return crt, k
 
 
+def setup(directory: str | Path, *, services: list[str] = (), operators: list[str] = (),  # type: ignore[assignment]
+          agents_dir: str | Path | None = None) -> list[Path]:
+    """A CA in `directory` unless there is one, then every named certificate not there yet:
+    services (their name is their DNS name too), operators, and one agent per config in
+    `agents_dir` (its agent_id, with the host of its `advertise` address as a name)."""
+    import tomllib
+
+    d = Path(directory)
+    made: list[Path] = []
+    if not (d / CA_KEY).exists():
+        made.append(init(d))
+    wanted: list[tuple[str, str, list[str]]] = [("service", n, [n]) for n in services]
+    wanted += [("operator", n, []) for n in operators]
+    if agents_dir:
+        for cfg in sorted(Path(agents_dir).glob("*.toml")):
+            data = tomllib.loads(cfg.read_text())
+            host = str(data.get("advertise", "")).rpartition(":")[0]
+            wanted.append(("agent", str(data["agent_id"]), [host] if host else []))
+    for role, name, sans in wanted:
+        if not (d / f"{role}-{name}.crt").exists():
+            made.append(issue(d, role, name, sans=sans)[0])
+    return made
+
+
+def wancrawl_parser() -> argparse.ArgumentParser:
+    """`wancrawl pki ...` (the console command)."""
+    p = argparse.ArgumentParser(prog="wancrawl")
+    sub = p.add_subparsers(dest="tool", required=True)
+    sub.add_parser("pki", parents=[parser("wancrawl pki")], add_help=False, help="CA and certificates for mutual TLS")
+    return p
+
+
 def tls_table(directory: str | Path, role: str, name: str) -> str:
     """The `[tls]` TOML table of a config using ROLE/NAME's certificate from `directory`."""
     d = Path(directory).resolve()
@@ -184,6 +216,12 @@ def parser(prog: str = "python -m wancrawl.pki") -> argparse.ArgumentParser:
     s.add_argument("--san", action="append", default=[], help="another DNS name or IP the holder serves on (repeatable)")
     s.add_argument("--days", type=int, default=825)
     s.add_argument("--out", help="directory for the certificate and key (default: DIR)")
+    st = sub.add_parser("setup", help="idempotent: a CA if DIR has none, and each named certificate it lacks "
+                                      "(docker-compose's one-shot pki service)")
+    st.add_argument("dir")
+    st.add_argument("--service", action="append", default=[], help="a service name, also its DNS name (repeatable)")
+    st.add_argument("--operator", action="append", default=[], help="an operator name (repeatable)")
+    st.add_argument("--agents-dir", help="agent configs (*.toml): one certificate per agent_id, for its advertised host")
     sh = sub.add_parser("show", help="print the identity a certificate carries")
     sh.add_argument("cert")
     return p
@@ -198,6 +236,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m wancrawl.pki") ->
             crt, key = issue(args.dir, args.role, args.name, sans=args.san, days=args.days, out=args.out)
             print(crt)
             print(key)
+        elif args.cmd == "setup":
+            for path in setup(args.dir, services=args.service, operators=args.operator, agents_dir=args.agents_dir):
+                print(path)
         else:
             ident = identity_of_pem(Path(args.cert).read_bytes())
             print(ident if ident else "no wancrawl identity in this certificate")
