@@ -67,7 +67,7 @@ class AgentClient:
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "HandOver") from None
 
-    async def replicate(self, parts: AsyncIterator[agent_pb2.ReplicateRequest] | Iterable[agent_pb2.ReplicateRequest],
+    async def replicate(self, parts: AsyncIterator[agent_pb2.ReplicateBatch] | Iterable[agent_pb2.ReplicateBatch],
                         timeout: float | None = None) -> agent_pb2.ReplicateResponse:
         """Stream replica changes to a backup; the answer means they are durable there."""
         try:

@@ -35,6 +35,10 @@ log = logging.getLogger("agent")
 
 Backup = tuple[str, str]  # (agent id, address)
 
+# Bytes of host messages per stream message: a few writes per round, well under gRPC's 4 MB limit
+# (a full copy's parts are bounded by agent.ledger's PART_ITEMS / PART_FINGERPRINTS).
+BATCH_BYTES = 1 << 20
+
 
 @dataclass
 class _Pending:
@@ -235,8 +239,18 @@ class Replicator:
                                           unshipped=p.unshipped)
 
     async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> None:
-        def parts() -> Iterator[agent_pb2.ReplicateRequest]:
-            yield from msgs
+        def parts() -> Iterator[agent_pb2.ReplicateBatch]:
+            batch = agent_pb2.ReplicateBatch()
+            size = 0
+            for m in msgs:
+                n = m.ByteSize()
+                if batch.items and size + n > BATCH_BYTES:
+                    yield batch
+                    batch, size = agent_pb2.ReplicateBatch(), 0
+                batch.items.append(m)
+                size += n
+            if batch.items:
+                yield batch
 
         try:
             await self.peers.get(backup[1]).replicate(parts())

@@ -27,7 +27,7 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Status": {"operator": ""},
     "Drain": {"operator": ""},
     "HandOver": {"agent": "sender_id"},
-    "Replicate": {"agent": "sender_id"},
+    "Replicate": {"agent": "items.sender_id"},  # a ReplicateBatch: every message's sender
     "Claim": {"agent": "claimer_id"},
 })
 MAX_PUSH = 100_000
@@ -51,21 +51,17 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if node.replicas is None:
             raise FailedPrecondition("replication is off on this agent (replication.enabled = false)")
         applied = 0
-        batch: list[agent_pb2.ReplicateRequest] = []
         sender = ""
-        async for m in request_iterator:
-            if not m.host:
-                raise InvalidArgument("Replicate: a message without a host")
-            if sender and m.sender_id != sender:
-                raise InvalidArgument("Replicate: one stream, one sender")
-            sender = m.sender_id
-            node.directory.saw_epoch(m.epoch)
-            batch.append(m)
-            if len(batch) >= 256:
-                applied += node.replicas.apply(sender, batch)
-                batch = []
-        if batch:
-            applied += node.replicas.apply(sender, batch)
+        async for batch in request_iterator:
+            for m in batch.items:
+                if not m.host:
+                    raise InvalidArgument("Replicate: a message without a host")
+                if sender and m.sender_id != sender:
+                    raise InvalidArgument("Replicate: one stream, one sender")
+                sender = m.sender_id
+            if batch.items:
+                node.directory.saw_epoch(batch.items[-1].epoch)
+                applied += node.replicas.apply(sender, batch.items)
         return agent_pb2.ReplicateResponse(applied=applied)
 
     async def Claim(self, request, context):

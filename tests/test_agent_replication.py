@@ -191,11 +191,16 @@ def _crawl_with_crashes(run, tmp_path, crashes: int):
                     else:
                         v = max(alive, key=lambda i: agents[i].node.status_counters()["hosts_promoted"])
                         assert agents[v].node.status_counters()["hosts_promoted"] > 0
-                    # Replicas current (every survivor's): "after re-replication"; then the victim's
-                    # pages at storage and a round more, so that its backups know them done.
+                    # Replicas current (every survivor's): "after re-replication". Then the victim's
+                    # last moments made deterministic: it stops fetching, its pages reach storage
+                    # and one more round tells its backups. (The lag of a victim killed mid-fetch
+                    # is bench/chaos.py's to measure, not a unit test's.)
                     await _until(lambda: all(n.replicator.gauges()["replica_unsynced"] == 0 for n in nodes), 20)
-                    await _until(lambda: agents[v].node.spool.pages == 0, 10)
-                    await agents[v].node.replicator.round()
+                    victim = agents[v].node
+                    await victim.dispatcher.stop()
+                    victim.commit_log.commit(force=True)
+                    await _until(lambda: victim.spool.pages == 0, 10)
+                    await victim.replicator.round()
                     victims_stored += len(stored_urls([stores[v]]))
                     crashed.append((agents[v].node.id, agents[v].node.clock()))
                     await crash(agents[v])
@@ -218,10 +223,9 @@ def _check_no_loss_few_repeats(truth, stored, victims_stored):
     assert truth <= got, f"lost: {sorted(truth - got)[:5]}"
     twice = [u for u, n in collections.Counter(canonicalize(u) for u in stored).items() if n > 1]
     # Without replicas the hosts of a dead agent start from nothing at their backup: every page
-    # the victim stored is stored again. With them only the changes of the last moments repeat.
+    # the victim stored is stored again. With a current replica, none is.
     detail = [(u, sorted((round(t, 2), a) for x, a, t in caps if canonicalize(x) == u)) for u in twice[:5]]
-    assert len(twice) <= max(3, victims_stored // 5), (
-        f"{len(twice)} stored twice of {victims_stored} the victims had stored; crashes {crashed}; e.g. {detail}")
+    assert not twice, f"{len(twice)} stored twice of {victims_stored} the victims had stored; crashes {crashed}; e.g. {detail}"
 
 
 def test_a_dead_owners_hosts_go_on_from_its_replica(run, tmp_path):

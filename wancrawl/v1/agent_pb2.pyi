@@ -182,6 +182,12 @@ class ReplicateRequest(_message.Message):
     unshipped: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[str] = ..., reset: _Optional[bool] = ..., drop: _Optional[bool] = ..., state: _Optional[_Union[HostState, _Mapping]] = ..., done: _Optional[_Iterable[int]] = ..., unshipped: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ReplicateBatch(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ReplicateRequest]
+    def __init__(self, items: _Optional[_Iterable[_Union[ReplicateRequest, _Mapping]]] = ...) -> None: ...
+
 class ReplicateResponse(_message.Message):
     __slots__ = ("applied",)
     APPLIED_FIELD_NUMBER: _ClassVar[int]

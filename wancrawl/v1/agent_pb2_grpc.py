@@ -56,7 +56,7 @@ class AgentStub:
                 _registered_method=True)
         self.Replicate = channel.stream_unary(
                 '/wancrawl.v1.Agent/Replicate',
-                request_serializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.SerializeToString,
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateBatch.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.FromString,
                 _registered_method=True)
         self.Claim = channel.unary_unary(
@@ -140,7 +140,7 @@ def add_AgentServicer_to_server(servicer, server):
             ),
             'Replicate': grpc.stream_unary_rpc_method_handler(
                     servicer.Replicate,
-                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.FromString,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateBatch.FromString,
                     response_serializer=wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.SerializeToString,
             ),
             'Claim': grpc.unary_unary_rpc_method_handler(
@@ -282,7 +282,7 @@ class Agent:
             request_iterator,
             target,
             '/wancrawl.v1.Agent/Replicate',
-            wancrawl_dot_v1_dot_agent__pb2.ReplicateRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.ReplicateBatch.SerializeToString,
             wancrawl_dot_v1_dot_agent__pb2.ReplicateResponse.FromString,
             options,
             channel_credentials,
