@@ -693,7 +693,7 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
         # The operator's command, as a process: it blocks until the agent has handed over.
         p = subprocess.Popen([sys.executable, "-m", "manager.cli", "--consultant", cl.consultant, "drain", victim],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             env={**os.environ, "PYTHONPATH": str(ROOT), **operator_env(cl)})
 
         def finish_drain() -> None:
             try:
@@ -715,6 +715,12 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
         cluster.restart(run, proc)
 
     return t, come_back
+
+
+def operator_env(cl: cluster.Cluster) -> dict[str, str]:
+    """The lab operator's credentials for a `manager` process (the services require mutual TLS)."""
+    t = cluster.lab_tls(cl.run_dir)
+    return {"WANCRAWL_TLS_CA": t.ca, "WANCRAWL_TLS_CERT": t.cert, "WANCRAWL_TLS_KEY": t.key}
 
 
 def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
