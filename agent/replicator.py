@@ -38,6 +38,7 @@ Backup = tuple[str, str]  # (agent id, address)
 # Bytes of host messages per stream message: a few writes per round, well under gRPC's 4 MB limit
 # (a full copy's parts are bounded by agent.ledger's PART_ITEMS / PART_FINGERPRINTS).
 BATCH_BYTES = 1 << 20
+SHIP_POLL = 0.02  # seconds between looks at the spool's acknowledged mark (a cheap read)
 
 
 @dataclass
@@ -102,8 +103,17 @@ class Replicator:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
+        """A round every `interval`, when asked (a push waits for one), and as soon as storage
+        acknowledged pages: until their "done" is at the backup, a crash of this agent makes the
+        backup fetch them again, so that window is kept to one round trip."""
+        last_round = float("-inf")
+        last_shipped = self.shipped()
         while True:
-            await self.waker.wait(self.interval)
+            await self.waker.wait(SHIP_POLL)
+            shipped = self.shipped()
+            if not (self._waiters or shipped != last_shipped or self.clock() - last_round >= self.interval):
+                continue
+            last_round, last_shipped = self.clock(), shipped
             try:
                 await self.round()
             except Exception:  # noqa: BLE001 - the next round tries again
