@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from agent.frontier import Frontier, Item
 from agent.scope import Scope, query_shape
 from agent.seen import SeenSet
+from agent.validate import url_problem
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
 
@@ -24,6 +25,10 @@ def parse_push(urls: Sequence[agent_pb2.UrlItem], sort_query: bool) -> tuple[lis
     parsed: list[tuple[int, Item]] = []
     errs: list[str] = []
     for i, u in enumerate(urls):
+        problem = url_problem(u)
+        if problem is not None:
+            errs.append(f"{i}: {problem}")
+            continue
         try:
             url = canonicalize(u.url, sort_query=sort_query)
             parsed.append((i, Item(url, host_of_canonical(url), u.depth, u.via, force=u.force)))
@@ -139,7 +144,13 @@ class Intake:
         the errors of the others."""
         self.counters["agent_rpcs"] += 1
         parsed, errs = parse_push(urls, self.sort_query)
-        items = [it for _, it in parsed if self.scope.check(it.url, it.host, it.depth) is None]
+        items: list[Item] = []
+        for i, it in parsed:
+            why = self.scope.check(it.url, it.host, it.depth)
+            if why is None:
+                items.append(it)
+            else:
+                errs.append(f"{i}: out of scope ({why})")  # the manager lists it as refused
         self.counters["out_of_scope"] += len(parsed) - len(items)
         return items, errs
 
@@ -157,8 +168,10 @@ class Intake:
                 not_mine.append(i)
                 continue
             # Owner, or placement cannot say now: keep it (the sender routed it here).
-            if self.scope.check(it.url, it.host, it.depth) is not None:
+            why = self.scope.check(it.url, it.host, it.depth)
+            if why is not None:
                 self.counters["out_of_scope"] += 1
+                errs.append(f"{i}: out of scope ({why})")
                 continue
             accepted.append(it)
         self.accept_local(accepted)

@@ -83,7 +83,7 @@ class AgentNode:
         self.shipper = StorageShipper(self.spool, storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None),
                                       retry_seconds=s.storage_out.retry_seconds)
         scope = Scope(s.scope)
-        self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.saw_epoch, load=self.load_report,
+        self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
                                      gate=self.gate, clock=clock)
         # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,

@@ -30,24 +30,73 @@ class Placement(Protocol):
 
 class HostDirectory:
     """Placement answers for this agent, cached per host (HostCache) and asked in batches of beta.
-    Owns the host cache: everything that learns a route or an epoch goes through here."""
+    Owns the host cache: everything that learns a route or an epoch goes through here.
 
-    def __init__(self, self_id: str, placement: Placement, cache: HostCache, *, beta: int, clock: Callable[[], float]):
+    Epochs (issue 13): the cache's epoch only ever comes from the consultant (`consultant_epoch`:
+    Register, Heartbeat, Deregister and Resolve answers). An epoch a peer sends (PushUrls,
+    HandOver, Replicate, Claim and their answers: `saw_epoch`) is a claim: when it is newer than
+    the consultant's latest, the next look-up first asks the consultant (a Resolve of one host,
+    at most once per `check_interval` seconds) and the cache moves to what the consultant says,
+    never to the claimed epoch. A peer that lies about epochs costs one Resolve per interval,
+    not the host cache."""
+
+    def __init__(self, self_id: str, placement: Placement, cache: HostCache, *, beta: int, clock: Callable[[], float],
+                 check_interval: float = 1.0):
         self.self_id = self_id
         self.placement = placement
         self.cache = cache
         self.beta = beta
         self.clock = clock
-        self.counters: dict[str, float] = {"consultant_rpcs": 0}
+        self.check_interval = check_interval
+        self._claimed = 0                   # newest epoch a peer claimed, above the consultant's
+        self._next_check = float("-inf")    # clock time the next check may be made
+        self.counters: dict[str, float] = {"consultant_rpcs": 0, "epoch_claims": 0, "epoch_checks": 0,
+                                           "epoch_claims_refuted": 0}
 
     @property
     def epoch(self) -> int:
+        """The newest epoch the consultant has given this agent."""
         return self.cache.epoch
 
+    def consultant_epoch(self, epoch: int) -> bool:
+        """An epoch from the consultant's own answer; True when it is news (cached routes of older
+        epochs are asked again at their next use)."""
+        news = self.cache.saw_epoch(epoch)
+        if self._claimed and self._claimed <= self.cache.epoch:
+            self._claimed = 0  # confirmed
+        return news
+
     def saw_epoch(self, epoch: int) -> bool:
-        """An epoch from any reply (consultant or peer); True when it is news (cached routes
-        of older epochs are asked again at their next use)."""
-        return self.cache.saw_epoch(epoch)
+        """An epoch a peer sent. Never adopted as it is: one newer than the consultant's latest
+        is checked with the consultant at the next look-up (`check_epoch`). Returns False (no
+        news until the consultant says so)."""
+        if epoch > self.cache.epoch and epoch > self._claimed:
+            self._claimed = epoch
+            self.counters["epoch_claims"] += 1
+        return False
+
+    async def check_epoch(self, hosts: list[str]) -> None:
+        """A peer claimed a newer epoch: ask the consultant (a Resolve of one of `hosts`, or of a
+        cached host) before any cached route is used, at most once per check_interval."""
+        if self._claimed <= self.cache.epoch:
+            self._claimed = 0
+            return
+        now = self.clock()
+        if now < self._next_check:
+            return
+        host = hosts[0] if hosts else next(reversed(self.cache.routes), None)
+        if host is None:
+            return  # nothing cached: the next look-up brings the consultant's epoch anyway
+        self._next_check = now + self.check_interval
+        self.counters["epoch_checks"] += 1
+        claimed = self._claimed
+        if await self.lookup([host]) is None:
+            return  # the consultant cannot say now: keep the claim for a later check
+        if claimed > self.cache.epoch:
+            self.counters["epoch_claims_refuted"] += 1
+            log.warning("a peer claimed epoch %d; the consultant's is %d: not adopted", claimed, self.cache.epoch)
+        if self._claimed <= claimed:
+            self._claimed = 0
 
     def gauges(self) -> dict[str, float]:
         return {"epoch": self.cache.epoch, "host_cache_hit_ratio": self.cache.hit_ratio, "host_cache_size": len(self.cache)}
@@ -67,7 +116,7 @@ class HostDirectory:
             return None
         now = self.clock()
         if answers:
-            self.cache.saw_epoch(answers[0].epoch)
+            self.consultant_epoch(answers[0].epoch)
         routes = [a for a in answers if not a.error and a.agents]
         for r in routes:
             self.cache.put(r, now)
@@ -76,6 +125,8 @@ class HostDirectory:
     async def routes(self, hosts: list[str]) -> dict[str, HostRoute]:
         """Fresh routes for hosts (cached ones first, the rest asked in batches); a host placement
         cannot answer now is absent."""
+        if self._claimed:
+            await self.check_epoch(hosts)
         now = self.clock()
         out: dict[str, HostRoute] = {}
         unknown: list[str] = []
@@ -93,7 +144,8 @@ class HostDirectory:
 
     async def owners(self, hosts: list[str], sender_epoch: int = 0) -> dict[str, bool | None]:
         """Does this agent own each host? None where placement cannot say now. A sender's newer
-        epoch makes older cached answers stale first."""
+        epoch is checked with the consultant first (see the class): if it confirms it, older
+        cached answers are stale."""
         self.saw_epoch(sender_epoch)
         routes = await self.routes(hosts)
         return {h: (routes[h].agents[0][0] == self.self_id if h in routes else None) for h in hosts}

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
+from agent import validate
 from agent.node import AgentNode
 from agent.settings import AgentSettings
 from wancrawl import grpcutil
@@ -16,6 +19,7 @@ from wancrawl.pki import Identity, identity_of_pem
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("agent")
+T = TypeVar("T")
 
 SERVICE_NAME = "wancrawl.v1.Agent"
 
@@ -30,7 +34,14 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Replicate": {"agent": "items.sender_id"},  # a ReplicateBatch: every message's sender
     "Claim": {"agent": "claimer_id"},
 })
-MAX_PUSH = 100_000
+MAX_PUSH = validate.MAX_PUSH
+
+
+async def _checked(messages: AsyncIterator[T], check: Callable[[T], None]) -> AsyncIterator[T]:
+    """A request stream whose every message passes `check` (INVALID_ARGUMENT ends the call)."""
+    async for m in messages:
+        check(m)
+        yield m
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
@@ -38,13 +49,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         self.node = node
 
     async def PushUrls(self, request, context):
-        if len(request.urls) > MAX_PUSH:
-            raise InvalidArgument(f"{len(request.urls)} URLs in one push; at most {MAX_PUSH}")
+        validate.push_urls(request)
         r = await self.node.push(request.epoch, request.urls, request.route)
         return agent_pb2.PushUrlsResponse(accepted=r.accepted, not_mine=r.not_mine, epoch=self.node.directory.epoch, errors=r.errors)
 
     async def HandOver(self, request_iterator, context):
-        return await self.node.handoff.receive(request_iterator)
+        return await self.node.handoff.receive(_checked(request_iterator, validate.hand_over))
 
     async def Replicate(self, request_iterator, context):
         node = self.node
@@ -54,6 +64,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         sender = ""
         async for batch in request_iterator:
             for m in batch.items:
+                validate.replicate(m)
                 if not m.host:
                     raise InvalidArgument("Replicate: a message without a host")
                 if sender and m.sender_id != sender:
@@ -65,12 +76,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.ReplicateResponse(applied=applied)
 
     async def Claim(self, request, context):
-        if not request.claimer_id or not request.claimer_address:
-            raise InvalidArgument("Claim: claimer_id and claimer_address are required")
+        validate.claim(request)
         return await self.node.ownership.claimed((request.claimer_id, request.claimer_address), request.epoch,
                                                  list(request.hosts))
 
     async def Drain(self, request, context):
+        validate.drain(request)
         handed, remaining = await self.node.drain(request.timeout_seconds or 120.0)
         return agent_pb2.DrainResponse(handed_over=handed, remaining=remaining)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from agent.spool import Spool
-from storage.client import StorageClient
+from storage.client import Ack, StorageClient
 from wancrawl import errors
+from wancrawl.v1 import storage_pb2
 
 log = logging.getLogger("agent")
 
@@ -20,7 +22,8 @@ class StorageShipper:
         self.spool = spool
         self.storage = storage
         self.retry_seconds = retry_seconds
-        self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0}
+        self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
+                                           "storage_batches_rejected": 0, "storage_captures_rejected": 0}
 
     def idle(self) -> bool:
         """Nothing waits for storage (without storage, pages stay in the spool by design)."""
@@ -48,15 +51,56 @@ class StorageShipper:
         batches = [self.spool.read(p) for p in paths]
         try:
             ack = await self.storage.send(batches)
+        except errors.InvalidArgument as exc:
+            # Refused as malformed: resending the same bytes fails the same way, so it must not
+            # hold the spool up. Alone, the batch is set aside; in a group, each is sent alone.
+            if len(paths) == 1:
+                return self._set_aside(paths[0], exc)
+            sent = 0
+            for p, b in zip(paths, batches):
+                try:
+                    one = await self.storage.send([b])
+                except errors.InvalidArgument as exc1:
+                    sent += self._set_aside(p, exc1)
+                    continue
+                except errors.WancrawlError as exc1:
+                    return self._failed(exc1) if sent == 0 else sent
+                self._acknowledged([p], [b], one)
+                sent += 1
+            return sent
         except errors.WancrawlError as exc:
-            self.counters["storage_failures"] += 1
-            log.warning("storage unavailable (%s); %d batches stay in the spool", exc, len(self.spool))
-            return -1
+            return self._failed(exc)
+        self._acknowledged(paths, batches, ack)
+        return len(paths)
+
+    def _failed(self, exc: errors.WancrawlError) -> int:
+        self.counters["storage_failures"] += 1
+        log.warning("storage unavailable (%s); %d batches stay in the spool", exc, len(self.spool))
+        return -1
+
+    def _set_aside(self, path: Path, exc: errors.WancrawlError) -> int:
+        dest = self.spool.set_aside(path)
+        self.counters["storage_batches_rejected"] += 1
+        log.error("storage refused batch %s as invalid, not retried; kept in %s: %s", path.name, dest, exc)
+        return 1
+
+    def _acknowledged(self, paths: list[Path], batches: list[storage_pb2.PageBatch], ack: Ack) -> None:
         if ack.rejected:
-            log.warning("storage rejected %d captures: %s", len(ack.rejected), ack.rejected[:3])
+            self.counters["storage_captures_rejected"] += len(ack.rejected)
+            log.warning("storage rejected %d captures (kept in %s): %s", len(ack.rejected), self.spool.rejected_dir,
+                        ack.rejected[:3])
+            by_id = {b.batch_id: (p, b) for p, b in zip(paths, batches)}
+            refused: dict[str, list[int]] = {}
+            for batch_id, index, _rid, _reason in ack.rejected:
+                refused.setdefault(batch_id, []).append(index)
+            for batch_id, idxs in refused.items():
+                if batch_id not in by_id:
+                    continue
+                p, b = by_id[batch_id]
+                kept = storage_pb2.PageBatch(batch_id=batch_id, captures=[b.captures[i] for i in idxs if i < len(b.captures)])
+                self.spool.keep_rejected(kept, f"{p.stem}-captures.batch")
         self.spool.remove(paths)
         self.counters["spool_batches_sent"] += len(paths)
-        return len(paths)
 
     async def close(self) -> None:
         if self.storage is not None:

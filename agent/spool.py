@@ -43,6 +43,27 @@ class Spool:
         self._files[final] = len(batch.captures)
         return final
 
+    @property
+    def rejected_dir(self) -> Path:
+        """Where batches and captures storage refused as invalid are kept for an operator (never
+        resent: the same bytes would be refused again)."""
+        return self.dir / "rejected"
+
+    def set_aside(self, path: Path) -> Path:
+        """Move a spooled batch storage refused (INVALID_ARGUMENT) to rejected/; it leaves the spool."""
+        self.rejected_dir.mkdir(exist_ok=True)
+        dest = self.rejected_dir / path.name
+        os.replace(path, dest)
+        self._files.pop(path, None)
+        return dest
+
+    def keep_rejected(self, batch: storage_pb2.PageBatch, name: str) -> Path:
+        """Write the captures storage rejected from an acknowledged batch to rejected/NAME."""
+        self.rejected_dir.mkdir(exist_ok=True)
+        dest = self.rejected_dir / name
+        dest.write_bytes(batch.SerializeToString())
+        return dest
+
     def oldest(self, n: int) -> list[Path]:
         return list(self._files)[:n]  # sequence numbers only grow: insertion order is age
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from consultant import validate
 from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
@@ -57,6 +58,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         return self._refs
 
     async def Register(self, request, context):
+        validate.register(request)
         loc = request.location
         has = loc.has_coordinates or bool(loc.lat or loc.lon)
         rec = AgentRecord(
@@ -72,14 +74,17 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         )
 
     async def Heartbeat(self, request, context):
+        validate.heartbeat(request)
         load = json_format.MessageToDict(request.load, preserving_proto_field_name=True)
         epoch = await self.service.heartbeat(request.agent_id, load)
         return pb.HeartbeatResponse(epoch=epoch, lease_seconds=self.service.settings.lease_seconds)
 
     async def Deregister(self, request, context):
+        validate.deregister(request)
         return pb.DeregisterResponse(epoch=await self.service.deregister(request.agent_id))
 
     async def Resolve(self, request, context):
+        validate.resolve(request, self.service.settings.max_batch)
         res = await self.service.resolve(list(request.hosts))
         ttl = self.service.settings.ttl_seconds
         Answer = pb.HostAnswer
@@ -90,6 +95,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         return pb.ResolveResponse(epoch=res.epoch, agents=self._agent_refs(res.directory), answers=answers)
 
     async def Explain(self, request, context):
+        validate.explain(request)
         e = await self.service.explain(request.host)
         s = e.site
         site = common_pb2.Location(
@@ -135,9 +141,11 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         return pb.ListAgentsResponse(epoch=snap.epoch, strategy=self.service.settings.strategy, agents=out)
 
     async def SetOverride(self, request, context):
+        validate.set_override(request)
         return pb.SetOverrideResponse(epoch=await self.service.set_override(request.host, request.agent_id))
 
     async def ClearOverride(self, request, context):
+        validate.clear_override(request)
         return pb.SetOverrideResponse(epoch=await self.service.clear_override(request.host))
 
 

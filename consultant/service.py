@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from consultant.partition import Partitioner, Site, create
 from consultant.settings import ConsultantSettings
 from consultant.sitedb import AsnDB, CityDB, shipped_city_db
 from consultant.store import Store
+from wancrawl.checks import shown
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.urls import canonical_host, ip_literal
@@ -94,7 +96,7 @@ def open_databases(settings: ConsultantSettings, needs: frozenset[str]) -> tuple
 def validate_agent_id(agent_id: str) -> str:
     if not _AGENT_ID.match(agent_id or ""):
         raise InvalidArgument(
-            f"agent_id {agent_id!r} is invalid: 1-200 characters of letters, digits and ._:@- starting with a letter or digit"
+            f"agent_id {shown(agent_id)} is invalid: 1-200 characters of letters, digits and ._:@- starting with a letter or digit"
         )
     return agent_id
 
@@ -102,11 +104,11 @@ def validate_agent_id(agent_id: str) -> str:
 def validate_address(address: str) -> str:
     host, sep, port = (address or "").rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidArgument(f"address {address!r} is invalid: expected host:port")
+        raise InvalidArgument(f"address {shown(address)} is invalid: expected host:port")
     try:
         canonical_host(host)
     except InvalidArgument as exc:
-        raise InvalidArgument(f"address {address!r}: {exc}") from None
+        raise InvalidArgument(f"address {shown(address)}: {exc}") from None
     return address
 
 
@@ -233,11 +235,11 @@ class ConsultantService:
         validate_agent_id(rec.agent_id)
         validate_address(rec.address)
         if rec.source_ip and ip_literal(rec.source_ip) is None:
-            raise InvalidArgument(f"source_ip {rec.source_ip!r} is not an IP address")
+            raise InvalidArgument(f"source_ip {shown(rec.source_ip)} is not an IP address")
         if rec.lat is not None and not (-90 <= rec.lat <= 90 and -180 <= (rec.lon or 0) <= 180):
             raise InvalidArgument(f"location lat/lon ({rec.lat}, {rec.lon}) out of range")
-        if rec.capacity < 0:
-            raise InvalidArgument("capacity must be >= 0")
+        if not math.isfinite(rec.capacity) or rec.capacity < 0:
+            raise InvalidArgument(f"capacity must be a finite number >= 0, not {rec.capacity!r}")
         rec = self.locate_agent(rec)
         if rec.capacity > 0:
             rec = replace(rec, weight=rec.capacity)

@@ -26,10 +26,12 @@ class SeedFile:
 
 def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
     """Seed lines: blank lines and # comments skipped, each URL canonicalised, bad lines kept
-    with their numbers and reasons."""
+    with their numbers and reasons. Line numbers are the file's physical lines: only "\n" ends a
+    line (str.splitlines would also split at \r, \x0b, \x0c, \x1c-\x1e, \x85 and U+2028/9, and
+    shift every later number)."""
     out = SeedFile()
     seen: set[str] = set()
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):
         raw = line.strip()
         if not raw or raw.startswith("#"):
             continue
@@ -46,16 +48,41 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
     return out
 
 
+@dataclass
+class Injection:
+    taken: Counter = field(default_factory=Counter)               # URLs accepted, per routing agent
+    failed: list[str] = field(default_factory=list)               # URLs no agent could be asked about
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (URL, reason) an agent refused
+
+
+def refusals(chunk: list[str], errors: list[str]) -> list[tuple[str, str]]:
+    """The agent's "index: reason" errors as (URL, reason) of the chunk it was sent."""
+    out = []
+    for e in errors:
+        idx, _, reason = e.partition(": ")
+        if idx.isdigit() and int(idx) < len(chunk):
+            out.append((chunk[int(idx)], reason))
+        else:
+            out.append(("?", e))
+    return out
+
+
 async def inject(consultant: ConsultantClient, urls: list[str], force: bool = False) -> tuple[Counter, list[str]]:
+    """`inject_all` for callers that only count: (URLs taken per agent, URLs no agent took)."""
+    res = await inject_all(consultant, urls, force)
+    return res.taken, res.failed
+
+
+async def inject_all(consultant: ConsultantClient, urls: list[str], force: bool = False) -> Injection:
     """Hand URLs to live agents in chunks (PushUrls with route): each agent keeps those of its
     own hosts and pushes the rest to their owners, so the manager is not a second router. A
-    chunk an agent cannot take goes to the next live agent. Returns (URLs taken per agent,
-    URLs no agent took). force: owners queue them even if seen (an operator's re-seed)."""
+    chunk an agent cannot take goes to the next live agent. Returns the URLs taken per agent,
+    those no agent took and those an agent refused (out of its scope, malformed) with the
+    reason. force: owners queue them even if seen (an operator's re-seed)."""
     live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
     if not live:
         raise Unavailable("no live agent is registered with the consultant")
-    taken: Counter = Counter()
-    failed: list[str] = []
+    res = Injection()
     async with AgentPool(timeout=60) as pool:
         for n, i in enumerate(range(0, len(urls), BATCH)):
             chunk = urls[i : i + BATCH]
@@ -66,11 +93,12 @@ async def inject(consultant: ConsultantClient, urls: list[str], force: bool = Fa
                     r = await pool.get(address).push("manager", 0, items, route=True)
                 except WancrawlError:
                     continue  # unreachable or failing: the next agent
-                taken[agent_id] += r.accepted
+                res.taken[agent_id] += r.accepted
+                res.refused += refusals(chunk, r.errors)
                 break
             else:
-                failed += chunk
-    return taken, failed
+                res.failed += chunk
+    return res
 
 
 async def run_seed(args) -> int:
@@ -84,14 +112,17 @@ async def run_seed(args) -> int:
     seeds = parse_seeds(text, sort_query=args.sort_query)
     for n, reason, raw in seeds.bad:
         print(f"{args.file}:{n}: {reason}: {raw!r}", file=sys.stderr)
-    accepted: Counter = Counter()
-    failed: list[str] = []
+    res = Injection()
     if seeds.urls:
         async with ConsultantClient(args.consultant) as c:
-            accepted, failed = await inject(c, seeds.urls, force=getattr(args, "force", False))
+            res = await inject_all(c, seeds.urls, force=getattr(args, "force", False))
+    accepted, failed = res.taken, res.failed
+    for url, reason in res.refused:
+        print(f"refused: {url if len(url) <= 200 else url[:200] + '...'}: {reason}", file=sys.stderr)
     summary = {
         "valid": len(seeds.urls), "bad_lines": len(seeds.bad), "duplicates": seeds.duplicates,
         "accepted": sum(accepted.values()), "routed_by": dict(accepted), "not_injected": len(failed),
+        "refused": [{"url": u, "reason": r} for u, r in res.refused],
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -99,5 +130,7 @@ async def run_seed(args) -> int:
         print(f"{summary['valid']} seed URLs, {summary['bad_lines']} bad lines, {summary['duplicates']} duplicates; "
               f"{summary['accepted']} accepted (routed to their owners by {len(accepted)} agents)"
               + "".join(f"\n  {a}: {n}" for a, n in sorted(accepted.items()))
+              + (f"\n{len(res.refused)} refused by the agents (listed on stderr)" if res.refused else "")
               + (f"\n{len(failed)} could not be injected" if failed else ""))
-    return 1 if failed else 0
+    # 0 only when every valid URL was accepted.
+    return 1 if failed or res.refused else 0

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
 from wancrawl.metrics import serve_metrics
-from wancrawl.errors import InvalidArgument
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 
+from storage import validate
 from storage.config import StorageSettings
 from storage.index import Row
 from storage.store import BatchResult, Store
@@ -55,16 +55,27 @@ class GroupCommitter:
             items = [await self.queue.get()]
             while not self.queue.empty() and len(items) < self.max_group:
                 items.append(self.queue.get_nowait())
-            try:
-                results = await loop.run_in_executor(self.executor, self.store.ingest, [b for b, _ in items])
-            except Exception as exc:  # noqa: BLE001 - every waiter gets the error
-                for _, fut in items:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, fut), res in zip(items, results):
+            await self._commit(loop, items)
+
+    async def _commit(self, loop: asyncio.AbstractEventLoop,
+                      items: list[tuple[storage_pb2.PageBatch, asyncio.Future]]) -> None:
+        try:
+            results = await loop.run_in_executor(self.executor, self.store.ingest, [b for b, _ in items])
+        except Exception as exc:  # noqa: BLE001 - every waiter gets the error
+            if len(items) > 1:
+                # Nothing of the group was kept (the store rolled it back): commit each batch
+                # alone, so a batch that breaks the commit fails alone and the others are stored.
+                log.warning("group commit of %d batches failed (%s); committing them one by one", len(items), exc)
+                for item in items:
+                    await self._commit(loop, [item])
+                return
+            for _, fut in items:
                 if not fut.done():
-                    fut.set_result(res)
+                    fut.set_exception(exc)
+            return
+        for (_, fut), res in zip(items, results):
+            if not fut.done():
+                fut.set_result(res)
 
     async def stop(self) -> None:
         # Let queued batches finish: their clients are still waiting for an ack.
@@ -110,6 +121,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         # Batches are submitted as they arrive (pipelined); the ack waits for all of them.
         pending: list[asyncio.Future] = []
         async for batch in request_iterator:
+            validate.batch(batch)
             pending.append(await self.committer.submit(batch))
         ack = storage_pb2.IngestAck(batches=len(pending))
         results: list[BatchResult] = await asyncio.gather(*pending)
@@ -131,8 +143,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         return ack
 
     async def Get(self, request, context):
-        if not request.url and not request.record_id:
-            raise InvalidArgument("Get needs url or record_id")
+        validate.get(request)
         at = request.at if request.has_at else None
         loop = asyncio.get_running_loop()
         # Reads use the default pool: they must not queue behind ingest on the writer thread.
@@ -140,6 +151,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         return storage_pb2.GetResponse(capture=capture_info(row), http_headers=head, body=body)
 
     async def Stats(self, request, context):
+        validate.stats(request)
         top = request.top or 20
         s = await asyncio.get_running_loop().run_in_executor(None, self.store.stats, top)
         return stats_message(s)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,16 +15,16 @@ from urllib.parse import urlsplit
 from warcio.archiveiterator import ArchiveIterator
 
 from wancrawl import urls, warcrecords
+from wancrawl.checks import shown
 from wancrawl.errors import InvalidArgument, NotFound, Unavailable
 from wancrawl.v1 import storage_pb2
 
+from storage import validate
 from storage.config import StorageSettings
 from storage.index import Index, Row
 from storage.warcfile import WarcWriter, recover
 
 log = logging.getLogger(__name__)
-
-_GZIP_MAGIC = b"\x1f\x8b\x08"
 
 
 @dataclass
@@ -36,48 +35,6 @@ class BatchResult:
     duplicates: int = 0
     bytes_written: int = 0
     rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (index, record_id, reason)
-
-
-def check_member(data: bytes, what: str, full: bool) -> None:
-    """Raise InvalidArgument unless `data` is one gzip member holding a WARC record."""
-    if data[:3] != _GZIP_MAGIC:
-        raise InvalidArgument(f"{what} is not a gzip member")
-    d = zlib.decompressobj(31)
-    try:
-        if full:
-            head = d.decompress(data)
-            if not d.eof or d.unused_data:
-                raise InvalidArgument(f"{what} is not exactly one complete gzip member")
-        else:
-            head = d.decompress(data, 16)
-    except zlib.error as exc:
-        raise InvalidArgument(f"{what}: corrupt gzip data ({exc})") from None
-    if not head.startswith(b"WARC/1."):
-        raise InvalidArgument(f"{what} does not start a WARC record")
-
-
-def validate(c: storage_pb2.Capture, full: bool = False) -> tuple[str, str]:
-    """Check one capture's fields; return (canonical_url, host) or raise InvalidArgument."""
-    if not c.record_id or len(c.record_id) > 100:
-        raise InvalidArgument("record_id must be 1..100 characters")
-    if not c.agent_id or len(c.agent_id) > 128:
-        raise InvalidArgument("agent_id must be 1..128 characters")
-    canonical = urls.canonicalize(c.url)
-    host = urls.host_of_canonical(canonical)
-    if not c.payload_digest or ":" not in c.payload_digest or len(c.payload_digest) > 64:
-        raise InvalidArgument(f"payload_digest {c.payload_digest!r} is not 'algorithm:value'")
-    if not c.warc_date:
-        raise InvalidArgument("warc_date is empty")
-    if not 100 <= c.status <= 999:
-        raise InvalidArgument(f"status {c.status} out of range")
-    if not c.response:
-        raise InvalidArgument("response record is empty")
-    check_member(c.response, "response", full)
-    if c.request:
-        check_member(c.request, "request", full)
-    if c.metadata:
-        check_member(c.metadata, "metadata", full)
-    return canonical, host
 
 
 def surt(url: str) -> str:
@@ -135,9 +92,9 @@ class Store:
         for b, res in zip(batches, results):
             for i, c in enumerate(b.captures):
                 try:
-                    canonical, host = validate(c, cfg.validate == "full")
+                    canonical, host = validate.capture(c, cfg.validate == "full")
                 except InvalidArgument as exc:
-                    res.rejected.append((i, c.record_id, f"batch {b.batch_id!r} capture {i} ({c.url!r}): {exc}"))
+                    res.rejected.append((i, c.record_id, f"batch {shown(b.batch_id)} capture {i} ({shown(c.url)}): {exc}"))
                     continue
                 todo.append((res, c, canonical, host, self._dedupable(c)))
         if not todo:

@@ -16,6 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from wancrawl import errors
+from wancrawl.checks import clip_message
 
 if TYPE_CHECKING:
     from wancrawl.auth import Rules
@@ -52,7 +53,7 @@ def translate(exc: grpc.aio.AioRpcError, what: str) -> errors.WancrawlError:
         if code == exc.code() and err is not errors.ConfigError:
             cls = err
             break
-    return cls(f"{what}: {exc.code().name}: {exc.details()}")
+    return cls(clip_message(f"{what}: {exc.code().name}: {exc.details()}"))
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
@@ -76,12 +77,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     return await fn(request_or_iter, context)
                 except errors.WancrawlError as exc:
-                    await context.abort(status_for(exc), str(exc))
+                    await context.abort(status_for(exc), clip_message(str(exc)))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - the service must keep running
                     log.exception("unhandled error in %s", method)
-                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+                    await context.abort(grpc.StatusCode.INTERNAL, clip_message(f"internal error: {type(exc).__name__}: {exc}"))
 
             return wrapper
 
@@ -91,12 +92,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                     async for item in fn(request, context):
                         yield item
                 except errors.WancrawlError as exc:
-                    await context.abort(status_for(exc), str(exc))
+                    await context.abort(status_for(exc), clip_message(str(exc)))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001
                     log.exception("unhandled error in %s", method)
-                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+                    await context.abort(grpc.StatusCode.INTERNAL, clip_message(f"internal error: {type(exc).__name__}: {exc}"))
 
             return wrapper
 

@@ -8,6 +8,7 @@ import re
 from functools import lru_cache
 from urllib.parse import quote, quote_from_bytes, urljoin, urlsplit, urlunsplit
 
+from wancrawl.checks import shown
 from wancrawl.errors import InvalidArgument
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -28,7 +29,7 @@ class UnsupportedScheme(InvalidUrl):
     """A URL whose scheme is not http(s) (mailto:, javascript:, data:, ...)."""
 
     def __init__(self, scheme: str):
-        super().__init__(f"scheme {scheme!r} is not crawled")
+        super().__init__(f"scheme {shown(scheme)} is not crawled")
         self.scheme = scheme
 
 
@@ -49,22 +50,22 @@ def canonical_host(host: str) -> str:
         try:
             return ipaddress.IPv6Address(h).compressed
         except ValueError:
-            raise InvalidArgument(f"malformed host name {host!r}: ':' is only allowed in IPv6 literals") from None
+            raise InvalidArgument(f"malformed host name {shown(host)}: ':' is only allowed in IPv6 literals") from None
     h = h.rstrip(".").lower()
     if not h:
-        raise InvalidArgument(f"malformed host name {host!r}")
+        raise InvalidArgument(f"malformed host name {shown(host)}")
     if not h.isascii():
         try:
             h = h.encode("idna").decode("ascii")
         except UnicodeError as exc:
-            raise InvalidArgument(f"malformed host name {host!r}: {exc}") from None
+            raise InvalidArgument(f"malformed host name {shown(host)}: {exc}") from None
     if len(h) > MAX_HOST_LENGTH:
         raise InvalidArgument(f"malformed host name: longer than {MAX_HOST_LENGTH} characters")
     if _is_ipv4(h):
         return h
     for label in h.split("."):
         if not _LABEL.match(label):
-            raise InvalidArgument(f"malformed host name {host!r}: bad label {label!r}")
+            raise InvalidArgument(f"malformed host name {shown(host)}: bad label {shown(label)}")
     return h
 
 
@@ -214,7 +215,7 @@ def host_of(url: str) -> str:
     except ValueError as exc:
         raise InvalidUrl(f"malformed URL: {exc}") from None
     if not hostname:
-        raise InvalidUrl(f"URL has no host: {url!r}")
+        raise InvalidUrl(f"URL has no host: {shown(url)}")
     return canonical_host(hostname)
 
 

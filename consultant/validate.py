@@ -1,0 +1,79 @@
+"""Validation at the edge of the consultant (issue 13): one function per RPC, called by the
+servicer before anything else looks at the request. A bad field is INVALID_ARGUMENT naming it
+(values cut, see wancrawl/checks.py), never a database error."""
+
+from __future__ import annotations
+
+from consultant.service import validate_address, validate_agent_id
+from wancrawl import checks
+from wancrawl.errors import InvalidArgument
+from wancrawl.urls import ip_literal
+from wancrawl.v1 import common_pb2, consultant_pb2 as pb
+
+MAX_CAPACITY = 1e9     # relative capacity; anything above is a mistake or an attack on the weights
+MAX_RATE = 1e9         # pages per second in a load report
+
+
+def agent_id(field: str, value: str) -> str:
+    checks.text(field, value, checks.MAX_ID, required=True)
+    return validate_agent_id(value)
+
+
+def location(loc: common_pb2.Location) -> None:
+    checks.text("location.city", loc.city, checks.MAX_TEXT)
+    checks.text("location.country", loc.country, checks.MAX_TEXT)
+    checks.text("location.isp", loc.isp, checks.MAX_TEXT)
+    checks.finite("location.lat", loc.lat, low=-90.0, high=90.0)
+    checks.finite("location.lon", loc.lon, low=-180.0, high=180.0)
+
+
+def load(report: common_pb2.LoadReport) -> None:
+    checks.finite("load.pages_per_second", report.pages_per_second, low=0.0, high=MAX_RATE)
+    checks.finite("load.capacity", report.capacity, low=0.0, high=MAX_CAPACITY)
+    checks.finite("load.load_level", report.load_level)
+
+
+def host(field: str, value: str) -> str:
+    # The form is canonical_host's to check (per host in Resolve); here only the size.
+    return checks.text(field, value, checks.MAX_HOST, required=True)
+
+
+def register(r: pb.RegisterRequest) -> None:
+    agent_id("agent_id", r.agent_id)
+    checks.text("address", r.address, checks.MAX_ADDRESS, required=True)
+    validate_address(r.address)
+    checks.text("source_ip", r.source_ip, 64)
+    if r.source_ip and ip_literal(r.source_ip) is None:
+        raise InvalidArgument(f"source_ip {checks.shown(r.source_ip)} is not an IP address")
+    location(r.location)
+    checks.finite("capacity", r.capacity, low=0.0, high=MAX_CAPACITY)
+
+
+def heartbeat(r: pb.HeartbeatRequest) -> None:
+    agent_id("agent_id", r.agent_id)
+    load(r.load)
+
+
+def deregister(r: pb.DeregisterRequest) -> None:
+    agent_id("agent_id", r.agent_id)
+
+
+def resolve(r: pb.ResolveRequest, max_batch: int) -> None:
+    checks.count("hosts", r.hosts, max_batch, required=True)
+    for i, h in enumerate(r.hosts):
+        # A malformed host gets its error in its answer; one too long to be a host name is
+        # refused whole (its answer would echo it).
+        checks.text(checks.indexed("hosts", i), h, checks.MAX_HOST)
+
+
+def explain(r: pb.ExplainRequest) -> None:
+    host("host", r.host)
+
+
+def set_override(r: pb.SetOverrideRequest) -> None:
+    host("host", r.host)
+    agent_id("agent_id", r.agent_id)
+
+
+def clear_override(r: pb.ClearOverrideRequest) -> None:
+    host("host", r.host)
