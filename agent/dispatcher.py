@@ -260,7 +260,7 @@ class Dispatcher:
         horizon = now + self.s.politeness.park_horizon
         out = []
         for host, t in self.scheduler.waiting():
-            if t <= horizon:
+            if t <= horizon and not self._robots_stuck(host, now):
                 continue
             failing = next((f for o in self.origins_of.get(host, ()) if (f := self.robots.unreachable(o))), None)
             if failing is not None:
@@ -277,8 +277,17 @@ class Dispatcher:
         longer than that (the crawl counts as finished; `parked` says who and why)."""
         if self.in_flight or self.bg_tasks or self.signal.pending():
             return False
+        horizon = now + self.s.politeness.park_horizon
         nxt = self.scheduler.next_wakeup(now)
-        return nxt is None or nxt > now + self.s.politeness.park_horizon
+        if nxt is None or nxt > horizon:
+            return True
+        # A host due sooner whose robots.txt has been unreachable for robots.park_after is parked
+        # too: its retries back off for many minutes before they pass the horizon.
+        return all(t > horizon or self._robots_stuck(h, now) for h, t in self.scheduler.waiting())
+
+    def _robots_stuck(self, host: str, now: float) -> bool:
+        failing = next((f for o in self.origins_of.get(host, ()) if (f := self.robots.unreachable(o))), None)
+        return failing is not None and now - failing[0] >= self.s.robots.park_after
 
     def _progress(self, now: float) -> None:
         every = self.s.progress_interval

@@ -73,10 +73,11 @@ class RobotsSettings:
     error_ttl: float = 600.0       # longest wait before asking an unreachable robots.txt again
     retry_base: float = 5.0        # first wait after a 5xx / network error (doubles each time)
     give_up_after: float = 3600.0  # robots.txt unreachable this long: the host is given up
+    park_after: float = 120.0      # unreachable this long: the host counts as parked (the crawl can end)
 
     def __post_init__(self) -> None:
-        if self.ttl <= 0 or self.error_ttl <= 0 or self.retry_base <= 0 or self.give_up_after <= 0:
-            raise ValueError("robots.ttl, error_ttl, retry_base and give_up_after must be > 0")
+        if self.ttl <= 0 or self.error_ttl <= 0 or self.retry_base <= 0 or self.give_up_after <= 0 or self.park_after < 0:
+            raise ValueError("robots.ttl, error_ttl, retry_base and give_up_after must be > 0, park_after >= 0")
 
 
 @dataclass(frozen=True)

@@ -248,3 +248,25 @@ def test_an_origin_refusing_connections_does_not_hold_back_the_hosts_other_origi
 
     assert run(go()) == (0.0, 0), "the host's rate was not backed off by its https origin's failures"
     assert len([u for u in web.log if u.startswith("https://")]) < 10, "the refusing origin waits (its robots.txt retry, its backoff)"
+
+
+def test_a_host_whose_robots_txt_stays_unreachable_counts_as_parked(tmp_path, run):
+    """Its robots.txt retries back off for many minutes before passing the park horizon; after
+    robots.park_after of failures the host is parked (the crawl can end), its URLs kept."""
+    web = Web(lambda url: (503, b"", {}) if url == "http://down.lab/robots.txt" else ok(url))
+    n = node(tmp_path, web, robots__retry_base=0.05, robots__park_after=1.5, politeness__max_backoff=0.05)
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(items("down.lab", 5) + items("up.lab", 3))
+        await until(lambda: n.dispatcher.counters["robots_fetches"] >= 1 and n.dispatcher.counters["pages"] >= 3, "a first try")
+        early = n.idle()
+        await until(n.idle, "idle with only the robots-failing host left")
+        parked = [p.host for p in n.dispatcher.parked(n.clock())]
+        queued = len(n.frontier)
+        await n.stop()
+        return early, parked, queued
+
+    early, parked, queued = run(go())
+    assert not early, "not parked before robots.park_after"
+    assert parked == ["down.lab"] and queued == 5
