@@ -40,6 +40,8 @@ log = logging.getLogger("agent")
 
 Peer = tuple[str, str]  # (agent id, address)
 
+CLAIM_BATCH = 5_000  # hosts per Claim RPC (well under gRPC's 4 MB and the receiver's limit)
+
 
 @dataclass(frozen=True)
 class Action:
@@ -279,7 +281,12 @@ class Ownership:
             return agent_id, []
         self.counters["claims_sent"] += 1
         try:
-            r = await self.peers.get(addr).claim(self.self_id, self.address(), epoch, hosts)
+            settled: list[str] = []
+            for i in range(0, len(hosts), CLAIM_BATCH):  # a restarted agent may claim all it holds
+                r = await self.peers.get(addr).claim(self.self_id, self.address(), epoch, hosts[i : i + CLAIM_BATCH])
+                self.directory.saw_epoch(r.epoch)
+                self.counters["hosts_claimed"] += len(r.handed)
+                settled += list(r.handed) + list(r.not_held)
         except errors.WancrawlError as exc:
             self.counters["claim_failures"] += 1
             # Unreachable (dead, its lease not yet expired): ask again in a second, not every step.
@@ -287,9 +294,7 @@ class Ownership:
             log.warning("claim of %d hosts from %s failed: %s", len(hosts), agent_id, exc)
             return agent_id, []
         self._claim_backoff.pop(agent_id, None)
-        self.directory.saw_epoch(r.epoch)
-        self.counters["hosts_claimed"] += len(r.handed)
-        return agent_id, list(r.handed) + list(r.not_held)
+        return agent_id, settled
 
     # -- handing out -------------------------------------------------------------------------------
     async def hand_out(self, peer: Peer, hosts: list[str]) -> list[str]:
