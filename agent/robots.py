@@ -162,8 +162,11 @@ class RobotsCache:
         self._hosts[host] = _Entry(rules, allow_all, st.expires, st.fetched_ok, st.failing_since, st.status, st.text)
 
     def purge(self, now: float, grace: float = 0.0) -> int:
-        """Drop entries expired for longer than grace; returns how many went."""
-        dead = [h for h, e in self._hosts.items() if now >= e.expires + grace]
+        """Drop entries expired for longer than grace; returns how many went. A failing entry
+        (robots.txt unreachable) is the history of its failures: it stays until an error_ttl
+        past its retry time, or its backoff, park and give-up clocks would start over."""
+        dead = [h for h, e in self._hosts.items()
+                if now >= e.expires + grace + (self.error_ttl if e.failing_since is not None else 0.0)]
         for h in dead:
             del self._hosts[h]
         return len(dead)

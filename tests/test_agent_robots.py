@@ -78,3 +78,15 @@ def test_agrees_with_lab_robots_files():
         assert not rc.allowed(f"{s.base_url}/{sec}/x.html", s.host) and not rc.allowed(s.base_url + "/search", s.host)
         assert rc.allowed(s.base_url + "/", s.host) and not bad.allowed(s.base_url + "/", s.host)
         assert rc.crawl_delay(s.host) == web.crawl_delay(s)
+
+
+def test_purge_keeps_the_history_of_an_unreachable_robots_txt():
+    """The dispatcher purges expired entries every minute; a failing entry is due again (expired)
+    while its retry is under way, and purging it restarted its backoff and its give-up and park
+    clocks: an unreachable host was retried every few seconds forever."""
+    rc = RobotsCache(UA, ttl=1000, error_ttl=60, retry_base=5)
+    rc.update("never.lab", 0, b"", 0)      # retry at 5
+    assert rc.purge(25) == 0, "due for a retry, not forgotten"
+    rc.update("never.lab", 0, b"", 25)     # the second failure of the same run
+    assert rc.unreachable("never.lab") == (0, 35, 0), "failing since 0, backoff doubled to 10 s"
+    assert rc.purge(35 + 60 + 1) == 1, "gone once an error_ttl past its retry with no retry made"
