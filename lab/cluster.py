@@ -129,6 +129,20 @@ def _pki(run: Path, role: str, name: str) -> str:
     return pki.tls_table(d, role, name)
 
 
+def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
+    """"isp-city" (the block's first agent) or "isp-city#n" (its n-th) -> (agent group name,
+    its source address)."""
+    block, _, slot = spec.partition("#")
+    isp, _, city = block.partition("-")
+    n = int(slot) if slot.isdigit() else 0
+    try:
+        src = topo.agent_address(isp, city, n)
+    except (KeyError, ValueError) as exc:
+        known = ", ".join(b.name for b in topo.blocks)
+        raise ConfigError(f"unknown ISP/city group {spec!r} (known: {known}; '#n' picks the n-th agent of a block, 0-7)") from exc
+    return (block if n == 0 else f"{block}-{n}"), src
+
+
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False) -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on."""
@@ -162,15 +176,7 @@ fsync = "os"
     agents: dict[str, Service] = {}
     for spec in groups:
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
-        block, _, slot = spec.partition("#")
-        isp, _, city = block.partition("-")
-        n = int(slot) if slot.isdigit() else 0
-        g = block if n == 0 else f"{block}-{n}"
-        try:
-            src = topo.agent_address(isp, city, n)
-        except (KeyError, ValueError) as exc:
-            known = ", ".join(b.name for b in topo.blocks)
-            raise ConfigError(f"unknown ISP/city group {spec!r} (known: {known}; '#n' picks the n-th agent of a block, 0-7)") from exc
+        g, src = agent_group(topo, spec)
         aport = free_port()
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -444,15 +450,7 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
     cl = Cluster.load(run_dir)
     run = Path(cl.run_dir)
     topo = topology.load(cl.topology or None)
-    block, _, slot = group.partition("#")
-    isp, _, city = block.partition("-")
-    n = int(slot) if slot.isdigit() else 0
-    g = block if n == 0 else f"{block}-{n}"
-    try:
-        src = topo.agent_address(isp, city, n)
-    except (KeyError, ValueError) as exc:
-        known = ", ".join(b.name for b in topo.blocks)
-        raise ConfigError(f"unknown ISP/city group {group!r} (known: {known}; '#n' picks the n-th agent of a block, 0-7)") from exc
+    g, src = agent_group(topo, group)
     name = f"agent-{g}"
     if g in cl.agents or any(p.name == name for p in cl.procs):
         raise FailedPrecondition(f"agent {g} is already in the cluster of {run}")

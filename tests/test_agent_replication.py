@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 
 import pytest
 
@@ -131,6 +132,16 @@ def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
 
 
 # -- real agents on the lab web ------------------------------------------------------------------
+@contextlib.contextmanager
+def lab_site(seed: int, pages_max: int):
+    """The lab web served on loopback: (server thread, web, normal hosts, seeds, truth)."""
+    with ServerThread(lab_web(seed=seed, pages_max=pages_max), zero_latency=True) as lab:
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+        yield lab, web, hosts, seeds, truth_urls(web, seeds, max_depth=None, allow=hosts)
+
+
 async def crash(srv) -> None:
     """kill -9, in process: no commit, no deregister, no answer to peers from now on."""
     node = srv.node
@@ -170,12 +181,7 @@ def _crawl_with_crashes(run, tmp_path, crashes: int):
     the one that promoted the dead one's replicas) dies once its replicas are current.
     Returns (truth, every stored URL, URLs stored by the victims before they died, counters of
     the survivors, the lab's page requests)."""
-    web = lab_web(seed=5, pages_max=40)
-    with ServerThread(web, zero_latency=True) as lab:
-        web = lab.web
-        hosts = normal_hosts(web)
-        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
-        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
 
         async def go():
             async with cluster(tmp_path, lab, 3, agent_keys=_keys(hosts), consultant_keys=CONSULTANT) as (cs, client, agents, stores):
@@ -244,12 +250,7 @@ def test_two_failures_in_a_row_lose_nothing(run, tmp_path):
 def test_an_agent_whose_lease_lapsed_fetches_nothing_until_it_is_renewed(run, tmp_path):
     """The fence: a consultant that stops answering heartbeats (a partition, as the agent sees
     it) stops the agent's fetches within its lease; answers again: the crawl goes on."""
-    web = lab_web(seed=6, pages_max=30)
-    with ServerThread(web, zero_latency=True) as lab:
-        web = lab.web
-        hosts = normal_hosts(web)
-        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
-        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+    with lab_site(seed=6, pages_max=30) as (lab, web, hosts, seeds, truth):
 
         async def go():
             async with cluster(tmp_path, lab, 1, agent_keys=_keys(hosts), consultant_keys={"lease_seconds": 1.0}) as (cs, client, agents, stores):
@@ -293,12 +294,7 @@ def test_a_joining_agent_gets_its_hosts_whole_and_nothing_is_fetched_twice(run, 
     from agent_helpers import agent_config
     from storage.testing import FakeStorageClient
 
-    web = lab_web(seed=7, pages_max=40)
-    with ServerThread(web, zero_latency=True) as lab:
-        web = lab.web
-        hosts = normal_hosts(web)
-        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
-        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+    with lab_site(seed=7, pages_max=40) as (lab, web, hosts, seeds, truth):
 
         async def go():
             async with cluster(tmp_path, lab, 2, agent_keys=_keys(hosts), consultant_keys=CONSULTANT) as (cs, client, agents, stores):
