@@ -55,9 +55,6 @@ class ReplicaStore:
     def __len__(self) -> int:
         return len(self._owner)
 
-    def queued(self, host: str) -> int:
-        return self._db.execute("SELECT count(*) FROM rq WHERE host=?", (host,)).fetchone()[0]
-
     def export(self, host: str, defer_unshipped: float = 0.0) -> HostState:
         """The replica of one host as a HostState (queue in BFS order, seen, crawl state).
         Entries the owner fetched but had not yet stored get not_before = defer_unshipped: if

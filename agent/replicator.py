@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from agent.changes import ChangeLog
 from agent.client import AgentPool
 from agent.frontier import Item
-from agent.ledger import HostLedger, HostState
+from agent.ledger import HostLedger
 from agent.placement import HostDirectory
 from agent.replica import crawl_of
 from agent.waker import Waker
@@ -92,9 +92,6 @@ class Replicator:
         sendable = sum(1 for held in self._held_done.values() for _, m in held if m <= shipped)
         return {"replica_unsynced": len(self._need_full), "replica_synced_hosts": len(self._synced),
                 "replica_lag_items": sum(len(p.adds) + len(p.done) for p in self._pending.values()) + self.changes.items + sendable}
-
-    def backup_of(self, host: str) -> Backup | None:
-        return self._synced.get(host)
 
     def forget(self, host: str) -> None:
         """The host left this agent (handed over): nothing more to replicate of it here. The
@@ -287,6 +284,3 @@ class Replicator:
         self._need_full.update(hosts)
         self._dirty.update(hosts)
         self.waker.set()
-
-
-__all__ = ["Replicator", "HostState"]
