@@ -202,7 +202,9 @@ class Store:
         lines = []
         for r in self.index.iter_rows():
             mime = "warc/revisit" if r.record_type == "revisit" else (r.content_type.split(";")[0].strip() or "unk")
-            digest = r.payload_digest.split(":", 1)[1] if ":" in r.payload_digest else r.payload_digest
+            # "sha1:BASE32", as the index and WARC-Payload-Digest hold it and as pywb's indexer
+            # (cdxj-indexer) writes it: tests/test_storage_core.py compares the two line by line.
+            digest = r.payload_digest if ":" in r.payload_digest else f"sha1:{r.payload_digest}"
             fields = {"url": r.url, "mime": mime, "status": str(r.status), "digest": digest,
                       "length": str(r.warc_length), "offset": str(r.warc_offset), "filename": r.warc_file}
             lines.append(f"{surt(r.canonical_url)} {timestamp14(r.fetched_at)} {json.dumps(fields)}")
