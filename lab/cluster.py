@@ -16,29 +16,20 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
-from wancrawl import pki
+from wancrawl import procs
 from wancrawl.grpcutil import TlsSettings, register_client_tls
+from wancrawl.procs import Proc, free_port
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
-REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Proc:
-    name: str
-    pid: int
-    cmd: list[str]
-    log: str
-    address: str = ""
+REPO = procs.REPO
+__all__ = ["Cluster", "Proc", "free_port", "up", "down", "kill", "restart", "pause", "resume", "add_agent"]
 
 
 @dataclass
@@ -73,12 +64,6 @@ class Cluster:
         return cl
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(x) for x in items) + "]"
 
@@ -97,15 +82,14 @@ class Configs:
     agents: dict[str, Service]  # by agent id
 
 
-PKI_DIR = "pki"
+PKI_DIR = procs.PKI_DIR
 OPERATOR = "lab"  # the operator certificate the lab's own clients (demo, chaos, manager) use
 
 
 def lab_tls(run: str | Path) -> TlsSettings:
     """The operator credentials of a run: the lab's in-process clients (demo, bench/chaos.py)
     dial its services with them; other processes get them from RUN/pki/operator.env."""
-    d = Path(run) / PKI_DIR
-    return TlsSettings(str(d / "ca.crt"), str(d / f"operator-{OPERATOR}.crt"), str(d / f"operator-{OPERATOR}.key"))
+    return procs.operator_tls(Path(run), OPERATOR)
 
 
 def use_cluster_tls(cl: Cluster) -> None:
@@ -117,16 +101,7 @@ def use_cluster_tls(cl: Cluster) -> None:
 
 def _pki(run: Path, role: str, name: str) -> str:
     """Issue ROLE/NAME's certificate in the run's PKI (a CA made on first use); its [tls] table."""
-    d = run / PKI_DIR
-    if not (d / pki.CA_KEY).is_file():
-        pki.init(d, name=f"wancrawl lab CA ({run.name})")
-        pki.issue(d, "operator", OPERATOR)
-        t = lab_tls(run)
-        (d / "operator.env").write_text(f"# source this to run `manager` and the CLIs against the lab in {run}\n"
-                                        f"export WANCRAWL_TLS_CA={t.ca}\nexport WANCRAWL_TLS_CERT={t.cert}\n"
-                                        f"export WANCRAWL_TLS_KEY={t.key}\n")
-    pki.issue(d, role, name)
-    return pki.tls_table(d, role, name)
+    return procs.issue_tls(run, role, name, operator=OPERATOR, ca_name=f"wancrawl lab CA ({run.name})")
 
 
 def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
@@ -203,27 +178,11 @@ allowed_domains = {_toml_list(allowed)}
     return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
 
 
-def _start(name: str, args: list[str], run: Path, cpu: int | None = None) -> Proc:
-    log = run / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with open(log, "ab") as fh:
-        # Own session: the services outlive `lab up` and a Ctrl-C in its terminal.
-        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=REPO, env=env, start_new_session=True)
-    return Proc(name, p.pid, cmd, str(log))
-
-
-async def _healthy(address: str, timeout: float) -> bool:
-    from wancrawl.grpcutil import check_health
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if await check_health(address, timeout=1.0):
-            return True
-        await asyncio.sleep(0.1)
-    return False
+# Process start, health and liveness are shared with `manager crawl` (wancrawl/procs.py).
+# Own session: the services outlive `lab up` and a Ctrl-C in its terminal.
+_start = procs.start
+_healthy = procs.healthy
+_alive = procs.alive
 
 
 def _web_up(ip: str, port: int, timeout: float) -> bool:
@@ -297,33 +256,9 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     return cl
 
 
-def _alive(p: Proc) -> bool:
-    """The pid still runs the command we started (not a reused pid)."""
-    try:
-        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return [c.decode(errors="replace") for c in cmdline if c] == p.cmd
-
-
 def down(run_dir: str | Path, timeout: float = 20.0) -> list[str]:
     """Stop the run's processes: agents first (they deregister and flush), then the rest."""
-    cl = Cluster.load(run_dir)
-    order = [p for p in cl.procs if p.name.startswith("agent-")] + [p for p in cl.procs if not p.name.startswith("agent-")][::-1]
-    stopped = []
-    for p in order:
-        if not _alive(p):
-            continue
-        # A paused process (SIGSTOP) would hold SIGTERM pending until the timeout: continue it first.
-        os.kill(p.pid, signal.SIGCONT)
-        os.kill(p.pid, signal.SIGTERM)
-        end = time.monotonic() + timeout
-        while _alive(p) and time.monotonic() < end:
-            time.sleep(0.05)
-        if _alive(p):
-            os.kill(p.pid, signal.SIGKILL)
-        stopped.append(p.name)
-    return stopped
+    return procs.stop(Cluster.load(run_dir).procs, timeout)
 
 
 def _find(cl: Cluster, name: str) -> int:

@@ -13,7 +13,7 @@ DEFAULT_CONSULTANT = os.environ.get("WANCRAWL_CONSULTANT", "127.0.0.1:50051")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: seeds, status, drain, wait, report")
+    p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: crawl, seeds, status, drain, wait, report")
     p.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
     t = p.add_argument_group("mutual TLS (docs/security.md): an operator certificate from `wancrawl pki issue DIR operator NAME`")
     t.add_argument("--ca", help="CA certificate (env WANCRAWL_TLS_CA)")
@@ -51,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="directory for the PNG files and summary.json")
     r.add_argument("--storage-config", help="storage TOML: read its index directly")
     r.add_argument("--index", help="SQLAlchemy URL of storage's index (instead of --storage-config)")
+
+    from manager.crawl import add_parser as add_crawl
+
+    add_crawl(sub)
     return p
 
 
@@ -74,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             from manager.status import run_drain
 
             return asyncio.run(run_drain(args))
+        if args.cmd == "crawl":
+            from manager.crawl import run_crawl
+
+            return run_crawl(args)
         if args.cmd == "report":
             from manager.report import run_report
 

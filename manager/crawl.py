@@ -1,0 +1,487 @@
+"""`manager crawl URLS`: a whole crawl on one machine, against the real web.
+
+Starts a consultant, a storage and N agents as local processes (wancrawl/procs.py, as `lab up`
+does), with mutual TLS from a CA of its own under OUT/pki, system DNS (after `--hosts-file`),
+robots.txt and polite defaults; seeds them the way `manager seed` does; shows live progress;
+waits until the crawl is idle (manager.status.wait_idle); writes the report (manager.report)
+into OUT/report; stops everything. Ctrl-C stops every process cleanly (agents first: they
+finish their fetches, commit and flush) and exits 130; running again with the same OUT resumes.
+
+Everything lives under OUT: configs/, pki/, consultant/ (state), storage/ (WARC files and
+index), agents/<id>/ (frontier, seen set, outbox, spool), logs/, report/, crawl.json (the
+processes of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wancrawl import procs
+from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
+from wancrawl.procs import Proc
+
+OPERATOR = "manager"  # the operator certificate the manager's own calls use
+USER_AGENT = "wancrawl/0.1 (+{contact})"
+# Strategies that work on one machine without data the user must bring. `asn` needs an ASN
+# database and ISP groups, and with every agent in one ISP it could not tell them apart.
+STRATEGIES = ("hash", "xor", "weighted", "geo")
+CONTACT_HELP = ("URL (or mailto:) where site owners can reach whoever runs this crawl; it goes into the "
+                "User-Agent as 'wancrawl/0.1 (+CONTACT)' (env WANCRAWL_CONTACT). Required: there is no honest default")
+
+
+def add_parser(sub: Any) -> None:
+    """The `crawl` subcommand of `manager` (manager/cli.py)."""
+    c = sub.add_parser("crawl", help="crawl a list of sites on this machine: consultant, storage and agents as "
+                                     "local processes, live progress, report; Ctrl-C stops, a second run resumes",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("urls", nargs="?", help="seed URLs, one per line (# comments; - for standard input)")
+    c.add_argument("--out", default="run/crawl", help="directory of everything the crawl writes (default run/crawl); "
+                                                      "the same OUT again resumes")
+    c.add_argument("--contact", help=CONTACT_HELP)
+    c.add_argument("--agents", type=int, default=2, help="agents to start (default 2)")
+    c.add_argument("--strategy", default="hash", help=f"partition strategy: {', '.join(STRATEGIES)} (default hash)")
+    c.add_argument("--delay", type=float, default=1.0, help="seconds between two fetches of one host (default 1)")
+    c.add_argument("--max-depth", type=int, default=20, help="link hops from a seed (default 20; -1 = no limit)")
+    c.add_argument("--max-pages-per-host", type=int, default=100_000, help="pages per host (default 100000; -1 = no limit)")
+    c.add_argument("--follow-external", action="store_true",
+                   help="follow links to any host (default: only the seeds' hosts and their subdomains)")
+    c.add_argument("--hosts-file", help="host -> IP (/etc/hosts format) before DNS, for the agents and the consultant")
+    c.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                   help="let agents fetch from this private/loopback network (refused by default; repeatable)")
+    c.add_argument("--concurrency", type=int, default=32, help="fetches in flight per agent (default 32)")
+    c.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds of crawling (0 = no limit); exit 1")
+    c.add_argument("--stable", type=float, default=2.0, help="seconds every agent must stay idle to call the crawl finished")
+    c.add_argument("--no-report", action="store_true", help="skip the report's plots")
+    c.add_argument("--stop", action="store_true", help="stop the processes an earlier crawl left running in OUT, and exit")
+
+
+# --- the plan: what the arguments say, checked before anything starts (pure) ----------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    out: Path
+    seeds: list[str]
+    user_agent: str
+    agents: list[str]
+    strategy: str
+    delay: float
+    max_depth: int
+    max_pages_per_host: int
+    allowed_domains: list[str]  # [] = any host
+    hosts_file: str
+    allow_networks: list[str]
+    concurrency: int
+    timeout: float
+    stable: float
+    report: bool
+
+
+def seed_hosts(urls: list[str]) -> list[str]:
+    """The canonical hosts of the seed URLs, in first-seen order: the default scope."""
+    from wancrawl.urls import host_of_canonical
+
+    out: dict[str, None] = {}
+    for u in urls:
+        out.setdefault(host_of_canonical(u))
+    return list(out)
+
+
+def user_agent(contact: str) -> str:
+    c = contact.strip()
+    if not c or any(ch in c for ch in "()\r\n") or " " in c:
+        raise ConfigError(f"--contact {contact!r}: one URL or mailto: address, without spaces or parentheses")
+    if not (c.startswith(("http://", "https://", "mailto:")) or "@" in c):
+        raise ConfigError(f"--contact {contact!r}: give an http(s) URL or an e-mail address (mailto:you@example.org)")
+    return USER_AGENT.format(contact=c)
+
+
+def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | None) -> Plan:
+    """Every check that needs no process: a bad option is refused before anything starts."""
+    if not contact:
+        raise ConfigError("give --contact URL (or set WANCRAWL_CONTACT): " + CONTACT_HELP.split("; ")[0]
+                          + "; e.g. --contact https://example.org/about-my-crawl or --contact mailto:you@example.org")
+    ua = user_agent(contact)
+    if args.strategy == "asn":
+        raise ConfigError("--strategy asn cannot work here: it needs an ASN database and ISP groups, and every agent of "
+                          "`manager crawl` is on this machine, in one ISP; run the consultant by hand for it "
+                          "(docs/quickstart.md, several machines)")
+    if args.strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy {args.strategy!r}: one of {', '.join(STRATEGIES)}")
+    if not 1 <= args.agents <= 64:
+        raise ConfigError(f"--agents {args.agents}: 1 to 64")
+    if args.delay < 0 or args.concurrency < 1 or args.timeout < 0 or args.stable <= 0:
+        raise ConfigError("--delay and --timeout must be >= 0, --concurrency >= 1, --stable > 0")
+    for key in ("max_depth", "max_pages_per_host"):
+        if getattr(args, key) < -1:
+            raise ConfigError(f"--{key.replace('_', '-')} must be >= 0, or -1 for no limit")
+    nets = []
+    for n in args.allow_network:
+        try:
+            nets.append(str(ipaddress.ip_network(n, strict=False)))
+        except ValueError:
+            raise ConfigError(f"--allow-network {n!r}: not a CIDR network (e.g. 127.0.0.0/8)") from None
+    hosts = ""
+    if args.hosts_file:
+        p = Path(args.hosts_file)
+        if not p.is_file():
+            raise ConfigError(f"--hosts-file {args.hosts_file}: no such file")
+        hosts = str(p.resolve())
+    if not seed_urls:
+        raise ConfigError(f"{args.urls}: no valid seed URL")
+    return Plan(
+        out=Path(args.out).resolve(), seeds=seed_urls, user_agent=ua,
+        agents=[f"local-{i}" for i in range(1, args.agents + 1)], strategy=args.strategy, delay=args.delay,
+        max_depth=args.max_depth, max_pages_per_host=args.max_pages_per_host,
+        allowed_domains=[] if args.follow_external else seed_hosts(seed_urls), hosts_file=hosts,
+        allow_networks=nets, concurrency=args.concurrency, timeout=args.timeout, stable=args.stable,
+        report=not args.no_report,
+    )
+
+
+def _q(s: str) -> str:
+    return json.dumps(s)  # a TOML basic string
+
+
+def _list(items: list[str]) -> str:
+    return "[" + ", ".join(_q(x) for x in items) + "]"
+
+
+def consultant_toml(plan: Plan, listen: str, tls: str) -> str:
+    dns = (f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else "") + "system_dns = true\n"
+    # geo: an empty city_db is the GeoLite2 City DB shipped with maxminddb-geolite2.
+    return (f"# written by manager crawl\nlisten = {_q(listen)}\n"
+            f"state_url = {_q('sqlite:///' + str(plan.out / 'consultant' / 'state.db'))}\n"
+            f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
+
+
+def storage_toml(plan: Plan, listen: str, tls: str) -> str:
+    return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(plan.out / 'storage'))}\n"
+            f"[ingest]\nfsync = \"always\"\n{tls}")
+
+
+def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str) -> str:
+    hosts = f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else ""
+    scope = f"allowed_domains = {_list(plan.allowed_domains)}\n" if plan.allowed_domains else ""
+    return (f"# written by manager crawl\nagent_id = {_q(agent_id)}\nlisten = {_q(listen)}\n"
+            f"consultant = {_q(consultant)}\nstorage = {_q(storage)}\n"
+            f"data_dir = {_q(str(plan.out / 'agents' / agent_id))}\n{hosts}system_dns = true\n"
+            f"concurrency = {plan.concurrency}\n"
+            f"[fetch]\nuser_agent = {_q(plan.user_agent)}\nallow_networks = {_list(plan.allow_networks)}\n"
+            f"[politeness]\ndelay = {plan.delay}\nmax_per_host = 1\n"
+            f"[robots]\nenabled = true\n"
+            f"[scope]\n{scope}max_depth = {plan.max_depth}\nmax_pages_per_host = {plan.max_pages_per_host}\n{tls}")
+
+
+# --- the run's processes (OUT/crawl.json) -----------------------------------------------------------
+
+
+@dataclass
+class Run:
+    out: str
+    consultant: str = ""
+    storage: str = ""
+    agents: dict[str, str] = field(default_factory=dict)  # agent id -> address
+    procs: list[Proc] = field(default_factory=list)
+    manager_pid: int = 0
+
+    def save(self) -> None:
+        Path(self.out, "crawl.json").write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, out: Path) -> "Run | None":
+        p = out / "crawl.json"
+        try:
+            d = json.loads(p.read_text())
+            d["procs"] = [Proc(**x) for x in d["procs"]]
+            return cls(**d)
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"{p}: not a crawl record ({exc})") from None
+
+    def running(self) -> list[Proc]:
+        return [p for p in self.procs if procs.alive(p)]
+
+
+def leftovers(out: Path) -> list[Proc]:
+    old = Run.load(out)
+    return old.running() if old else []
+
+
+def run_stop(out: Path) -> int:
+    old = Run.load(out)
+    if old is None:
+        print(f"manager crawl --stop: no crawl in {out} (no crawl.json)")
+        return 0
+    stopped = procs.stop(old.procs)
+    print(f"stopped {', '.join(stopped)}" if stopped else f"nothing of {out} was running")
+    return 0
+
+
+def _configs(plan: Plan, run: Run) -> dict[str, Path]:
+    """Write every config with fresh loopback ports and certificates; check each with its loader."""
+    from agent.settings import load_settings as agent_settings
+    from consultant.settings import load_settings as consultant_settings
+    from storage import config as storage_config
+
+    out = plan.out
+    cfg = out / "configs"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (out / "consultant").mkdir(exist_ok=True)
+
+    def tls(role: str, name: str) -> str:
+        return procs.issue_tls(out, role, name, operator=OPERATOR, ca_name=f"wancrawl crawl CA ({out.name})")
+
+    run.consultant, run.storage = f"127.0.0.1:{procs.free_port()}", f"127.0.0.1:{procs.free_port()}"
+    paths = {"consultant": cfg / "consultant.toml", "storage": cfg / "storage.toml"}
+    paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
+    paths["storage"].write_text(storage_toml(plan, run.storage, tls("service", "storage")))
+    consultant_settings(paths["consultant"])
+    storage_config.load(paths["storage"])
+    for a in plan.agents:
+        run.agents[a] = f"127.0.0.1:{procs.free_port()}"
+        paths[a] = cfg / f"{a}.toml"
+        paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, run.storage, tls("agent", a)))
+        agent_settings(paths[a])
+    return paths
+
+
+def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60.0) -> None:
+    from wancrawl.grpcutil import register_client_tls
+
+    register_client_tls([run.consultant, run.storage, *run.agents.values()], procs.operator_tls(plan.out, OPERATOR))
+    core = [("consultant", "consultant.cli", paths["consultant"], run.consultant),
+            ("storage", "storage.cli", paths["storage"], run.storage)]
+    agents = [(f"agent-{a}", "agent.cli", paths[a], run.agents[a]) for a in plan.agents]
+    for group in (core, agents):  # agents need the consultant and storage
+        for name, module, config, address in group:
+            verb = "run" if module == "agent.cli" else "serve"
+            p = procs.start(name, [module, verb, "--config", str(config)], plan.out, cwd=plan.out)
+            p.address = address
+            run.procs.append(p)
+            run.save()
+        for name, _, _, address in group:
+            p = next(x for x in run.procs if x.name == name)
+            if not asyncio.run(procs.healthy(address, timeout)) or not procs.alive(p):
+                raise Unavailable(f"{name} did not come up: see {p.log}")
+
+
+# --- the crawl: seed, progress, wait ---------------------------------------------------------------
+
+
+def progress_table(snap: Any, rates: dict[str, float], elapsed: float, stored: int | None) -> Any:
+    from rich.table import Table
+
+    total = sum(a.counters.get("pages", 0) for a in snap.agents)
+    rate = sum(rates.values())
+    t = Table(title=f"manager crawl: {total:.0f} pages, {rate:.1f} pages/s, {elapsed:.0f} s"
+                    + (f", {stored} stored" if stored is not None else "") + ("  [idle]" if snap.idle() else ""))
+    for col in ("agent", "state", "hosts", "queue", "in flight", "pages", "pages/s", "errors", "parked", "spool"):
+        t.add_column(col, justify="left" if col in ("agent", "state") else "right")
+    for a in snap.agents:
+        c = a.counters
+        t.add_row(a.agent_id, a.state if a.reachable or a.state != "alive" else "unreachable",
+                  f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('in_flight', 0):.0f}",
+                  f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
+                  f"{len(a.parked)}", f"{c.get('spool_batches', 0):.0f}")
+    return t
+
+
+def progress_line(snap: Any, rates: dict[str, float], elapsed: float, stored: int | None) -> str:
+    total = sum(a.counters.get("pages", 0) for a in snap.agents)
+    per = ", ".join(f"{a.agent_id} queue {a.counters.get('frontier', 0):.0f} pages {a.counters.get('pages', 0):.0f} "
+                    f"errors {a.counters.get('errors', 0):.0f}" for a in snap.agents)
+    return (f"[{elapsed:5.0f}s] {total:.0f} pages, {sum(rates.values()):.1f} pages/s"
+            + (f", {stored} stored" if stored is not None else "") + f" | {per}")
+
+
+async def _progress(consultant: Any, storage: str, t0: float, interval: float = 1.0) -> None:
+    """Live view until cancelled: a rich table on a terminal, a line every 5 s otherwise."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from manager.status import snapshot
+    from wancrawl.errors import WancrawlError
+
+    last: dict[str, tuple[float, float]] = {}
+    console = Console(stderr=True)
+    live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
+    last_line = 0.0
+    if live:
+        live.start()
+    try:
+        while True:
+            try:
+                snap = await snapshot(consultant, storage=storage)
+            except WancrawlError:
+                await asyncio.sleep(interval)
+                continue
+            now = time.monotonic()
+            rates = {}
+            for a in snap.agents:
+                p = a.counters.get("pages", 0.0)
+                if a.agent_id in last:
+                    rates[a.agent_id] = max(0.0, (p - last[a.agent_id][1]) / max(1e-9, now - last[a.agent_id][0]))
+                last[a.agent_id] = (now, p)
+            st = snap.storage or {}
+            stored = int(st.get("pages", 0) or 0) if "error" not in st else None
+            if live:
+                live.update(progress_table(snap, rates, now - t0, stored))
+            elif now - last_line >= 5.0:
+                last_line = now
+                print(progress_line(snap, rates, now - t0, stored), file=sys.stderr, flush=True)
+            await asyncio.sleep(interval)
+    finally:
+        if live:
+            live.stop()
+
+
+async def _registered(consultant: Any, ids: list[str], timeout: float) -> None:
+    from wancrawl.errors import WancrawlError
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            listed = {a.agent_id for a in (await consultant.list_agents()).agents}
+            if set(ids) <= listed:
+                return
+        except WancrawlError:
+            pass
+        if time.monotonic() > end:
+            raise Unavailable(f"the agents did not register with the consultant within {timeout:.0f}s: see the logs")
+        await asyncio.sleep(0.1)
+
+
+async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
+    from consultant.client import ConsultantClient
+    from manager.seed import inject_all
+    from manager.status import host_notes, snapshot, wait_idle
+
+    async with ConsultantClient(run.consultant) as c:
+        await _registered(c, plan.agents, 60.0)
+        res = await inject_all(c, plan.seeds)
+        for url, reason in res.refused:
+            print(f"refused: {url[:200]}: {reason}", file=sys.stderr)
+        print(f"{len(plan.seeds)} seeds: {sum(res.taken.values())} accepted, {len(res.refused)} refused, "
+              f"{len(res.failed)} not injected", flush=True)
+        t0 = time.monotonic()
+        view = asyncio.create_task(_progress(c, run.storage, t0))
+        try:
+            done = await wait_idle(c, plan.timeout, plan.stable)
+        finally:
+            view.cancel()
+            try:
+                await view
+            except asyncio.CancelledError:
+                pass
+        notes = host_notes(await snapshot(c), time.time())
+        return done, {"seconds": time.monotonic() - t0, "notes": notes, "seeded": sum(res.taken.values())}
+
+
+async def _storage_stats(address: str) -> Any:
+    from storage.client import GrpcStorageClient
+
+    async with GrpcStorageClient(address, timeout=30) as s:
+        return await s.stats(top=20)
+
+
+def _report(plan: Plan, run: Run, paths: dict[str, Path]) -> Path | None:
+    from manager.report import run_report
+
+    out = plan.out / "report"
+    ns = argparse.Namespace(out=str(out), storage_config=str(paths["storage"]), index=None, consultant=run.consultant)
+    try:
+        return out if run_report(ns) == 0 else None
+    except Exception as exc:  # noqa: BLE001 - the crawl is stored; the plots are a bonus
+        print(f"report: not written ({exc})", file=sys.stderr)
+        return None
+
+
+def _summary(plan: Plan, paths: dict[str, Path], done: bool, info: dict[str, Any], stats: Any,
+             report: Path | None) -> str:
+    lines = [("crawl finished: every agent is idle" if done else
+              f"timed out after {plan.timeout:.0f}s: the crawl was still running (run again with --out {plan.out} to go on)"),
+             f"  pages stored    {stats.pages} ({info['seconds']:.1f} s of crawling)"]
+    lines += [f"    {c.key:<22} {c.pages} pages" for c in stats.per_agent]
+    lines += [f"    {c.key:<40} {c.pages} pages" for c in stats.per_host[:10]]
+    lines += [f"  WARC files      {plan.out / 'storage' / 'warcs'}",
+              f"  index as CDXJ   storage export --cdxj --config {paths['storage']}",
+              f"  logs            {plan.out / 'logs'}"]
+    if report:
+        lines.append(f"  report          {report}/*.png, summary.json")
+    lines += [f"  {n}" for n in info["notes"]]
+    return "\n".join(lines)
+
+
+def run_crawl(args: argparse.Namespace) -> int:
+    import os
+
+    from manager.seed import parse_seeds
+
+    out = Path(args.out).resolve()
+    if args.stop:
+        return run_stop(out)
+    if not args.urls:
+        raise ConfigError("give the seeds file: manager crawl URLS --out DIR")
+    try:
+        text = sys.stdin.read() if args.urls == "-" else Path(args.urls).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {args.urls}: {exc.strerror}") from None
+    seeds = parse_seeds(text)
+    for n, reason, raw in seeds.bad:
+        print(f"{args.urls}:{n}: {reason}: {raw!r}", file=sys.stderr)
+    plan = make_plan(args, seeds.urls, args.contact or os.environ.get("WANCRAWL_CONTACT", ""))
+    running = leftovers(out)
+    if running:
+        raise FailedPrecondition(
+            f"processes of an earlier crawl still run in {out}: "
+            + ", ".join(f"{p.name} (pid {p.pid})" for p in running)
+            + f"; if no `manager crawl` is using them, `manager crawl --stop --out {args.out}` stops them")
+    plan.out.mkdir(parents=True, exist_ok=True)
+    resumed = (plan.out / "storage").is_dir()
+    print(f"manager crawl: {len(plan.seeds)} seeds, {len(plan.agents)} agents, strategy {plan.strategy}, "
+          f"delay {plan.delay:g} s, scope: {'any host' if not plan.allowed_domains else 'the seeds hosts'}"
+          f"{', resuming' if resumed else ''}; everything in {plan.out}", flush=True)
+    if plan.strategy == "geo":
+        print("  geo: every agent stands on this machine, so sites are spread by hash among them", flush=True)
+    run = Run(str(plan.out), manager_pid=os.getpid())
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, terminate)
+    code = 2
+    try:
+        paths = _configs(plan, run)
+        _start_all(plan, run, paths)
+        done, info = asyncio.run(_crawl(plan, run))
+        stats = asyncio.run(_storage_stats(run.storage))
+        report = _report(plan, run, paths) if plan.report else None
+        print(_summary(plan, paths, done, info, stats, report), flush=True)
+        code = 0 if done else 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: stopping every process (agents commit and flush); "
+              f"`manager crawl ... --out {args.out}` resumes", file=sys.stderr, flush=True)
+        code = 130
+    finally:
+        # A second Ctrl-C must not leave services behind: stop() is bounded (SIGKILL after 20 s).
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            stopped = procs.stop(run.procs)
+            if stopped:
+                print(f"stopped {', '.join(stopped)}", file=sys.stderr, flush=True)
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+    return code

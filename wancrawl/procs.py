@@ -1,0 +1,145 @@
+"""Local service processes: start, health, stop, and their certificates (lab up, manager crawl).
+
+A process is started as `python -m MODULE ...` by this interpreter, in its own session (a
+Ctrl-C in the terminal reaches only the command that started it, which then stops it), with its
+output in a log file, and recorded as a `Proc` (name, pid, command, log, address). `alive`
+checks that a pid still runs the recorded command (a reused pid is left alone); `stop` stops
+agents first (they deregister and flush), then the rest in reverse order of start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wancrawl import pki
+from wancrawl.grpcutil import TlsSettings
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT_PREFIX = "agent-"  # process names of agents: stopped first
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    cmd: list[str]
+    log: str
+    address: str = ""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start(name: str, args: list[str], run: Path, *, cwd: Path | None = None) -> Proc:
+    """Start `python -m ARGS` (this interpreter) in its own session, output to RUN/logs/NAME.log."""
+    log = run / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with open(log, "ab") as fh:
+        # Own session: a Ctrl-C in the starter's terminal does not reach the services; the
+        # starter stops them (or, for `lab up`, they outlive it).
+        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=cwd or REPO, env=env, start_new_session=True)
+    return Proc(name, p.pid, cmd, str(log))
+
+
+async def healthy(address: str, timeout: float) -> bool:
+    """True once the gRPC health service at `address` answers SERVING, False after `timeout`."""
+    from wancrawl.grpcutil import check_health
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if await check_health(address, timeout=1.0):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def alive(p: Proc) -> bool:
+    """The pid still runs the command we started (not a reused pid, not a zombie)."""
+    try:
+        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return [c.decode(errors="replace") for c in cmdline if c] == p.cmd
+
+
+def stop_one(p: Proc, timeout: float = 20.0) -> bool:
+    """SIGTERM (SIGKILL after `timeout`); True if it was running."""
+    if not alive(p):
+        return False
+    try:
+        # A paused process (SIGSTOP) would hold SIGTERM pending until the timeout: continue it first.
+        os.kill(p.pid, signal.SIGCONT)
+        os.kill(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    end = time.monotonic() + timeout
+    while alive(p) and time.monotonic() < end:
+        _reap(p.pid)
+        time.sleep(0.05)
+    if alive(p):
+        os.kill(p.pid, signal.SIGKILL)
+        while alive(p):
+            _reap(p.pid)
+            time.sleep(0.01)
+    _reap(p.pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect our own exited child (a zombie keeps its /proc entry, with an empty cmdline)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop_order(procs: Sequence[Proc]) -> list[Proc]:
+    """Agents first (they deregister and flush to storage), then the rest in reverse start order."""
+    return ([p for p in procs if p.name.startswith(AGENT_PREFIX)]
+            + [p for p in procs if not p.name.startswith(AGENT_PREFIX)][::-1])
+
+
+def stop(procs: Sequence[Proc], timeout: float = 20.0) -> list[str]:
+    """Stop the processes in `stop_order`; the names of those that were running."""
+    return [p.name for p in stop_order(procs) if stop_one(p, timeout)]
+
+
+# --- certificates: one CA per run directory ------------------------------------------------------
+
+PKI_DIR = "pki"
+
+
+def operator_tls(run: Path, operator: str) -> TlsSettings:
+    """The operator credentials of a run's PKI (RUN/pki): the starter's own clients use them."""
+    d = run / PKI_DIR
+    return TlsSettings(str(d / "ca.crt"), str(d / f"operator-{operator}.crt"), str(d / f"operator-{operator}.key"))
+
+
+def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str) -> str:
+    """Issue ROLE/NAME's certificate in RUN/pki (a CA and the operator's certificate made on
+    first use, with RUN/pki/operator.env for other processes) and return its [tls] TOML table."""
+    d = run / PKI_DIR
+    if not (d / pki.CA_KEY).is_file():
+        pki.init(d, name=ca_name)
+        pki.issue(d, "operator", operator)
+        t = operator_tls(run, operator)
+        (d / "operator.env").write_text(f"# source this to run `manager` and the CLIs against the services of {run}\n"
+                                        f"export WANCRAWL_TLS_CA={t.ca}\nexport WANCRAWL_TLS_CERT={t.cert}\n"
+                                        f"export WANCRAWL_TLS_KEY={t.key}\n")
+    pki.issue(d, role, name)
+    return pki.tls_table(d, role, name)
