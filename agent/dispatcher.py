@@ -14,7 +14,7 @@ from agent.fetch import FetchRequest, FetchResponse, Fetcher
 from agent.frontier import Frontier, Item
 from agent.gate import Gate
 from agent.links import extract_links
-from agent.outcome import MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide
+from agent.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
 from agent.politeness import OriginBackoff, Politeness, Scheduler, origin_of
 from agent.robots import RobotsCache, RobotsState
 from agent.scope import Scope
@@ -115,6 +115,9 @@ class Dispatcher:
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
             "fenced_results": 0,
         }
+        # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
+        # family, so not summed into status_counters.
+        self.fetch_errors: dict[str, float] = dict.fromkeys(ERROR_KINDS, 0.0)
         self._last_progress = (self.clock(), 0.0)
 
     # -- waking hosts -----------------------------------------------------------------------------
@@ -241,6 +244,7 @@ class Dispatcher:
                 return
             if not self.robots.allowed(item.url, origin):
                 self.counters["robots_denied"] += 1
+                self.fetch_errors["robots_denied"] += 1
                 self.finish(item, None)
                 self._schedule(host)
                 return
@@ -322,6 +326,8 @@ class Dispatcher:
             resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
         self.counters["fetches"] += 1
         self.counters["bytes"] += resp.raw_length
+        if resp.error:
+            self.fetch_errors[resp.error] = self.fetch_errors.get(resp.error, 0.0) + 1
         return resp
 
     async def _fetch_robots(self, host: str, ip: str, origin: str) -> None:
@@ -378,6 +384,9 @@ class Dispatcher:
         if not transport:
             self.origins.ok(origin)
         status = 0 if transport else resp.status
+        kind = http_class(status)
+        if kind is not None:
+            self.fetch_errors[kind] += 1
         o = decide(resp, self.attempts.get(item.url, 0), self.policy, stopping=self.stopping)
         if o.retry:
             if o.attempt is not None:

@@ -67,7 +67,8 @@ class Intake:
         self.replicated = replicated  # returns once what is committed is at the backups
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
-                                           "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0}
+                                           "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0,
+                                           "pushes_received": 0, "urls_received": 0}
         # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
         # restart forgives a host once (its queue budget, on disk, still holds).
         self._shapes: dict[str, dict[str, int]] = {}
@@ -158,6 +159,8 @@ class Intake:
         """PushUrls from a peer: keep the URLs of hosts this agent owns, answer "not mine" for the
         others, then wait for the commit so an acknowledged URL is durable."""
         self.counters["agent_rpcs"] += 1
+        self.counters["pushes_received"] += 1
+        self.counters["urls_received"] += len(urls)
         parsed, errs = parse_push(urls, self.sort_query)
         owns = await self.owners(sorted({it.host for _, it in parsed}), epoch)
         accepted: list[Item] = []

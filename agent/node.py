@@ -224,6 +224,7 @@ class AgentNode:
         for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
+        out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
         out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges())
         if self.replicator is not None:
             out.update(self.replicator.gauges())

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.fetch import FetchResponse
+from agent.fetch import ERRORS, FetchResponse
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECTS = (301, 302, 303, 307, 308)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 RETRY_ERRORS = ("connect", "timeout", "read", "dns", "internal")  # transient: worth another try
 MAX_REDIRECT_HOPS = 20  # as browsers and Scrapy
+# The kinds of the dispatcher's `fetch_errors` (the metric wancrawl_agent_fetch_errors_total{kind}):
+# a request's transport failure (agent.fetch ERRORS, robots.txt requests included), a page
+# answered with an HTTP error status (http_class), a URL robots.txt disallows.
+ERROR_KINDS = (*ERRORS, "http_4xx", "http_5xx", "robots_denied")
+
+
+def http_class(status: int) -> str | None:
+    """The error kind of a page's HTTP status: http_4xx, http_5xx, or None (no error)."""
+    return "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else None
 
 
 @dataclass(frozen=True)

@@ -73,12 +73,19 @@ class RoutingService:
     def pending(self) -> int:
         return self.router.pending()
 
+    def counts(self) -> dict[str, float]:
+        """The router's counts (they only grow; `gauges` has the levels)."""
+        c = self.router.c
+        return dict(
+            routed=c.discovered, routed_local=c.local, n=c.n, m=len(c.m_hosts), hosts_routed=len(c.hosts), pushes=c.pushes,
+            push_failures=c.push_failures, not_mine_received=c.not_mine, resolves=c.resolves, resolved_hosts=c.resolved_hosts,
+            resolve_failures=c.resolve_failures,
+        )
+
     def gauges(self) -> dict[str, float]:
         c = self.router.c
         out = dict(
-            routed=c.discovered, routed_local=c.local, n=c.n, m=len(c.m_hosts), hosts_routed=len(c.hosts), pushes=c.pushes,
-            push_failures=c.push_failures, not_mine_received=c.not_mine, resolves=c.resolves, resolved_hosts=c.resolved_hosts,
-            resolve_failures=c.resolve_failures, router_pending=self.pending(), alpha=self.router.alpha, beta=self.router.beta,
+            router_pending=self.pending(), alpha=self.router.alpha, beta=self.router.beta,
             # Seed 002's coefficients: mu = share of discovered URLs sent to other agents,
             # lambda = share of distinct hosts that needed a consultant answer.
             mu=(c.n / c.discovered) if c.discovered else 0.0,

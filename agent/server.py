@@ -8,12 +8,12 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
-from agent import validate
+from agent import metrics, validate
 from agent.node import AgentNode
 from agent.settings import AgentSettings
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
-from wancrawl.metrics import serve_metrics
+from wancrawl.metrics import Sample, serve_metrics
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
 from wancrawl.pki import Identity, identity_of_pem
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
@@ -108,7 +108,7 @@ class AgentServer:
         self.node = node or AgentNode(settings, address=self.address, **node_kwargs)
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(self.node), self.grpc)
         self.metrics_server = None
-        self.metrics_snapshot: dict[str, float] = {}
+        self.metrics_snapshot: Sample = {}
         self._snapshots: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -117,17 +117,17 @@ class AgentServer:
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
-            self.metrics_snapshot = self.node.status_counters()
+            self.metrics_snapshot = metrics.sample(self.node, self.security)
             self._snapshots = asyncio.create_task(self._snapshot_loop())
-            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_agent", {"agent": self.node.id},
-                                                lambda: dict(self.metrics_snapshot))
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, metrics.SCHEMA, self.node.id,
+                                                lambda: self.metrics_snapshot)
         log.info("agent %s serving on %s", self.node.id, self.address)
 
     async def _snapshot_loop(self) -> None:
         # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
         while True:
             await asyncio.sleep(1.0)
-            self.metrics_snapshot = {**self.node.status_counters(), **self.security.counters()}
+            self.metrics_snapshot = metrics.sample(self.node, self.security)
 
     async def reload(self) -> None:
         """SIGHUP: read the TLS certificate, key and CA again (new connections to this agent use

@@ -23,7 +23,8 @@ class StorageShipper:
         self.storage = storage
         self.retry_seconds = retry_seconds
         self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
-                                           "storage_batches_rejected": 0, "storage_captures_rejected": 0}
+                                           "storage_batches_rejected": 0, "storage_captures_rejected": 0,
+                                           "captures_stored": 0}
 
     def idle(self) -> bool:
         """Nothing waits for storage (without storage, pages stay in the spool by design)."""
@@ -101,6 +102,7 @@ class StorageShipper:
                 self.spool.keep_rejected(kept, f"{p.stem}-captures.batch")
         self.spool.remove(paths)
         self.counters["spool_batches_sent"] += len(paths)
+        self.counters["captures_stored"] += sum(len(b.captures) for b in batches) - len(ack.rejected)
 
     async def close(self) -> None:
         if self.storage is not None:

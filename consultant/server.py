@@ -10,6 +10,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from consultant import validate
+from consultant.metrics import SCHEMA as METRICS
 from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
@@ -167,9 +168,8 @@ class ConsultantServer:
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
-            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_consultant",
-                                                {"listen": self.address},
-                                                lambda: {**self.service.metrics(), **self.security.counters()})
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, METRICS, self.address,
+                                                lambda: {**self.service.metrics(), **self.security.metrics()})
         log.info("consultant serving on %s (strategy %s, epoch %d)", self.address, self.settings.strategy, self.service.directory.epoch)
 
     async def stop(self, grace: float = 2.0) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from consultant.directory import Directory, Ranked
 from consultant.locator import SiteLocator
-from consultant.membership import AgentRecord, Snapshot
+from consultant.membership import DEAD, AgentRecord, Snapshot
 from consultant.partition import Partitioner, Site, create
 from consultant.settings import ConsultantSettings
 from consultant.sitedb import AsnDB, CityDB, shipped_city_db
@@ -136,7 +136,9 @@ class ConsultantService:
         self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.isps)
         self.store = Store(settings.state_url)
         self.directory = self._directory(Snapshot(0))
-        self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0}
+        # Counts since start (consultant/metrics.py says what each means).
+        self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
+                         "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
 
     def _directory(self, snap: Snapshot) -> Directory:
         return Directory(
@@ -198,6 +200,7 @@ class ConsultantService:
             try:
                 expired, epoch = await self._run(self.store.expire, self.clock())
                 if expired:
+                    self.counters["leases_expired"] += len(expired)
                     log.warning("lease expired: %s are dead (epoch %d)", ", ".join(expired), epoch)
                     await self.refresh()
             except Exception:  # noqa: BLE001 - keep sweeping after a DB hiccup
@@ -244,6 +247,7 @@ class ConsultantService:
         if rec.capacity > 0:
             rec = replace(rec, weight=rec.capacity)
         epoch, bumped = await self._run(self.store.register, rec, self.clock(), self.settings.lease_seconds)
+        self.counters["registrations"] += 1
         if bumped:
             log.info("agent %s registered at %s (%s, AS%d): epoch %d", rec.agent_id, rec.address, rec.city or "?", rec.asn, epoch)
             await self.refresh()
@@ -256,6 +260,7 @@ class ConsultantService:
             self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity,
             self.partitioner.reweight_threshold,
         )
+        self.counters["heartbeats"] += 1
         if bumped:
             await self.refresh()
         return epoch
@@ -263,6 +268,7 @@ class ConsultantService:
     async def deregister(self, agent_id: str) -> int:
         validate_agent_id(agent_id)
         epoch = await self._run(self.store.deregister, agent_id, self.clock())
+        self.counters["deregistrations"] += 1
         log.info("agent %s deregistered: epoch %d", agent_id, epoch)
         await self.refresh()
         return epoch
@@ -280,10 +286,12 @@ class ConsultantService:
         return epoch
 
     def metrics(self) -> dict[str, float]:
-        """Counters for Prometheus (read from another thread: plain reads only)."""
+        """Counters and gauges for Prometheus (consultant/metrics.py; read from another thread:
+        plain reads of the current directory, which is replaced whole, never changed)."""
         d = self.directory
-        return {**self.counters, "epoch": d.epoch, "agents_alive": len(d.records), "answers_cached": len(d.cache),
-                "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
+        dead = sum(1 for a in d.snapshot.agents.values() if a.state == DEAD)
+        return {**self.counters, "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
+                "answers_cached": len(d.cache), "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
 
     async def snapshot(self) -> Snapshot:
         return await self._run(self.store.snapshot)

@@ -9,12 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
-from wancrawl.metrics import serve_metrics
+from wancrawl.metrics import Sample, serve_metrics
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 
 from storage import validate
 from storage.config import StorageSettings
 from storage.index import Row
+from storage.metrics import SCHEMA as METRICS
 from storage.store import BatchResult, Store
 
 log = logging.getLogger(__name__)
@@ -113,16 +114,22 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
     def __init__(self, store: Store, committer: GroupCommitter):
         self.store = store
         self.committer = committer
-        # Since start, for Prometheus: what was acknowledged.
+        # Since start, for Prometheus (storage/metrics.py): what was acknowledged.
         self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
-                         "rejected": 0, "bytes_written": 0}
+                         "rejected": 0, "bytes_written": 0, "captures_received": 0, "raw_bytes_received": 0,
+                         "bytes_received": 0}
 
     async def Ingest(self, request_iterator, context):
         # Batches are submitted as they arrive (pipelined); the ack waits for all of them.
         pending: list[asyncio.Future] = []
+        captures = raw = compressed = 0
         async for batch in request_iterator:
             validate.batch(batch)
             pending.append(await self.committer.submit(batch))
+            captures += len(batch.captures)
+            for cap in batch.captures:
+                raw += cap.raw_length
+                compressed += len(cap.response) + len(cap.request) + len(cap.metadata)
         ack = storage_pb2.IngestAck(batches=len(pending))
         results: list[BatchResult] = await asyncio.gather(*pending)
         for r in results:
@@ -140,6 +147,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         c["duplicates"] += ack.duplicates
         c["rejected"] += len(ack.rejected)
         c["bytes_written"] += ack.bytes_written
+        c["captures_received"] += captures
+        c["raw_bytes_received"] += raw
+        c["bytes_received"] += compressed
         return ack
 
     async def Get(self, request, context):
@@ -178,9 +188,11 @@ class StorageService:
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
-            self.metrics_server = serve_metrics(self.settings.metrics_listen, "wancrawl_storage", {"listen": self.address},
-                                                lambda: {**self.servicer.counters, **self.security.counters()})
+            self.metrics_server = serve_metrics(self.settings.metrics_listen, METRICS, self.address, self._metrics)
         log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
+
+    def _metrics(self) -> Sample:
+        return {**self.servicer.counters, "ingest_queue": self.committer.queue.qsize(), **self.security.metrics()}
 
     async def stop(self, grace: float = 5.0) -> None:
         if self.metrics_server is not None:

@@ -107,4 +107,4 @@ def test_status_rpc_and_prometheus_metrics(run, tmp_path):
         assert st.counters["pages"] >= 1 and st.counters["idle"] == 1.0 and st.load.pages_fetched >= 1
         for key in ("n", "m", "mu", "lambda", "pushes", "resolves", "host_cache_hit_ratio", "consultant_rpcs", "agent_rpcs"):
             assert key in st.counters
-        assert 'wancrawl_agent_pages{agent="' in text and "wancrawl_agent_host_cache_hit_ratio" in text
+        assert 'wancrawl_agent_pages_total{agent="' in text and "wancrawl_agent_host_cache_hit_ratio" in text

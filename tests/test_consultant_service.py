@@ -248,6 +248,6 @@ def test_prometheus_metrics_of_the_consultant(run, tmp_path):
             return await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
 
     text = run(go())
-    assert "wancrawl_consultant_agents_alive" in text and "wancrawl_consultant_hosts_resolved" in text
-    line = next(x for x in text.splitlines() if x.startswith("wancrawl_consultant_hosts_resolved{"))
+    assert "wancrawl_consultant_agents_alive" in text and "wancrawl_consultant_hosts_resolved_total" in text
+    line = next(x for x in text.splitlines() if x.startswith("wancrawl_consultant_hosts_resolved_total{"))
     assert float(line.rsplit(" ", 1)[1]) == 3.0

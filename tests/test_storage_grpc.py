@@ -183,5 +183,5 @@ def test_prometheus_metrics_count_what_was_acknowledged(tmp_path):
 
     text = run(with_server(settings, go))
     values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("wancrawl_storage_")}
-    assert values["wancrawl_storage_stored"] == 5 and values["wancrawl_storage_duplicates"] == 5
-    assert values["wancrawl_storage_ingest_calls"] == 2
+    assert values["wancrawl_storage_stored_total"] == 5 and values["wancrawl_storage_duplicates_total"] == 5
+    assert values["wancrawl_storage_ingest_calls_total"] == 2

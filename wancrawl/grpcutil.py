@@ -64,7 +64,16 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns WancrawlError (and unexpected exceptions) into gRPC statuses with clear messages."""
+    """Turns WancrawlError (and unexpected exceptions) into gRPC statuses with clear messages;
+    counts them per status code in `errors` (the `rpc_errors` metric of every service)."""
+
+    def __init__(self, errors: dict[str, float] | None = None):
+        self.errors: dict[str, float] = {} if errors is None else errors
+
+    def _count(self, code: grpc.StatusCode) -> grpc.StatusCode:
+        key = code.name.lower()
+        self.errors[key] = self.errors.get(key, 0.0) + 1
+        return code
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
         handler = await continuation(handler_call_details)
@@ -77,12 +86,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     return await fn(request_or_iter, context)
                 except errors.WancrawlError as exc:
-                    await context.abort(status_for(exc), clip_message(str(exc)))
+                    await context.abort(self._count(status_for(exc)), clip_message(str(exc)))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - the service must keep running
                     log.exception("unhandled error in %s", method)
-                    await context.abort(grpc.StatusCode.INTERNAL, clip_message(f"internal error: {type(exc).__name__}: {exc}"))
+                    await context.abort(self._count(grpc.StatusCode.INTERNAL), clip_message(f"internal error: {type(exc).__name__}: {exc}"))
 
             return wrapper
 
@@ -92,12 +101,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                     async for item in fn(request, context):
                         yield item
                 except errors.WancrawlError as exc:
-                    await context.abort(status_for(exc), clip_message(str(exc)))
+                    await context.abort(self._count(status_for(exc)), clip_message(str(exc)))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001
                     log.exception("unhandled error in %s", method)
-                    await context.abort(grpc.StatusCode.INTERNAL, clip_message(f"internal error: {type(exc).__name__}: {exc}"))
+                    await context.abort(self._count(grpc.StatusCode.INTERNAL), clip_message(f"internal error: {type(exc).__name__}: {exc}"))
 
             return wrapper
 
@@ -275,6 +284,7 @@ class Security:
         self.authorizer: Authorizer | None = None
         if self.server_tls is not None and rules is not None:
             self.authorizer = Authorizer(name, rules)
+        self.rpc_errors: dict[str, float] = {}  # gRPC status code -> RPCs answered with it (ErrorInterceptor)
 
     @property
     def insecure(self) -> bool:
@@ -291,6 +301,10 @@ class Security:
     def counters(self) -> dict[str, float]:
         return self.authorizer.counters() if self.authorizer is not None else {}
 
+    def metrics(self) -> dict[str, float | dict[str, float]]:
+        """The server's own numbers for Prometheus (wancrawl.metrics.SERVER_HELP)."""
+        return {**self.counters(), "rpc_errors": dict(self.rpc_errors)}
+
 
 def new_server(tls: TlsSettings | None = None, *, name: str = "server",
                rules: "Rules | None" = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, Security]:
@@ -299,7 +313,7 @@ def new_server(tls: TlsSettings | None = None, *, name: str = "server",
     the services SERVING with `mark_serving` once started). `tls` is the service's [tls] table;
     bind with `bind(server, listen, security)`."""
     security = Security(tls or TlsSettings(), name, rules)
-    interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor()]
+    interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor(security.rpc_errors)]
     if security.authorizer is not None:
         interceptors.insert(0, security.authorizer.interceptor())
     server = grpc.aio.server(interceptors=interceptors, options=CHANNEL_OPTIONS)

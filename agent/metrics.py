@@ -1,0 +1,144 @@
+"""The agent's Prometheus metrics: the schema (which numbers are gauges, what each means) and the sample.
+
+Counts are owned by the components (their `counters` dicts and `counts()`), levels by their
+`gauges()` and the node (AgentNode.status_counters sums them). GAUGES below is the one list of
+levels; every other number is a counter, `wancrawl_agent_<name>_total{agent=ID}`.
+docs/metrics.md is generated from HELP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wancrawl.metrics import SERVER_HELP, SERVER_LABELLED, Sample, Schema
+
+if TYPE_CHECKING:
+    from agent.node import AgentNode
+    from wancrawl.grpcutil import Security
+
+# Levels: they go down as well as up (queues, ratios, settings, the epoch).
+GAUGES = frozenset({
+    "frontier", "in_flight", "hosts_with_work", "seen", "spool_batches", "idle", "parked_hosts",  # the node
+    "router_pending", "alpha", "beta", "mu", "lambda",                                          # RoutingService
+    "epoch", "host_cache_hit_ratio", "host_cache_size",                                         # HostDirectory
+    "hosts_settling", "replica_hosts",                                                          # Ownership
+    "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
+})
+
+HELP = {
+    # Dispatcher: fetching
+    "fetches": "HTTP requests made (pages, robots.txt, robots.txt redirects; retries each count)",
+    "pages": "pages fetched: URLs finished with a response (any status, truncated ones too)",
+    "bytes": "body bytes read from the wire by every request",
+    "fetch_errors": "failed requests and refused URLs by kind: a transport failure of any request (connect, timeout, "
+                    "read, dns, forbidden_address, protocol, too_large, tls, internal), a page answered 4xx or 5xx "
+                    "(http_4xx, http_5xx; each try counts), a URL robots.txt disallows (robots_denied)",
+    "errors": "URLs given up without any response (transport failures after the last retry)",
+    "retries": "tries put back for another attempt (429/5xx/transport failures)",
+    "given_up": "URLs whose retries ran out",
+    "truncated": "pages stored with a truncated body (size cap, timeout, disconnect)",
+    "redirects": "3xx pages whose target was routed as a new URL",
+    "not_html": "200 pages that are not HTML (stored, not parsed)",
+    "robots_fetches": "robots.txt files fetched (one per origin and expiry)",
+    "robots_denied": "URLs robots.txt disallows (not fetched)",
+    "robots_deferred": "times a URL waited because its origin's robots.txt was unreachable",
+    "robots_given_up": "URLs given up because robots.txt stayed unreachable for robots.give_up_after",
+    "hosts_given_up": "hosts whose queue was dropped (page budget, forbidden address)",
+    "budget_dropped": "queued URLs dropped with a given-up host",
+    "out_of_scope": "discovered or pushed URLs outside the agent's scope (domains, depth, schemes, ports)",
+    "dropped_schemes": "links with a scheme that is not crawled (mailto:, javascript:, ...)",
+    "invalid_urls": "links and pushed URLs that could not be canonicalised",
+    "recent_skips": "links skipped because they were routed a moment ago (routing.recent_filter)",
+    "links_over_cap": "links beyond scope.max_outlinks_per_page, not examined",
+    "nofollow_skipped": "links skipped for nofollow",
+    "noindex_pages": "pages marked noindex (stored all the same)",
+    "fenced_results": "fetch results dropped because the lease lapsed during the fetch",
+    # Intake: URLs arriving
+    "duplicates": "URLs already in the seen set, not queued again",
+    "pushes_received": "PushUrls RPCs received from peers",
+    "urls_received": "URLs in PushUrls RPCs received from peers",
+    "pushed_in": "pushed URLs accepted into this agent's frontier",
+    "not_mine_sent": "pushed URLs answered \"not mine\" (another agent owns the host)",
+    "over_queue_budget": "URLs dropped: their host's queue was at scope.max_queued_per_host",
+    "over_page_budget": "URLs dropped: their host was at scope.max_pages_per_host",
+    "query_churn": "URLs dropped: too many URLs of one query shape (scope.max_urls_per_query_shape)",
+    "agent_rpcs": "Agent-service RPCs made to peers and received (pushes, seeds)",
+    # RoutingService and HostDirectory: seed 002's routing
+    "routed": "discovered URLs submitted for routing",
+    "routed_local": "routed URLs that went to this agent's own frontier",
+    "n": "URLs pushed to other agents (seed 002's n)",
+    "m": "distinct foreign hosts URLs were pushed for (seed 002's m)",
+    "hosts_routed": "distinct hosts routed",
+    "pushes": "PushUrls batches sent to peers",
+    "push_failures": "PushUrls batches that failed (the URLs wait and are retried)",
+    "not_mine_received": "URLs a peer answered \"not mine\" for (re-resolved)",
+    "resolves": "Resolve RPCs to the consultant (batches of at most beta hosts)",
+    "resolved_hosts": "hosts answered by Resolve",
+    "resolve_failures": "Resolve RPCs that failed",
+    "router_pending": "URLs in the router: waiting for an answer or in a batch not yet pushed",
+    "alpha": "routing.alpha: at most this many URLs per push",
+    "beta": "routing.beta: at most this many hosts per Resolve",
+    "mu": "seed 002's mu: share of routed URLs sent to other agents (n / routed, since start)",
+    "lambda": "seed 002's lambda: share of routed hosts that needed a consultant answer (resolved_hosts / hosts_routed)",
+    "host_cache_hits": "host cache look-ups answered from the cache",
+    "host_cache_misses": "host cache look-ups that needed the consultant (absent, expired or of an older epoch)",
+    "host_cache_hit_ratio": "hits / look-ups since start (rate(hits) / rate(hits + misses) for a window)",
+    "host_cache_size": "hosts in the host cache",
+    "epoch": "the newest epoch the consultant has given this agent",
+    "epoch_claims": "peer messages claiming an epoch newer than the consultant's latest",
+    "epoch_checks": "Resolves made to check such a claim",
+    "epoch_claims_refuted": "claims the consultant did not confirm",
+    "consultant_rpcs": "RPCs to the consultant (register, heartbeat, resolve)",
+    # Queues (the node)
+    "frontier": "URLs queued in the frontier",
+    "hosts_with_work": "hosts with queued URLs",
+    "in_flight": "fetches under way",
+    "parked_hosts": "hosts that cannot be fetched within politeness.park_horizon (backoff, Retry-After, robots.txt)",
+    "seen": "URL fingerprints in the seen set",
+    "spool_batches": "page batches in the spool, waiting for storage",
+    "idle": "1 when the agent has nothing to do (parked hosts aside), else 0",
+    # StorageShipper
+    "spool_batches_sent": "page batches storage acknowledged",
+    "captures_stored": "captures storage acknowledged (stored, revisit or duplicate; rejected ones not counted)",
+    "storage_failures": "Ingest calls that failed (storage unreachable; the spool keeps the batches)",
+    "storage_batches_rejected": "batches storage refused as invalid (set aside in spool/rejected)",
+    "storage_captures_rejected": "captures storage rejected in its answer (set aside in spool/rejected)",
+    # HandOff, Gate
+    "hosts_handed_out": "hosts handed over to another agent",
+    "hosts_handed_in": "hosts received in a handover",
+    "handover_failures": "handovers that failed (the hosts stay here)",
+    "handover_bytes_out": "bytes of host state sent in handovers",
+    "handover_dropped_done": "queued URLs dropped when a handed-over host was reconciled with what is done here",
+    "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
+    "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
+    # Ownership, Replicator, ReplicaStore (docs/replication.md)
+    "hosts_settling": "hosts held until their ownership is settled",
+    "replica_hosts": "other agents' hosts backed up here",
+    "hosts_promoted": "hosts taken over from a local replica",
+    "hosts_claimed": "hosts taken over by claiming them from their previous holder",
+    "claims_sent": "Claim RPCs sent",
+    "claim_failures": "Claim RPCs that failed",
+    "claims_timed_out": "claims given up after the settle window",
+    "hosts_moved_out": "hosts given to the agent that owns them now",
+    "replicas_dropped": "replicas dropped here (the host's owner or backup changed)",
+    "replica_unsynced": "this agent's hosts whose backup has no full copy yet",
+    "replica_synced_hosts": "this agent's hosts whose backup has a full copy",
+    "replica_lag_items": "committed frontier changes not yet at a backup (replica lag)",
+    "replica_sends": "Replicate rounds a backup acknowledged",
+    "replica_send_failures": "Replicate rounds that failed",
+    "replica_full_copies": "full copies of a host sent to its backup",
+    "replica_bytes_out": "bytes sent to backups",
+    "replica_drops_sent": "messages telling an old backup to drop its copy of a host (the host or its backup moved)",
+    "replica_overflows": "times the changes owed to backups passed their limit (those hosts get a full copy later)",
+    "replica_messages": "Replicate messages applied here (as a backup)",
+    "replica_drops": "replicas dropped on their owner's request",
+    **SERVER_HELP,
+}
+
+SCHEMA = Schema("wancrawl_agent", "agent", HELP, GAUGES, {"fetch_errors": "kind", **SERVER_LABELLED})
+
+
+def sample(node: AgentNode, security: Security) -> Sample:
+    """Every number of the agent, made on the event loop (AgentServer keeps the latest for the
+    scrape thread)."""
+    return {**node.status_counters(), **security.metrics(), "fetch_errors": dict(node.dispatcher.fetch_errors)}
