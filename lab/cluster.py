@@ -22,14 +22,14 @@ from pathlib import Path
 
 from lab import geodb, topology
 from wancrawl import procs
+from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 from wancrawl.grpcutil import TlsSettings, register_client_tls
 from wancrawl.procs import Proc, free_port
-from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
 REPO = procs.REPO
-__all__ = ["Cluster", "Proc", "free_port", "up", "down", "kill", "restart", "pause", "resume", "add_agent"]
+__all__ = ["Cluster", "Proc", "add_agent", "down", "free_port", "kill", "pause", "restart", "resume", "up"]
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Cluster:
         Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "Cluster":
+    def load(cls, run_dir: str | Path) -> Cluster:
         p = Path(run_dir, "cluster.json")
         if not p.is_file():
             raise ConfigError(f"no cluster in {run_dir} (no cluster.json): nothing to stop")

@@ -198,7 +198,7 @@ class Run:
         Path(self.out, "crawl.json").write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, out: Path) -> "Run | None":
+    def load(cls, out: Path) -> Run | None:
         p = out / "crawl.json"
         try:
             d = json.loads(p.read_text())

@@ -1,0 +1,382 @@
+"""`manager crawl` end to end, as a user runs it, on three real documentation trees.
+
+Three Debian HTML manuals (libffi, valgrind, libxslt) are served by the standard library's
+http.server, each on its own loopback address under a name that exists only in a hosts file
+(--hosts-file), one with a robots.txt. The real command crawls them; what storage holds
+(`storage export --cdxj`, the documented way to read the index) must equal an independent
+breadth-first crawl written here with the standard library only, each URL stored once, each
+host fetched by one agent. Then a crawl interrupted with SIGINT exits 130 leaving no process
+behind, and a second run with the same --out completes it without storing or fetching anything twice.
+
+The reference crawler mirrors what the agent follows and how it writes URLs (agent/links.py,
+agent/outcome.py, wancrawl/urls.py), re-implemented rather than imported:
+  * links: <a href> and <area href>, resolved against the first <base href> if any (the trees
+    have no <meta http-equiv=refresh> or <meta name=robots>: asserted, so a tree that grows one
+    fails loudly instead of silently differing); only 200 responses with an HTML type are parsed;
+  * a redirect (301/302/303/307/308 with Location) is stored and its target followed (http.server
+    redirects a directory without its trailing slash);
+  * every response is stored, whatever its status (404s too); robots.txt is not;
+  * canonical form: resolve (urljoin), drop the fragment, http(s) only, lower-case scheme and
+    host, drop the default port, empty path -> "/", percent-escapes of unreserved characters
+    decoded and the others upper-cased, spaces and non-ASCII percent-encoded as UTF-8;
+  * scope: the seeds' hosts only; robots.txt honoured (urllib.robotparser), none = allow all;
+    the agent's depth limit (20) is above the trees' depth (asserted).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import http.client
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.robotparser
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+
+import pytest
+
+from conftest import REPO
+
+# (host name, tree, Debian package that holds it, loopback address)
+SITES = [
+    ("libffi.docs.test", "/usr/share/doc/libffi8/html", "libffi-dev", "127.0.77.1"),
+    ("valgrind.docs.test", "/usr/share/doc/valgrind/html", "valgrind", "127.0.77.2"),
+    ("libxslt.docs.test", "/usr/share/doc/libxslt1-dev/html", "libxslt1-dev", "127.0.77.3"),
+]
+ROBOTS = {"valgrind.docs.test": "User-agent: *\nDisallow: /dist.\n"}  # the dist.* pages are off limits
+CONTACT = "https://example.org/wancrawl-test"
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+REDIRECTS = (301, 302, 303, 307, 308)
+AGENT_DEPTH_LIMIT = 20
+
+
+# --- the doc trees -----------------------------------------------------------------------------------
+
+
+def _tree(path: str, package: str) -> Path | None:
+    """The tree on this machine, or extracted from the package's .deb into a cache dir."""
+    if Path(path, "index.html").is_file():
+        return Path(path)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wancrawl-test-docs" / package
+    if not Path(cache, path.lstrip("/"), "index.html").is_file() and shutil.which("apt-get") and shutil.which("dpkg-deb"):
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, timeout=120)
+        for deb in cache.glob(f"{package}_*.deb"):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(cache)], capture_output=True, timeout=120)
+    got = Path(cache, path.lstrip("/"))
+    return got if (got / "index.html").is_file() else None
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    robots: str | None = None
+    log: list[tuple[str, str]]  # (path, User-Agent) of every request
+
+    def do_GET(self) -> None:
+        self.log.append((self.path, self.headers.get("User-Agent", "")))
+        if self.path == "/robots.txt" and self.robots is not None:
+            body = self.robots.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _port(ips: list[str]) -> int:
+    """80 when it can be bound on every address (as root), else a port free on all of them."""
+    for port in [80] + [0] * 20:
+        socks = []
+        try:
+            s = socket.socket()
+            s.bind((ips[0], port))
+            socks.append(s)
+            port = s.getsockname()[1]
+            for ip in ips[1:]:
+                t = socket.socket()
+                socks.append(t)
+                t.bind((ip, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    pytest.skip("no port free on every loopback site address")
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    trees = {}
+    for host, path, package, _ in SITES:
+        tree = _tree(path, package)
+        if tree is None:
+            pytest.skip(f"{path} is missing and `apt-get download {package}` + `dpkg-deb -x` did not provide it")
+        trees[host] = tree
+    port = _port([ip for *_, ip in SITES])
+    servers, logs = [], {}
+    for host, _, _, ip in SITES:
+        logs[host] = []
+        handler = type("H", (_Handler,), {"robots": ROBOTS.get(host), "log": logs[host]})
+        srv = http.server.ThreadingHTTPServer((ip, port), functools.partial(handler, directory=str(trees[host])))
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    d = tmp_path_factory.mktemp("sites")
+    hosts = d / "hosts"
+    hosts.write_text("".join(f"{ip} {host}\n" for host, _, _, ip in SITES))
+    netloc = lambda h: h if port == 80 else f"{h}:{port}"  # noqa: E731
+    seeds = d / "seeds.txt"
+    seeds.write_text("# three manuals\n" + "".join(f"http://{netloc(h)}/index.html\n" for h, *_ in SITES))
+    addr = {host: (ip, port) for host, _, _, ip in SITES}
+    ref = reference_crawl([f"http://{netloc(h)}/index.html" for h, *_ in SITES], addr)
+    for log in logs.values():
+        log.clear()  # from here on only the crawler's requests
+    yield {"hosts": hosts, "seeds": seeds, "ref": ref, "logs": logs, "port": port}
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+# --- the reference: a breadth-first crawl with the standard library --------------------------------
+
+_UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _escapes(part: str) -> str:
+    part = re.sub(r"%([0-9a-fA-F]{2})",
+                  lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in _UNRESERVED else "%" + m.group(1).upper(),
+                  part)
+    return quote(part, safe="!#$%&'()*+,/:;=?@[]~-._|^`{}\"<>\\")
+
+
+def canon(href: str, base: str) -> str | None:
+    try:
+        u = urlsplit(urljoin(base, href.strip()))
+        port = u.port
+    except ValueError:
+        return None
+    if u.scheme.lower() not in ("http", "https") or not u.hostname:
+        return None
+    netloc = u.hostname.lower()
+    if port is not None and port != {"http": 80, "https": 443}[u.scheme.lower()]:
+        netloc += f":{port}"
+    return urlunsplit((u.scheme.lower(), netloc, _escapes(u.path or "/"), _escapes(u.query), ""))
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.hrefs: list[str] = []
+        self.base: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k.lower(): v for k, v in attrs}
+        if tag in ("a", "area") and a.get("href") is not None:
+            self.hrefs.append(a["href"] or "")
+        elif tag == "base" and self.base is None and a.get("href"):
+            self.base = a["href"]
+        elif tag == "meta":
+            assert (a.get("http-equiv") or "").lower() != "refresh", "a tree has a meta refresh: mirror it here"
+            assert (a.get("name") or "").lower() not in ("robots", "wancrawl"), "a tree has meta robots: mirror it here"
+
+
+def _get(addr: tuple[str, int], host_header: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    c = http.client.HTTPConnection(*addr, timeout=30)
+    try:
+        c.request("GET", path, headers={"Host": host_header, "User-Agent": "reference-bfs"})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def reference_crawl(seeds: list[str], addr: dict[str, tuple[str, int]]) -> dict[str, object]:
+    """Every URL a polite same-host BFS from the seeds fetches, and its depth."""
+    robots: dict[str, urllib.robotparser.RobotFileParser] = {}
+    depth = {s: 0 for s in seeds}
+    queue = collections.deque(seeds)
+    fetched: set[str] = set()
+    denied: set[str] = set()
+    while queue:
+        url = queue.popleft()
+        u = urlsplit(url)
+        host = u.hostname or ""
+        if host not in robots:
+            rp = urllib.robotparser.RobotFileParser()
+            status, _, body = _get(addr[host], u.netloc, "/robots.txt")
+            rp.parse(body.decode().splitlines() if status == 200 else [])
+            robots[host] = rp
+        if not robots[host].can_fetch("wancrawl", url):
+            denied.add(url)
+            continue
+        status, headers, body = _get(addr[host], u.netloc, urlunsplit(("", "", u.path, u.query, "")))
+        fetched.add(url)
+        found: list[str | None] = []
+        if status in REDIRECTS and headers.get("location"):
+            found = [canon(headers["location"], url)]
+        elif status == 200 and headers.get("content-type", "").split(";")[0].strip().lower() in HTML_TYPES:
+            p = _Links()
+            p.feed(body.decode("utf-8", "replace"))
+            base = canon(p.base, url) if p.base else url
+            found = [canon(h, base or url) for h in p.hrefs]
+        for link in found:
+            if link and urlsplit(link).hostname in addr and link not in depth:
+                depth[link] = depth[url] + 1
+                queue.append(link)
+    return {"urls": fetched, "denied": denied, "max_depth": max(depth[u] for u in fetched)}
+
+
+# --- running the command ------------------------------------------------------------------------------
+
+
+def _manager() -> list[str]:
+    script = Path(sys.executable).parent / "manager"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "manager.cli"]
+
+
+def _crawl_args(sites, out: Path, *extra: str) -> list[str]:
+    return [*_manager(), "crawl", str(sites["seeds"]), "--out", str(out), "--agents", "2", "--contact", CONTACT,
+            "--hosts-file", str(sites["hosts"]), "--allow-network", "127.0.0.0/8", "--timeout", "120", *extra]
+
+
+def _stored(out: Path) -> collections.Counter:
+    """URL -> captures stored, from `storage export --cdxj` (the documented way to read the index)."""
+    storage = Path(sys.executable).parent / "storage"
+    cmd = [str(storage)] if storage.is_file() else [sys.executable, "-m", "storage.cli"]
+    p = subprocess.run([*cmd, "export", "--cdxj", "--config", str(out / "configs" / "storage.toml")],
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    return collections.Counter(json.loads(line.split(" ", 2)[2])["url"] for line in p.stdout.splitlines() if line)
+
+
+def _agents_per_host(out: Path) -> dict[str, set[str]]:
+    db = sqlite3.connect(f"file:{out / 'storage' / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        per: dict[str, set[str]] = collections.defaultdict(set)
+        for host, agent in db.execute("select host, agent_id from storage_captures"):
+            per[host].add(agent)
+        return per
+    finally:
+        db.close()
+
+
+def _stored_count(out: Path) -> int:
+    db = out / "storage" / "index.sqlite"
+    if not db.is_file():
+        return 0
+    try:
+        c = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return c.execute("select count(*) from storage_captures").fetchone()[0]
+        finally:
+            c.close()
+    except sqlite3.OperationalError:  # the table is not created yet
+        return 0
+
+
+def _alive_services(out: Path) -> list[str]:
+    run = json.loads((out / "crawl.json").read_text())
+    alive = []
+    for p in run["procs"]:
+        try:
+            cmd = [c.decode() for c in Path(f"/proc/{p['pid']}/cmdline").read_bytes().split(b"\0") if c]
+        except OSError:
+            continue
+        if cmd == p["cmd"]:
+            alive.append(p["name"])
+    return alive
+
+
+def _crawler_requests(sites) -> collections.Counter:
+    """(host, path) -> requests the crawler made for pages (robots.txt aside)."""
+    c: collections.Counter = collections.Counter()
+    for host, log in sites["logs"].items():
+        for path, ua in list(log):
+            assert ua == f"wancrawl/0.1 (+{CONTACT})", ua
+            if path != "/robots.txt":
+                c[(host, path)] += 1
+    return c
+
+
+def _by_host(urls) -> dict[str, int]:
+    return dict(collections.Counter(urlsplit(u).hostname for u in urls))
+
+
+def test_reference_sees_the_three_trees(sites):
+    ref = sites["ref"]
+    per = _by_host(ref["urls"])
+    assert set(per) == {h for h, *_ in SITES}
+    assert per["libffi.docs.test"] >= 20 and per["valgrind.docs.test"] >= 20 and per["libxslt.docs.test"] >= 70, per
+    assert ref["denied"] and all("/dist." in u for u in ref["denied"])  # robots.txt did something
+    assert ref["max_depth"] < AGENT_DEPTH_LIMIT
+
+
+def test_manager_crawl_stores_exactly_the_reference(sites, tmp_path):
+    out = tmp_path / "crawl"
+    p = subprocess.run(_crawl_args(sites, out, "--delay", "0"), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "crawl finished" in p.stdout
+    stored = _stored(out)
+    ref = sites["ref"]["urls"]
+    print("stored per host", _by_host(stored), "reference per host", _by_host(ref))
+    assert set(stored) == ref, (sorted(set(stored) - ref)[:10], sorted(ref - set(stored))[:10])
+    assert max(stored.values()) == 1
+    assert all(len(a) == 1 for a in _agents_per_host(out).values())  # each host fetched by its owner alone
+    assert not any(n > 1 for n in _crawler_requests(sites).values())
+    assert not any("/dist." in path for _, path in _crawler_requests(sites))
+    assert (out / "report" / "summary.json").is_file()
+    assert _alive_services(out) == []
+
+
+def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
+    for log in sites["logs"].values():
+        log.clear()
+    out = tmp_path / "crawl"
+    ref = sites["ref"]["urls"]
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(_crawl_args(sites, out, "--delay", "0.1", "--no-report"), stdout=log,
+                             stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        # No event to await from outside the process: poll storage's index, bounded.
+        end = time.monotonic() + 120
+        while _stored_count(out) < 10 and first.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=90) == 130, (tmp_path / "first.log").read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        log.close()
+    assert _alive_services(out) == []
+    part = _stored(out)
+    assert 10 <= len(part) < len(ref), len(part)  # interrupted mid-crawl
+    assert set(part) <= ref
+
+    p = subprocess.run(_crawl_args(sites, out, "--delay", "0", "--no-report"), capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "resuming" in p.stdout
+    stored = _stored(out)
+    print(f"interrupted at {len(part)} stored; after resume", _by_host(stored), "reference", _by_host(ref))
+    assert set(stored) == ref, (sorted(set(stored) - ref)[:10], sorted(ref - set(stored))[:10])
+    assert max(stored.values()) == 1  # nothing stored twice
+    assert not [k for k, n in _crawler_requests(sites).items() if n > 1]  # nor fetched twice
+    assert _alive_services(out) == []
