@@ -117,17 +117,21 @@ class AgentServer:
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
-            self.metrics_snapshot = metrics.sample(self.node, self.security)
+            self.refresh_metrics()
             self._snapshots = asyncio.create_task(self._snapshot_loop())
             self.metrics_server = serve_metrics(self.settings.metrics_listen, metrics.SCHEMA, self.node.id,
                                                 lambda: self.metrics_snapshot)
         log.info("agent %s serving on %s", self.node.id, self.address)
 
+    def refresh_metrics(self) -> None:
+        """Prometheus scrapes from its own thread: it reads this copy, made on the loop (every
+        second, and whenever a caller wants the scrape to show the state now)."""
+        self.metrics_snapshot = metrics.sample(self.node, self.security)
+
     async def _snapshot_loop(self) -> None:
-        # Prometheus scrapes from its own thread: it reads this copy, made on the loop.
         while True:
             await asyncio.sleep(1.0)
-            self.metrics_snapshot = metrics.sample(self.node, self.security)
+            self.refresh_metrics()
 
     async def reload(self) -> None:
         """SIGHUP: read the TLS certificate, key and CA again (new connections to this agent use
