@@ -380,3 +380,25 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
     assert max(stored.values()) == 1  # nothing stored twice
     assert not [k for k, n in _crawler_requests(sites).items() if n > 1]  # nor fetched twice
     assert _alive_services(out) == []
+
+
+def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
+    from manager.cli import parser
+    from manager.crawl import agent_toml, make_plan
+    from wancrawl.errors import ConfigError
+
+    def plan(*extra: str, contact: str | None = CONTACT):
+        args = parser().parse_args(["crawl", "urls.txt", "--out", str(tmp_path), *extra])
+        return make_plan(args, ["http://a.example/", "http://b.example:8080/x", "http://a.example/y"], contact)
+
+    p = plan()
+    assert p.allowed_domains == ["a.example", "b.example"] and p.delay == 1.0 and len(p.agents) == 2
+    assert p.user_agent == f"wancrawl/0.1 (+{CONTACT})"
+    assert plan("--follow-external").allowed_domains == []
+    toml = agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "")
+    assert 'allowed_domains = ["a.example", "b.example"]' in toml and "max_per_host = 1" in toml
+    for extra, contact, says in [((), None, "--contact"), (("--strategy", "asn"), CONTACT, "ASN database"),
+                                 (("--strategy", "nearest"), CONTACT, "one of"), (("--allow-network", "10.0.0/x"), CONTACT, "CIDR"),
+                                 (("--agents", "0"), CONTACT, "1 to 64"), ((), "me (at) home", "without spaces")]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            plan(*extra, contact=contact)
