@@ -16,6 +16,7 @@ from agent.gate import Gate
 from agent.links import extract_links
 from agent.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
 from agent.politeness import OriginBackoff, Politeness, Scheduler, origin_of
+from agent.refetch import StoredCheck
 from agent.robots import RobotsCache, RobotsState
 from agent.scope import Scope
 from agent.settings import AgentSettings
@@ -69,6 +70,7 @@ class Dispatcher:
         finish: Callable[[Item | None, Capture | None], None],
         clock: Callable[[], float],
         gate: Gate | None = None,
+        stored_check: StoredCheck | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -82,6 +84,8 @@ class Dispatcher:
         self.clock = clock
         # The lease and held hosts (one fetcher per host); without one, every host, always.
         self.gate = gate or Gate(signal.wake, fenced=False)
+        # URLs a dead owner may have stored already: storage is asked before they are fetched.
+        self.stored_check = stored_check
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         self.politeness = Politeness(
@@ -363,6 +367,11 @@ class Dispatcher:
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host
         self.scheduler.started(host, ip, self.clock())
+        if self.stored_check is not None and item.url in self.stored_check and await self.stored_check.stored(item.url):
+            # The owner it was promoted from stored it before its "done" reached the replica.
+            self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=self.frontier.has_work(host))
+            self.finish(item, None)
+            return
         resp = await self._fetch(item.url, host, ip)
         now = self.clock()
         if not self.gate.lease_ok(now):

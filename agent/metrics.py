@@ -132,6 +132,11 @@ HELP = {
     "replica_overflows": "times the changes owed to backups passed their limit (those hosts get a full copy later)",
     "replica_messages": "Replicate messages applied here (as a backup)",
     "replica_drops": "replicas dropped on their owner's request",
+    # StoredCheck (agent/refetch.py)
+    "stored_checks": "promoted URLs a dead owner may have stored, asked of storage before fetching them again",
+    "refetches_avoided": "of those, URLs storage already held: done without a request",
+    "stored_check_errors": "storage Lookup calls that failed (their URLs were fetched)",
+    "stored_check_unwatched": "promoted URLs fetched without asking storage (the watch list was full)",
     **SERVER_HELP,
 }
 

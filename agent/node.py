@@ -28,8 +28,10 @@ from agent.intake import Intake, IntakeResult
 from agent.ledger import HostLedger
 from agent.membership import Membership
 from agent.outbox import Outbox
+from agent.outcome import RETRY_STATUSES
 from agent.ownership import Ownership
 from agent.placement import HostDirectory, Placement
+from agent.refetch import StoredCheck
 from agent.replica import ReplicaStore
 from agent.replicator import Replicator
 from agent.router import Router
@@ -80,8 +82,11 @@ class AgentNode:
         self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
                                     flush_interval=s.storage_out.flush_interval, clock=clock)
-        self.shipper = StorageShipper(self.spool, storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None),
-                                      retry_seconds=s.storage_out.retry_seconds)
+        storage_client = storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None)
+        self.shipper = StorageShipper(self.spool, storage_client, retry_seconds=s.storage_out.retry_seconds)
+        # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
+        self.stored_check = (StoredCheck(storage_client.lookup, RETRY_STATUSES)
+                             if rep.enabled and rep.check_storage and storage_client is not None else None)
         scope = Scope(s.scope)
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
                                      gate=self.gate, clock=clock)
@@ -94,7 +99,7 @@ class AgentNode:
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
-                                     finish=self.commit_log.finish, clock=clock, gate=self.gate)
+                                     finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier)
         self.replicator = Replicator(
@@ -105,7 +110,8 @@ class AgentNode:
             self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
             settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5,
-            unshipped_grace=rep.unshipped_grace, clock=clock)
+            unshipped_grace=rep.unshipped_grace, clock=clock,
+            may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
 
@@ -220,7 +226,7 @@ class AgentNode:
         `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
         parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
-                 self.gate, self.ownership, *([self.replicator] if self.replicator else []), *([self.replicas] if self.replicas else [])]
+                 self.gate, self.ownership, *(p for p in (self.replicator, self.replicas, self.stored_check) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v

@@ -80,7 +80,8 @@ class Ownership:
     def __init__(self, self_id: str, address: Callable[[], str], ledger: HostLedger, replicas: ReplicaStore | None,
                  directory: HostDirectory, handoff: HandOff, peers: AgentPool, gate: Gate, replicator: Replicator | None,
                  membership: Membership, *, in_flight: Callable[[str], int], durable: Callable[[], Awaitable[None]],
-                 settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float]):
+                 settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float],
+                 may_be_stored: Callable[[list[str]], None] | None = None):
         self.self_id = self_id
         self.address = address
         self.ledger = ledger
@@ -97,6 +98,8 @@ class Ownership:
         self.wait_in_flight = wait_in_flight
         self.unshipped_grace = unshipped_grace
         self.clock = clock
+        # Promoted URLs a dead owner fetched: checked at storage before they are fetched here.
+        self.may_be_stored = may_be_stored
         self._epoch = -1                # the epoch last settled (-1: none yet)
         self._registrations = 0         # membership registrations seen
         self._settle_until = 0.0        # new hosts are claimed before their first fetch until then
@@ -240,6 +243,9 @@ class Ownership:
         # it stores them and takes the host back before they are due here.
         defer = self.clock() + self.unshipped_grace
         for h in hosts:
+            if self.may_be_stored is not None:
+                # It may also have stored them just before it died: storage is asked first.
+                self.may_be_stored(self.replicas.unshipped(h))
             st = self.replicas.export(h, defer_unshipped=defer)
             self.ledger.merge(st)
             self.replicas.drop([h])

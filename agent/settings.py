@@ -110,6 +110,9 @@ class ReplicationSettings:
     # owner that was only paused stores them and takes its hosts back meanwhile (no page twice);
     # a dead one's are fetched again after it.
     unshipped_grace: float = 10.0
+    # ... and when they are due, storage is asked first (Lookup): those it holds from the dead
+    # owner are not fetched again (agent/refetch.py). Off: they are fetched (at least once).
+    check_storage: bool = True
 
     def __post_init__(self) -> None:
         if (self.interval <= 0 or self.retry_seconds <= 0 or self.max_pending < 1 or self.settle_seconds < 0

@@ -15,6 +15,8 @@ from wancrawl import grpcutil
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 from wancrawl.warcrecords import Capture
 
+LOOKUP_BATCH = 5_000  # URLs per Lookup call (storage takes up to 10,000)
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -46,7 +48,7 @@ def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> stor
 
 @runtime_checkable
 class StorageClient(Protocol):
-    """The agent's view of storage. A test fake implements these two methods."""
+    """The agent's view of storage. A test fake implements these methods."""
 
     async def send(self, batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch]) -> Ack:
         """Deliver one or more batches; return once storage has made them durable.
@@ -54,6 +56,11 @@ class StorageClient(Protocol):
         Raises Unavailable when storage cannot be reached or fails (keep the batches spooled
         and retry: resending is safe) and InvalidArgument for a request storage refuses whole.
         """
+        ...
+
+    async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
+        """URL -> the HTTP statuses of its captures, for the URLs storage holds (Unavailable when
+        it cannot be asked)."""
         ...
 
     async def close(self) -> None: ...
@@ -88,6 +95,18 @@ class GrpcStorageClient:
             return await self._stub.Get(req, timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Get") from None
+
+    async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
+        """URL -> the HTTP statuses of its captures at storage, for the URLs that have any."""
+        out: dict[str, set[int]] = {}
+        for i in range(0, len(urls), LOOKUP_BATCH):
+            req = storage_pb2.LookupRequest(urls=list(urls[i:i + LOOKUP_BATCH]))
+            try:
+                resp = await self._stub.Lookup(req, timeout=self.timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise grpcutil.translate(exc, f"storage {self.target}: Lookup") from None
+            out.update((f.url, set(f.statuses)) for f in resp.found)
+        return out
 
     async def stats(self, top: int = 20) -> storage_pb2.StatsResponse:
         try:

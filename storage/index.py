@@ -159,6 +159,17 @@ class Index:
             r = conn.execute(q.limit(1)).first()
         return Row(**r._mapping) if r else None
 
+    def statuses(self, canonical_urls: Iterable[str]) -> dict[str, set[int]]:
+        """canonical URL -> the HTTP statuses of its captures, for those that have any."""
+        wanted = sorted(set(canonical_urls))
+        out: dict[str, set[int]] = {}
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(wanted, 500):
+                for url, status in conn.execute(sa.select(c.canonical_url, c.status).where(c.canonical_url.in_(chunk)).distinct()):
+                    out.setdefault(url, set()).add(status)
+        return out
+
     def iter_rows(self, order_by_url: bool = False, batch: int = 2000) -> Iterator[Row]:
         c = self.captures.c
         q = sa.select(self.captures).order_by(*( (c.canonical_url, c.fetched_at) if order_by_url else (c.warc_file, c.warc_offset)))

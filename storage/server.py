@@ -28,6 +28,8 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Ingest": {"agent": "captures.agent_id"},
     "Get": {"operator": ""},
     "Stats": {"operator": ""},
+    # An agent promoted to a dead owner's hosts asks what that owner stored; an operator may too.
+    "Lookup": {"agent": "", "operator": ""},
 })
 
 
@@ -159,6 +161,11 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         # Reads use the default pool: they must not queue behind ingest on the writer thread.
         row, head, body = await loop.run_in_executor(None, self.store.get, request.url, at, request.record_id)
         return storage_pb2.GetResponse(capture=capture_info(row), http_headers=head, body=body)
+
+    async def Lookup(self, request, context):
+        validate.lookup(request)
+        found = await asyncio.get_running_loop().run_in_executor(None, self.store.lookup, list(request.urls))
+        return storage_pb2.LookupResponse(found=[storage_pb2.Found(url=u, statuses=sorted(s)) for u, s in found.items()])
 
     async def Stats(self, request, context):
         validate.stats(request)

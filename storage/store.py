@@ -164,6 +164,17 @@ class Store:
             raise NotFound(f"no capture of {canonical}")
         return row
 
+    def lookup(self, asked: list[str]) -> dict[str, set[int]]:
+        """URL as asked -> the statuses of its captures, for the URLs that have any."""
+        canonical = {}
+        for u in asked:
+            try:
+                canonical[u] = urls.canonicalize(u)
+            except InvalidArgument:
+                continue  # not a URL storage could hold
+        found = self.index.statuses(canonical.values())
+        return {u: found[c] for u, c in canonical.items() if c in found}
+
     def read_range(self, name: str, offset: int, length: int) -> bytes:
         path = self.warc_dir / name
         try:

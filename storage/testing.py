@@ -87,10 +87,14 @@ def fetch_result(url: str, body: bytes, *, agent_id: str = "agent-1", at: float 
 
 
 class FakeStorageClient:
-    """An in-memory StorageClient for agent tests: idempotent by record id, can be told to fail."""
+    """An in-memory StorageClient for agent tests: idempotent by record id, can be told to fail.
+    `group`: the fakes that stand for one storage service, which lookup() searches together
+    (each keeps its own captures, so a test still sees which agent stored what)."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: list[FakeStorageClient] | None = None) -> None:
         self.captures: dict[str, storage_pb2.Capture] = {}
+        self.group = group if group is not None else []
+        self.group.append(self)
         self.fail_next = 0
         self.sent_batches = 0
 
@@ -112,6 +116,15 @@ class FakeStorageClient:
                     self.captures[c.record_id] = c
                     stored += 1
         return Ack(len(batches), stored, 0, dup, 0)
+
+    async def lookup(self, urls) -> dict[str, set[int]]:
+        from wancrawl.urls import canonicalize
+
+        held: dict[str, set[int]] = {}
+        for fake in self.group:
+            for c in fake.captures.values():
+                held.setdefault(canonicalize(c.url), set()).add(c.status)
+        return {u: held[canonicalize(u)] for u in urls if canonicalize(u) in held}
 
     async def close(self) -> None:
         pass

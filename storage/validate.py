@@ -21,6 +21,7 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024  # one gzip member (the gRPC message limit 
 MAX_LENGTH = 2**53                 # payload/raw lengths: SQL BIGINT and exact as a float
 MAX_FETCHED_AT = 1e11              # unix seconds: year 5138; NaN and infinities are refused
 MAX_TOP = 10_000                   # hosts/agents listed by Stats
+MAX_LOOKUP = 10_000                # URLs asked in one Lookup
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -93,6 +94,12 @@ def get(r: storage_pb2.GetRequest) -> None:
     checks.text("record_id", r.record_id, 100)
     if r.has_at:
         checks.finite("at", r.at)
+
+
+def lookup(r: storage_pb2.LookupRequest) -> None:
+    checks.count("urls", r.urls, MAX_LOOKUP)
+    for u in r.urls:
+        checks.text("url", u, checks.MAX_URL)
 
 
 def stats(r: storage_pb2.StatsRequest) -> None:

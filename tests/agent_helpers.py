@@ -95,11 +95,12 @@ async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strateg
     cs = settings_for(tmp, strategy=strategy, dns__hosts_file=str(hosts_file), **(consultant_keys or {}))
     async with running(cs) as (csrv, client):
         servers, storages = [], []
+        one_storage: list[FakeStorageClient] = []  # Lookup searches every agent's captures
         blocks = topo.blocks
         for i in range(n_agents):
             b = blocks[(i * 4) % len(blocks)]  # different ISP and city for the first three
             src = topo.agent_address(b.isp, b.city, 0)
-            st = FakeStorageClient()
+            st = FakeStorageClient(one_storage)
             s = agent_config(tmp, f"agent-{b.name}", csrv.address, hosts_file, src, **(agent_keys or {}))
             srv, _ = create_agent(s, storage=st)
             await srv.start()

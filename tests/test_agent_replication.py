@@ -107,6 +107,41 @@ def test_replica_store_applies_copies_and_deltas_and_survives_a_restart(tmp_path
     r.close()
 
 
+
+def test_stored_check_asks_storage_once_for_what_is_due_together_and_only_for_watched_urls(run):
+    """StoredCheck against storage's answers: a watched URL with a completed capture is not
+    fetched; one with only a transient status (503), none, or a failed lookup is; an unwatched
+    URL costs no call; URLs asked at once go in one Lookup."""
+    from agent.outcome import RETRY_STATUSES
+    from agent.refetch import StoredCheck
+    from wancrawl.errors import Unavailable
+
+    held = {"http://h.lab/a": {200}, "http://h.lab/b": {503}, "http://h.lab/c": {503, 301}}
+    calls: list[list[str]] = []
+    fail = False
+
+    async def lookup(urls):
+        calls.append(list(urls))
+        if fail:
+            raise Unavailable("storage down")
+        return {u: held[u] for u in urls if u in held}
+
+    async def go():
+        nonlocal fail
+        chk = StoredCheck(lookup, RETRY_STATUSES)
+        urls = ["http://h.lab/a", "http://h.lab/b", "http://h.lab/c", "http://h.lab/d"]
+        chk.watch(urls)
+        got = await asyncio.gather(*(chk.stored(u) for u in urls), chk.stored("http://h.lab/unwatched"))
+        assert got == [True, False, True, False, False]
+        assert calls == [urls], "one call, for the watched URLs only"
+        assert len(chk) == 0 and not await chk.stored("http://h.lab/a"), "asked once: a retry later fetches"
+        chk.watch(["http://h.lab/a"])
+        fail = True
+        assert not await chk.stored("http://h.lab/a"), "storage unreachable: fetch (at least once)"
+        assert chk.counters["refetches_avoided"] == 2 and chk.counters["stored_check_errors"] == 1
+
+    run(go())
+
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     from agent.frontier import Frontier
     from agent.ledger import HostLedger
@@ -246,6 +281,49 @@ def test_two_failures_in_a_row_lose_nothing(run, tmp_path):
     assert len(counters) == 1 and counters[0]["hosts_promoted"] > 0
     _check_no_loss_few_repeats(truth, stored, victims_stored)
 
+
+
+@pytest.mark.parametrize("check_storage", [True, False], ids=["storage-asked", "not-asked"])
+def test_pages_stored_before_their_done_reached_the_backup_are_not_fetched_again(run, tmp_path, check_storage):
+    """The window of issue 12: the owner's last pages reached storage, but it died before their
+    "done" reached its backups, which hold them as fetched-but-unshipped. The promoted backup
+    asks storage before fetching them again (agent/refetch.py): none is stored twice. Without
+    asking (check_storage off), those pages are fetched and stored again: the case can fail."""
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
+        keys = {**_keys(hosts), "replication.unshipped_grace": 0.5, "replication.check_storage": check_storage}
+
+        async def go():
+            async with cluster(tmp_path, lab, 3, agent_keys=keys, consultant_keys=CONSULTANT) as (cs, client, agents, stores):
+                await seed(agents[0].node, seeds)
+                victim = agents[1].node
+                await _until(lambda: victim.status_counters()["pages"] >= 15)
+                await _until(lambda: all(a.node.replicator.gauges()["replica_unsynced"] == 0 for a in agents), 20)
+                # Its last moments, in the window's order: replication stops, fetching stops, one
+                # round carries the last pages as fetched-but-unshipped, then they reach storage.
+                rep = next(t for t in victim.tasks if t.get_name() == "replication")
+                rep.cancel()
+                await asyncio.gather(rep, return_exceptions=True)
+                await victim.dispatcher.stop()
+                victim.commit_log.commit(force=True)
+                await victim.replicator.round()
+                in_window = len(victim.replicator._held_done) and sum(len(v) for v in victim.replicator._held_done.values())
+                await _until(lambda: victim.spool.pages == 0, 10)
+                await crash(agents[1])
+                rest = [agents[0].node, agents[2].node]
+                await _until(lambda: sum(n.status_counters()["hosts_promoted"] for n in rest) > 0, 20)
+                await wait_idle(rest, timeout=120)
+                return stored_urls(stores), in_window, [n.status_counters() for n in rest]
+
+        stored, in_window, counters = run(go())
+    got = collections.Counter(canonicalize(u) for u in stored)
+    assert truth <= set(got), f"lost: {sorted(truth - set(got))[:5]}"
+    twice = sorted(u for u, n in got.items() if n > 1)
+    assert in_window > 0, "the victim's last pages were not in the window: the case tests nothing"
+    if check_storage:
+        assert not twice, f"{len(twice)} stored twice: {twice[:5]}"
+        assert sum(c["refetches_avoided"] for c in counters) > 0
+    else:
+        assert twice, "without asking storage the pages in the window are fetched again"
 
 def test_an_agent_whose_lease_lapsed_fetches_nothing_until_it_is_renewed(run, tmp_path):
     """The fence: a consultant that stops answering heartbeats (a partition, as the agent sees

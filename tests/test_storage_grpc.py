@@ -185,3 +185,23 @@ def test_prometheus_metrics_count_what_was_acknowledged(tmp_path):
     values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("wancrawl_storage_")}
     assert values["wancrawl_storage_stored_total"] == 5 and values["wancrawl_storage_duplicates_total"] == 5
     assert values["wancrawl_storage_ingest_calls_total"] == 2
+
+
+def test_lookup_names_the_urls_with_captures_and_their_statuses(tmp_path):
+    """Lookup (what a promoted agent asks before refetching) against the captures sent: every
+    stored URL, as asked (canonical or not), with the statuses of its captures; nothing else."""
+    settings = load(write_config(tmp_path))
+    caps = captures(6)
+    failed = build_capture(fetch_result("http://d.example/busy", b"try later", status=503))
+
+    async def go(addr):
+        client = GrpcStorageClient(addr)
+        await client.send(make_batch([*caps, failed]))
+        stored = [c.url for c in caps]
+        variant = stored[0].replace("http://", "HTTP://").replace(".example/", ".example:80/") + "#frag"
+        asked = [*stored, variant, failed.url, "http://missing.example/", "mailto:x@example.com"]
+        found = await client.lookup(asked)
+        assert found == {**{u: {200} for u in stored}, variant: {200}, failed.url: {503}}
+        await client.close()
+
+    run(with_server(settings, go))

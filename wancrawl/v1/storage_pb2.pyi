@@ -136,6 +136,26 @@ class GetResponse(_message.Message):
     body: bytes
     def __init__(self, capture: _Optional[_Union[CaptureInfo, _Mapping]] = ..., http_headers: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
 
+class LookupRequest(_message.Message):
+    __slots__ = ("urls",)
+    URLS_FIELD_NUMBER: _ClassVar[int]
+    urls: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, urls: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Found(_message.Message):
+    __slots__ = ("url", "statuses")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    statuses: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, url: _Optional[str] = ..., statuses: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: _containers.RepeatedCompositeFieldContainer[Found]
+    def __init__(self, found: _Optional[_Iterable[_Union[Found, _Mapping]]] = ...) -> None: ...
+
 class StatsRequest(_message.Message):
     __slots__ = ("top",)
     TOP_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class StorageStub:
                 request_serializer=wancrawl_dot_v1_dot_storage__pb2.StatsRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_storage__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/wancrawl.v1.Storage/Lookup',
+                request_serializer=wancrawl_dot_v1_dot_storage__pb2.LookupRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_storage__pb2.LookupResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -78,6 +83,14 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Lookup(self, request, context):
+        """Which of these URLs have captures, with their HTTP statuses. An agent that takes over a dead
+        owner's hosts asks before fetching again a URL the owner may have stored already (issue #12).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +108,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=wancrawl_dot_v1_dot_storage__pb2.StatsRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_storage__pb2.StatsResponse.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=wancrawl_dot_v1_dot_storage__pb2.LookupRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_storage__pb2.LookupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +196,33 @@ class Storage:
             '/wancrawl.v1.Storage/Stats',
             wancrawl_dot_v1_dot_storage__pb2.StatsRequest.SerializeToString,
             wancrawl_dot_v1_dot_storage__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Storage/Lookup',
+            wancrawl_dot_v1_dot_storage__pb2.LookupRequest.SerializeToString,
+            wancrawl_dot_v1_dot_storage__pb2.LookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

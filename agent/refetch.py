@@ -1,0 +1,83 @@
+"""StoredCheck: before fetching again a URL a dead owner may have stored, ask storage.
+
+A backup learns that a page is "done" only after storage acknowledged it (agent/replicator.py),
+and marks "unshipped" the pages the owner fetched but had not yet stored. When the owner dies,
+the promoted backup defers those by `replication.unshipped_grace`; a page that reached storage
+just before the crash, or that a paused owner stored during the grace, would be fetched and
+stored a second time. So the promoted agent watches those URLs, and the dispatcher asks here
+before fetching one: storage's Lookup says whether it already holds a capture that completed the
+URL (a transient status such as 503 does not; the URL is fetched again). Lookups of URLs due at
+once go to storage in one call.
+
+Only what promotion marks is watched: a URL not watched costs one set lookup on the fetch path.
+The watch list is memory only: after a restart those URLs are fetched (at least once, never lost).
+If storage cannot answer, the URL is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
+
+from wancrawl.errors import WancrawlError
+
+log = logging.getLogger(__name__)
+
+Lookup = Callable[[Sequence[str]], Awaitable[dict[str, set[int]]]]
+
+
+class StoredCheck:
+    """`lookup(urls)` -> {url: statuses of its captures} (storage.client.GrpcStorageClient.lookup);
+    `transient`: statuses that leave a URL to retry (agent.outcome.RETRY_STATUSES)."""
+
+    def __init__(self, lookup: Lookup, transient: Container[int], *, max_watched: int = 200_000):
+        self.lookup = lookup
+        self.transient = transient
+        self.max_watched = max_watched
+        self._watched: set[str] = set()
+        self._asked: dict[str, asyncio.Future[bool]] = {}  # waiting for the next Lookup call
+        self._flush: asyncio.Task | None = None
+        self.counters = {"stored_checks": 0, "refetches_avoided": 0, "stored_check_errors": 0, "stored_check_unwatched": 0}
+
+    def watch(self, urls: Iterable[str]) -> None:
+        """These URLs may be at storage already: check before fetching them."""
+        for u in urls:
+            if len(self._watched) >= self.max_watched:
+                self.counters["stored_check_unwatched"] += 1  # fetched without asking: at most a duplicate
+                continue
+            self._watched.add(u)
+
+    def __contains__(self, url: str) -> bool:
+        return url in self._watched
+
+    def __len__(self) -> int:
+        return len(self._watched)
+
+    async def stored(self, url: str) -> bool:
+        """True if storage holds a capture that completed `url` (do not fetch it). The URL is no
+        longer watched either way: a retry later fetches it."""
+        if url not in self._watched:
+            return False
+        self._watched.discard(url)
+        fut = self._asked[url] = asyncio.get_running_loop().create_future()
+        if self._flush is None:
+            # URLs due together are popped in one pass of the dispatcher: one call for all.
+            self._flush = asyncio.create_task(self._ask())
+        return await asyncio.shield(fut)
+
+    async def _ask(self) -> None:
+        await asyncio.sleep(0)
+        asked, self._asked, self._flush = self._asked, {}, None
+        self.counters["stored_checks"] += len(asked)
+        try:
+            found = await self.lookup(list(asked))
+        except WancrawlError as exc:
+            log.warning("storage lookup of %d URLs failed (%s): fetching them", len(asked), exc)
+            self.counters["stored_check_errors"] += 1
+            found = {}
+        for url, fut in asked.items():
+            done = any(s not in self.transient for s in found.get(url, ()))
+            self.counters["refetches_avoided"] += done
+            if not fut.done():
+                fut.set_result(done)
