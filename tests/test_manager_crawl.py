@@ -402,3 +402,19 @@ def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
                                  (("--agents", "0"), CONTACT, "1 to 64"), ((), "me (at) home", "without spaces")]:
         with pytest.raises(ConfigError, match=re.escape(says)):
             plan(*extra, contact=contact)
+
+
+def test_readme_crawl_script_runs_manager_crawl_in_the_venv(tmp_path):
+    """README's third command, `bash scripts/crawl.sh ...`: it sets up .venv like demo.sh and
+    hands its arguments to `manager crawl` (here with the running venv: nothing to install)."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "crawl.sh"
+    env = {**os.environ, "WANCRAWL_VENV": sys.prefix}
+    p = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "--contact" in p.stdout and "--agents" in p.stdout
+    seeds = tmp_path / "urls.txt"
+    seeds.write_text("https://example.org/\n")
+    env.pop("WANCRAWL_CONTACT", None)
+    p = subprocess.run(["bash", str(script), str(seeds), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "--contact" in p.stderr, "refused before anything starts: no contact"
