@@ -100,6 +100,8 @@ HELP = {
     # StorageShipper
     "spool_batches_sent": "page batches storage acknowledged",
     "captures_stored": "captures storage acknowledged (stored, revisit or duplicate; rejected ones not counted)",
+    "captures_superseded": "captures spooled before a lease lapse not sent: storage had those URLs from the agent "
+                           "that held their hosts meanwhile",
     "storage_failures": "Ingest calls that failed (storage unreachable; the spool keeps the batches)",
     "storage_batches_rejected": "batches storage refused as invalid (set aside in spool/rejected)",
     "storage_captures_rejected": "captures storage rejected in its answer (set aside in spool/rejected)",

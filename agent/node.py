@@ -83,10 +83,14 @@ class AgentNode:
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
                                     flush_interval=s.storage_out.flush_interval, clock=clock)
         storage_client = storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None)
-        self.shipper = StorageShipper(self.spool, storage_client, retry_seconds=s.storage_out.retry_seconds)
+        check = rep.enabled and rep.check_storage and storage_client is not None
+        # Pages spooled before a lease lapse are checked at storage first: the agent that took
+        # the hosts over meanwhile may have stored them already.
+        self.shipper = StorageShipper(self.spool, storage_client, retry_seconds=s.storage_out.retry_seconds,
+                                      lease_ok=(lambda: self.gate.lease_ok(clock())) if check else None,
+                                      transient=RETRY_STATUSES)
         # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
-        self.stored_check = (StoredCheck(storage_client.lookup, RETRY_STATUSES)
-                             if rep.enabled and rep.check_storage and storage_client is not None else None)
+        self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
         scope = Scope(s.scope)
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
                                      gate=self.gate, clock=clock)

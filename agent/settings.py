@@ -111,7 +111,9 @@ class ReplicationSettings:
     # a dead one's are fetched again after it.
     unshipped_grace: float = 10.0
     # ... and when they are due, storage is asked first (Lookup): those it holds from the dead
-    # owner are not fetched again (agent/refetch.py). Off: they are fetched (at least once).
+    # owner are not fetched again (agent/refetch.py). Likewise an agent whose lease lapsed asks
+    # before shipping the pages it spooled before the lapse (agent/shipper.py): those the new
+    # owner stored meanwhile are dropped. Off: both are fetched/stored (at least once).
     check_storage: bool = True
 
     def __post_init__(self) -> None:

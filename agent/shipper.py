@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Container
 from pathlib import Path
 
 from agent.spool import Spool
@@ -16,15 +17,26 @@ log = logging.getLogger("agent")
 
 class StorageShipper:
     """Sends the oldest spool files and removes each only once storage acknowledged it
-    (resending is safe: record ids make ingest idempotent)."""
+    (resending is safe: record ids make ingest idempotent).
 
-    def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float):
+    Pages spooled before this agent's lease lapsed (a pause, a partition, a restart) may have
+    been fetched again meanwhile by the agent that took its hosts over. Those batches are
+    checked first (storage's Lookup): a capture of a URL storage already holds complete is
+    dropped, not stored a second time. `lease_ok()` says whether the lease holds now;
+    `transient`: statuses that do not complete a URL (agent.outcome.RETRY_STATUSES)."""
+
+    def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float,
+                 lease_ok: Callable[[], bool] | None = None, transient: Container[int] = ()):
         self.spool = spool
         self.storage = storage
         self.retry_seconds = retry_seconds
+        self.lease_ok = lease_ok
+        self.transient = transient
+        # Batches with a seq up to this one were spooled before a lease lapse seen here.
+        self._suspect_through = 0
         self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
                                            "storage_batches_rejected": 0, "storage_captures_rejected": 0,
-                                           "captures_stored": 0}
+                                           "captures_stored": 0, "captures_superseded": 0}
 
     def idle(self) -> bool:
         """Nothing waits for storage (without storage, pages stay in the spool by design)."""
@@ -49,7 +61,11 @@ class StorageShipper:
         paths = self.spool.oldest(max_batches)
         if not paths:
             return 0
+        if self.lease_ok is not None and not self.lease_ok():
+            self._suspect_through = self.spool.last_seq
         batches = [self.spool.read(p) for p in paths]
+        if Spool.seq(paths[0]) <= self._suspect_through:
+            batches = await self._not_superseded(paths, batches)
         try:
             ack = await self.storage.send(batches)
         except errors.InvalidArgument as exc:
@@ -73,6 +89,26 @@ class StorageShipper:
             return self._failed(exc)
         self._acknowledged(paths, batches, ack)
         return len(paths)
+
+    async def _not_superseded(self, paths: list[Path], batches: list[storage_pb2.PageBatch]) -> list[storage_pb2.PageBatch]:
+        """The batches without the captures of URLs storage already holds complete (stored by the
+        agent that took this one's hosts over while its lease had lapsed). Storage unreachable:
+        the batches as they are (sending fails the same way; a page is never dropped unasked)."""
+        assert self.storage is not None
+        suspect = [i for i, p in enumerate(paths) if Spool.seq(p) <= self._suspect_through]
+        try:
+            found = await self.storage.lookup([c.url for i in suspect for c in batches[i].captures])
+        except errors.WancrawlError:
+            return batches
+        out = list(batches)
+        for i in suspect:
+            keep = [c for c in batches[i].captures if not any(s not in self.transient for s in found.get(c.url, ()))]
+            if len(keep) < len(batches[i].captures):
+                self.counters["captures_superseded"] += len(batches[i].captures) - len(keep)
+                log.info("%d captures of %s dropped: storage has those URLs from the agent that held their hosts "
+                         "while this one's lease had lapsed", len(batches[i].captures) - len(keep), paths[i].name)
+                out[i] = storage_pb2.PageBatch(batch_id=batches[i].batch_id, captures=keep)
+        return out
 
     def _failed(self, exc: errors.WancrawlError) -> int:
         self.counters["storage_failures"] += 1

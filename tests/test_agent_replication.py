@@ -142,6 +142,37 @@ def test_stored_check_asks_storage_once_for_what_is_due_together_and_only_for_wa
 
     run(go())
 
+
+@pytest.mark.parametrize("lapsed", [True, False], ids=["lease-lapsed", "lease-held"])
+def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_owner_stored_them(run, tmp_path, lapsed):
+    """A paused agent comes back with pages in its spool that the agent which took its hosts
+    over has fetched and stored meanwhile. Spooled before its lease lapsed, they are checked at
+    storage first: those storage holds complete are dropped, the others (and a 503 the new
+    owner got) are sent. With the lease held nothing is asked and everything is sent."""
+    from agent.outcome import RETRY_STATUSES
+    from agent.shipper import StorageShipper
+    from agent.spool import Spool
+    from storage.client import make_batch
+    from storage.testing import FakeStorageClient, fetch_result
+    from wancrawl.warcrecords import build_capture
+
+    one_storage: list = []
+    new_owner, victim = FakeStorageClient(one_storage), FakeStorageClient(one_storage)
+    urls = [f"http://h.lab/{i}" for i in range(4)]
+    page = lambda u, agent, status=200: build_capture(fetch_result(u, b"<html>" + u.encode(), agent_id=agent, status=status))  # noqa: E731
+    # The new owner stored 0 and 1 while the victim was paused; 2 answered it 503 (not complete).
+    run(new_owner.send(make_batch([page(urls[0], "b"), page(urls[1], "b"), page(urls[2], "b", 503)])))
+    spool = Spool(tmp_path / "spool", fsync=False)
+    spool.put(make_batch([page(u, "a") for u in urls[:3]]))
+    spool.put(make_batch([page(urls[3], "a")]))
+    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_ok=lambda: not lapsed, transient=RETRY_STATUSES)
+    assert run(shipper.send(max_batches=10)) == 2 and len(spool) == 0
+    sent = sorted(c.url for c in victim.captures.values())
+    if lapsed:
+        assert sent == urls[2:] and shipper.counters["captures_superseded"] == 2
+    else:
+        assert sent == urls and shipper.counters["captures_superseded"] == 0
+
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     from agent.frontier import Frontier
     from agent.ledger import HostLedger
