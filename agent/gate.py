@@ -14,6 +14,7 @@ A held host: one this agent owns by the consultant's answer but whose state is s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 
@@ -34,6 +35,10 @@ class Gate:
 
     def lease_ok(self, now: float) -> bool:
         return not self.fenced or now < self.lease_until
+
+    def lease_left(self, now: float) -> float:
+        """Seconds the lease still holds (<= 0: lapsed; infinite without a fence)."""
+        return self.lease_until - now if self.fenced else math.inf
 
     def allows(self, host: str, now: float) -> bool:
         """May the dispatcher start a fetch of host now? Remembers a refusal."""

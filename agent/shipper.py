@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Container
 from pathlib import Path
 
@@ -22,15 +23,18 @@ class StorageShipper:
     Pages spooled before this agent's lease lapsed (a pause, a partition, a restart) may have
     been fetched again meanwhile by the agent that took its hosts over. Those batches are
     checked first (storage's Lookup): a capture of a URL storage already holds complete is
-    dropped, not stored a second time. `lease_ok()` says whether the lease holds now;
-    `transient`: statuses that do not complete a URL (agent.outcome.RETRY_STATUSES)."""
+    dropped, not stored a second time. And while the lease holds, a send must finish within it
+    (its deadline): a send that a pause (SIGSTOP) catches under way fails when the process
+    resumes after its lease, and is checked like the rest. `lease_left()`: seconds the lease
+    still holds (<= 0: lapsed); `transient`: statuses that do not complete a URL
+    (agent.outcome.RETRY_STATUSES)."""
 
     def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float,
-                 lease_ok: Callable[[], bool] | None = None, transient: Container[int] = ()):
+                 lease_left: Callable[[], float] | None = None, transient: Container[int] = ()):
         self.spool = spool
         self.storage = storage
         self.retry_seconds = retry_seconds
-        self.lease_ok = lease_ok
+        self.lease_left = lease_left
         self.transient = transient
         # Batches with a seq up to this one were spooled before a lease lapse seen here.
         self._suspect_through = 0
@@ -61,13 +65,16 @@ class StorageShipper:
         paths = self.spool.oldest(max_batches)
         if not paths:
             return 0
-        if self.lease_ok is not None and not self.lease_ok():
+        left = self.lease_left() if self.lease_left is not None else math.inf
+        if left <= 0:
             self._suspect_through = self.spool.last_seq
+        # Within the lease: the call's deadline is the lease's end.
+        within: dict[str, float] = {"timeout": left} if 0 < left < math.inf else {}
         batches = [self.spool.read(p) for p in paths]
         if Spool.seq(paths[0]) <= self._suspect_through:
             batches = await self._not_superseded(paths, batches)
         try:
-            ack = await self.storage.send(batches)
+            ack = await self.storage.send(batches, **within)
         except errors.InvalidArgument as exc:
             # Refused as malformed: resending the same bytes fails the same way, so it must not
             # hold the spool up. Alone, the batch is set aside; in a group, each is sent alone.
@@ -76,7 +83,7 @@ class StorageShipper:
             sent = 0
             for p, b in zip(paths, batches):
                 try:
-                    one = await self.storage.send([b])
+                    one = await self.storage.send([b], **within)
                 except errors.InvalidArgument as exc1:
                     sent += self._set_aside(p, exc1)
                     continue

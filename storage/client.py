@@ -50,8 +50,9 @@ def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> stor
 class StorageClient(Protocol):
     """The agent's view of storage. A test fake implements these methods."""
 
-    async def send(self, batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch]) -> Ack:
-        """Deliver one or more batches; return once storage has made them durable.
+    async def send(self, batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch], timeout: float | None = None) -> Ack:
+        """Deliver one or more batches; return once storage has made them durable (within
+        `timeout` seconds when given, else the client's own timeout).
 
         Raises Unavailable when storage cannot be reached or fails (keep the batches spooled
         and retry: resending is safe) and InvalidArgument for a request storage refuses whole.
@@ -75,7 +76,7 @@ class GrpcStorageClient:
         self._channel = grpcutil.channel(target, tls)
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
 
-    async def send(self, batches) -> Ack:
+    async def send(self, batches, timeout: float | None = None) -> Ack:
         if isinstance(batches, storage_pb2.PageBatch):
             batches = [batches]
 
@@ -84,7 +85,7 @@ class GrpcStorageClient:
                 yield b
 
         try:
-            ack = await self._stub.Ingest(gen(), timeout=self.timeout)
+            ack = await self._stub.Ingest(gen(), timeout=self.timeout if timeout is None else min(timeout, self.timeout))
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Ingest") from None
         return Ack.from_proto(ack)

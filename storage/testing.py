@@ -97,10 +97,12 @@ class FakeStorageClient:
         self.group.append(self)
         self.fail_next = 0
         self.sent_batches = 0
+        self.timeouts: list[float | None] = []  # each send's deadline
 
-    async def send(self, batches) -> Ack:
+    async def send(self, batches, timeout: float | None = None) -> Ack:
         from wancrawl.errors import Unavailable
 
+        self.timeouts.append(timeout)
         if isinstance(batches, storage_pb2.PageBatch):
             batches = [batches]
         if self.fail_next:

@@ -165,13 +165,14 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
     spool = Spool(tmp_path / "spool", fsync=False)
     spool.put(make_batch([page(u, "a") for u in urls[:3]]))
     spool.put(make_batch([page(urls[3], "a")]))
-    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_ok=lambda: not lapsed, transient=RETRY_STATUSES)
+    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_left=lambda: -1.0 if lapsed else 4.5, transient=RETRY_STATUSES)
     assert run(shipper.send(max_batches=10)) == 2 and len(spool) == 0
     sent = sorted(c.url for c in victim.captures.values())
     if lapsed:
         assert sent == urls[2:] and shipper.counters["captures_superseded"] == 2
     else:
         assert sent == urls and shipper.counters["captures_superseded"] == 0
+        assert victim.timeouts == [4.5], "a send within the lease ends with it (a pause mid-send fails it)"
 
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     from agent.frontier import Frontier
