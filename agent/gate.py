@@ -15,6 +15,7 @@ A held host: one this agent owns by the consultant's answer but whose state is s
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
 
 
@@ -22,10 +23,14 @@ class Gate:
     """Owns the lease deadline and the set of held hosts. Invariant: every host refused since it
     was last woken is in `_refused`, so opening the gate (renew, release) wakes exactly those."""
 
-    def __init__(self, wake: Callable[[str], None], *, fenced: bool = True):
+    def __init__(self, wake: Callable[[str], None], *, fenced: bool = True, wall: Callable[[], float] = time.time):
         self.wake = wake
         self.fenced = fenced          # False: no lease check (a single agent without a consultant)
         self.lease_until = 0.0
+        self.wall = wall
+        # Wall-clock time of the last lease lapse seen; at first this process's start (while it
+        # was down, another agent may have taken its hosts over).
+        self._lapse_wall = wall() if fenced else -math.inf
         # Just registered: no fetch until ownership has looked at every host (some may be
         # another agent's by now). Set by registration, cleared by ownership.
         self.settling = False
@@ -40,6 +45,14 @@ class Gate:
         """Seconds the lease still holds (<= 0: lapsed; infinite without a fence)."""
         return self.lease_until - now if self.fenced else math.inf
 
+    def lapsed_at(self, now: float) -> float:
+        """Wall-clock time of the last lapse of the lease (the lapse under way, if it has lapsed
+        now): pages fetched before it may since have been fetched again by the agent that took
+        their host over. -inf without a fence."""
+        if self.fenced and self.lease_until and now >= self.lease_until:
+            return max(self._lapse_wall, self.wall() - (now - self.lease_until))
+        return self._lapse_wall
+
     def allows(self, host: str, now: float) -> bool:
         """May the dispatcher start a fetch of host now? Remembers a refusal."""
         if host in self._held or self.settling or not self.lease_ok(now):
@@ -53,6 +66,8 @@ class Gate:
         """An answered Register/Heartbeat sent at `until - lease`: the lease runs to `until`.
         registered: it was a Register; hosts stay closed until `settled()`."""
         lapsed = not self.lease_ok(now)
+        if lapsed and self.lease_until:
+            self._lapse_wall = max(self._lapse_wall, self.wall() - (now - self.lease_until))
         if until > self.lease_until:
             self.lease_until = until
         if registered and self.fenced:
@@ -70,6 +85,8 @@ class Gate:
         """The consultant forgot this agent (or it left): no fetch until it registers again."""
         if self.lease_until:
             self.counters["lease_lapses"] += 1
+            if self.fenced:
+                self._lapse_wall = max(self._lapse_wall, self.wall())
         self.lease_until = 0.0
 
     def held(self, host: str) -> bool:

@@ -20,24 +20,25 @@ class StorageShipper:
     """Sends the oldest spool files and removes each only once storage acknowledged it
     (resending is safe: record ids make ingest idempotent).
 
-    Pages spooled before this agent's lease lapsed (a pause, a partition, a restart) may have
-    been fetched again meanwhile by the agent that took its hosts over. Those batches are
-    checked first (storage's Lookup): a capture of a URL storage already holds complete is
-    dropped, not stored a second time. And while the lease holds, a send must finish within it
-    (its deadline): a send that a pause (SIGSTOP) catches under way fails when the process
-    resumes after its lease, and is checked like the rest. `lease_left()`: seconds the lease
-    still holds (<= 0: lapsed); `transient`: statuses that do not complete a URL
+    Pages fetched before this agent's lease last lapsed (a pause, a partition, a restart) may
+    have been fetched again meanwhile by the agent that took their host over. Batches holding
+    such pages are checked first (storage's Lookup): a capture of a URL storage already holds
+    complete is dropped, not stored a second time. While the lease holds, a send must finish
+    within it (its deadline): a send that a pause (SIGSTOP) catches under way fails when the
+    process resumes after its lease, and is checked like the rest.
+    `lease_left()`: seconds the lease still holds (<= 0: lapsed); `lapsed_at()`: wall-clock time
+    of its last lapse (agent.gate.Gate); `transient`: statuses that do not complete a URL
     (agent.outcome.RETRY_STATUSES)."""
 
     def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float,
-                 lease_left: Callable[[], float] | None = None, transient: Container[int] = ()):
+                 lease_left: Callable[[], float] | None = None, lapsed_at: Callable[[], float] | None = None,
+                 transient: Container[int] = ()):
         self.spool = spool
         self.storage = storage
         self.retry_seconds = retry_seconds
         self.lease_left = lease_left
+        self.lapsed_at = lapsed_at
         self.transient = transient
-        # Batches with a seq up to this one were spooled before a lease lapse seen here.
-        self._suspect_through = 0
         self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
                                            "storage_batches_rejected": 0, "storage_captures_rejected": 0,
                                            "captures_stored": 0, "captures_superseded": 0}
@@ -66,13 +67,11 @@ class StorageShipper:
         if not paths:
             return 0
         left = self.lease_left() if self.lease_left is not None else math.inf
-        if left <= 0:
-            self._suspect_through = self.spool.last_seq
         # Within the lease: the call's deadline is the lease's end.
         within: dict[str, float] = {"timeout": left} if 0 < left < math.inf else {}
         batches = [self.spool.read(p) for p in paths]
-        if Spool.seq(paths[0]) <= self._suspect_through:
-            batches = await self._not_superseded(paths, batches)
+        if self.lapsed_at is not None:
+            batches = await self._not_superseded(paths, batches, self.lapsed_at())
         try:
             ack = await self.storage.send(batches, **within)
         except errors.InvalidArgument as exc:
@@ -97,24 +96,29 @@ class StorageShipper:
         self._acknowledged(paths, batches, ack)
         return len(paths)
 
-    async def _not_superseded(self, paths: list[Path], batches: list[storage_pb2.PageBatch]) -> list[storage_pb2.PageBatch]:
-        """The batches without the captures of URLs storage already holds complete (stored by the
-        agent that took this one's hosts over while its lease had lapsed). Storage unreachable:
-        the batches as they are (sending fails the same way; a page is never dropped unasked)."""
+    async def _not_superseded(self, paths: list[Path], batches: list[storage_pb2.PageBatch],
+                              lapsed_at: float) -> list[storage_pb2.PageBatch]:
+        """The batches without the captures, fetched before the lease lapsed at `lapsed_at`, of
+        URLs storage already holds complete (stored by the agent that held their host
+        meanwhile). Storage unreachable: the batches as they are (sending fails the same way; a
+        page is never dropped unasked)."""
         assert self.storage is not None
-        suspect = [i for i, p in enumerate(paths) if Spool.seq(p) <= self._suspect_through]
+        suspect = [c.url for b in batches for c in b.captures if c.fetched_at < lapsed_at]
+        if not suspect:
+            return batches
         try:
-            found = await self.storage.lookup([c.url for i in suspect for c in batches[i].captures])
+            found = await self.storage.lookup(suspect)
         except errors.WancrawlError:
             return batches
+        done = {u for u, statuses in found.items() if any(s not in self.transient for s in statuses)}
         out = list(batches)
-        for i in suspect:
-            keep = [c for c in batches[i].captures if not any(s not in self.transient for s in found.get(c.url, ()))]
-            if len(keep) < len(batches[i].captures):
-                self.counters["captures_superseded"] += len(batches[i].captures) - len(keep)
+        for i, b in enumerate(batches):
+            keep = [c for c in b.captures if not (c.fetched_at < lapsed_at and c.url in done)]
+            if len(keep) < len(b.captures):
+                self.counters["captures_superseded"] += len(b.captures) - len(keep)
                 log.info("%d captures of %s dropped: storage has those URLs from the agent that held their hosts "
-                         "while this one's lease had lapsed", len(batches[i].captures) - len(keep), paths[i].name)
-                out[i] = storage_pb2.PageBatch(batch_id=batches[i].batch_id, captures=keep)
+                         "while this one's lease had lapsed", len(b.captures) - len(keep), paths[i].name)
+                out[i] = storage_pb2.PageBatch(batch_id=b.batch_id, captures=keep)
         return out
 
     def _failed(self, exc: errors.WancrawlError) -> int:

@@ -73,11 +73,6 @@ class Spool:
         b.ParseFromString(path.read_bytes())
         return b
 
-    @staticmethod
-    def seq(path: Path) -> int:
-        """The sequence number of a spooled batch (they only grow)."""
-        return int(path.stem.split("-")[0])
-
     def remove(self, paths: list[Path]) -> None:
         for p in paths:
             p.unlink(missing_ok=True)

@@ -67,6 +67,26 @@ def test_gate_fences_on_lease_and_wakes_what_it_refused():
     g.expire()
     assert not g.allows("y", 11.0) and g.counters["lease_lapses"] == 1
     assert Gate(woken.append, fenced=False).allows("q", 0.0)
+
+
+def test_gate_dates_the_last_lapse_on_the_wall_clock():
+    """lapsed_at: the wall-clock time the lease ended (pages fetched before it may have been
+    fetched again elsewhere): this process's start at first, a lapse under way, the last one
+    after a renewal, the moment the consultant forgot the agent."""
+    wall = [1000.0]
+    g = Gate(lambda h: None, wall=lambda: wall[0])
+    assert g.lapsed_at(5.0) == 1000.0, "before the first lease: the process's start"
+    g.renew(20.0, 5.0, registered=True)            # lease to t=20 on the agent's clock
+    wall[0] = 1010.0
+    assert g.lapsed_at(15.0) == 1000.0, "the lease holds"
+    wall[0] = 1030.0
+    assert g.lapsed_at(35.0) == 1015.0, "lapsed at t=20, 15 s ago"
+    g.renew(50.0, 35.0)
+    wall[0] = 1040.0
+    assert g.lapsed_at(45.0) == 1015.0, "renewed: the last lapse stays"
+    g.expire()
+    assert g.lapsed_at(45.0) == 1040.0, "forgotten by the consultant: now"
+    assert Gate(lambda h: None, fenced=False).lapsed_at(1.0) == float("-inf")
     g.renew(40.0, 12.0, registered=True)
     assert not g.allows("y", 12.0), "registered again: closed until ownership looked at its hosts"
     g.hold(["y"])
@@ -165,7 +185,9 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
     spool = Spool(tmp_path / "spool", fsync=False)
     spool.put(make_batch([page(u, "a") for u in urls[:3]]))
     spool.put(make_batch([page(urls[3], "a")]))
-    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_left=lambda: -1.0 if lapsed else 4.5, transient=RETRY_STATUSES)
+    # fetch_result's pages were fetched at 1_700_000_000 (+ a little): before or after the lapse.
+    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_left=lambda: -1.0 if lapsed else 4.5,
+                             lapsed_at=lambda: 1_700_000_100.0 if lapsed else 1_600_000_000.0, transient=RETRY_STATUSES)
     assert run(shipper.send(max_batches=10)) == 2 and len(spool) == 0
     sent = sorted(c.url for c in victim.captures.values())
     if lapsed:
