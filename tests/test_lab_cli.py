@@ -51,6 +51,17 @@ def test_bad_topology_is_a_clear_error(tmp_path, capsys):
     assert "sites.per_blok" in capsys.readouterr().err
 
 
+def _interrupt(proc: subprocess.Popen) -> None:
+    """Ctrl-C the lab web; it must exit (generous bound: the suite may share the cores)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("lab web did not exit within 60 s of SIGINT") from None
+
+
 def test_web_subcommand_serves_and_logs(tmp_path):
     import random
 
@@ -61,7 +72,7 @@ def test_web_subcommand_serves_and_logs(tmp_path):
     log = tmp_path / "log.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lab.cli", "web", "--seed", "2", "--port", str(port), "--zero-latency", "--log", str(log)],
-        cwd=ROOT, stderr=subprocess.PIPE,
+        cwd=ROOT, stderr=subprocess.DEVNULL,  # a pipe nobody reads could fill and block the web
     )
     try:
         t = topology.load()
@@ -82,8 +93,7 @@ def test_web_subcommand_serves_and_logs(tmp_path):
         entries = read_log(log)
         assert entries and entries[-1].client == "127.1.1.2" and entries[-1].host == s.host
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        _interrupt(proc)
 
 
 def test_web_survives_a_client_that_vanishes_mid_response():
@@ -119,8 +129,7 @@ def test_web_survives_a_client_that_vanishes_mid_response():
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(2)
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        _interrupt(proc)
 
 
 def test_cluster_configs_for_several_agents_in_one_block(tmp_path):

@@ -282,7 +282,9 @@ def _stored_count(out: Path) -> int:
     if not db.is_file():
         return 0
     try:
-        c = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        # Not mode=ro: a read-only connection cannot open a WAL database whose -shm it may not
+        # write; a plain one reads a consistent snapshot beside the running storage.
+        c = sqlite3.connect(str(db), timeout=5)
         try:
             return c.execute("select count(*) from storage_captures").fetchone()[0]
         finally:
@@ -351,7 +353,9 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
     out = tmp_path / "crawl"
     ref = sites["ref"]["urls"]
     log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(_crawl_args(sites, out, "--delay", "0.1", "--no-report"), stdout=log,
+    # 1 s per host: the crawl cannot end (83 pages on one host) before the interrupt, however
+    # slowly this machine polls.
+    first = subprocess.Popen(_crawl_args(sites, out, "--delay", "1", "--no-report"), stdout=log,
                              stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
         # No event to await from outside the process: poll storage's index, bounded.
