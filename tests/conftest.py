@@ -95,3 +95,14 @@ def free_port() -> int:
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def with_default_sigint(cmd: list[str]) -> list[str]:
+    """`cmd`, run with SIGINT at its default disposition. A test run started in the background
+    (nohup, `&` without job control) ignores SIGINT; children inherit that, and Python then
+    installs no KeyboardInterrupt handler, so a test that presses Ctrl-C on a child would wait
+    for nothing. exec keeps the default set here."""
+    import sys
+
+    return [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+            "os.execvp(sys.argv[1], sys.argv[1:])", *cmd]

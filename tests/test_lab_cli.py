@@ -12,6 +12,8 @@ from lab import cli
 from lab.truth import Scope, Truth
 from lab.web import Web
 
+from conftest import with_default_sigint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,7 +73,8 @@ def test_web_subcommand_serves_and_logs(tmp_path):
     port = random.randint(20000, 60000)
     log = tmp_path / "log.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lab.cli", "web", "--seed", "2", "--port", str(port), "--zero-latency", "--log", str(log)],
+        with_default_sigint([sys.executable, "-m", "lab.cli", "web", "--seed", "2", "--port", str(port), "--zero-latency",
+                             "--log", str(log)]),
         cwd=ROOT, stderr=subprocess.DEVNULL,  # a pipe nobody reads could fill and block the web
     )
     try:
@@ -106,7 +109,7 @@ def test_web_survives_a_client_that_vanishes_mid_response():
 
     port = free_port()
     huge = topology.load().hostile_sites["huge"]
-    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "web", "--port", str(port), "--time-scale", "60"],
+    proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "lab.cli", "web", "--port", str(port), "--time-scale", "60"]),
                             cwd=ROOT, stderr=subprocess.DEVNULL)
     try:
         for _ in range(200):

@@ -47,7 +47,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, with_default_sigint
 
 # (host name, tree, Debian package that holds it, loopback address)
 SITES = [
@@ -355,7 +355,7 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
     log = open(tmp_path / "first.log", "w")
     # 1 s per host: the crawl cannot end (83 pages on one host) before the interrupt, however
     # slowly this machine polls.
-    first = subprocess.Popen(_crawl_args(sites, out, "--delay", "1", "--no-report"), stdout=log,
+    first = subprocess.Popen(with_default_sigint(_crawl_args(sites, out, "--delay", "1", "--no-report")), stdout=log,
                              stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
         # No event to await from outside the process: poll storage's index, bounded.
