@@ -9,7 +9,7 @@ The model, from the two seeds:
   * seed 000 (§1.4): an agent is heavy when its load level L = (Q - W)/H is > 0 and light when
     it is < 0 (agent/load.py); the sign does not depend on H, so the plan works in URLs, on the
     excess E = Q - W = L*H. Heavy blocks go to light agents nearest region first, and a region
-    is used only if, with the heavy agent, it is light as a whole (sum of E + E_src < 0).
+    takes a host only if it is light as a whole with that host (sum of E + the host's URLs < 0).
   * seed 003 (§2.2-2.3): what to equalise is the agents' predicted runtimes, t = Q / v (the
     queue over the agent's peak rate: a linear runtime model); a move is taken only if it
     lowers the larger of the two runtimes it touches, so the plan's own model never sees its
@@ -114,23 +114,26 @@ def regions(src: AgentLoad, others: Iterable[AgentLoad]) -> list[list[AgentLoad]
     return [sorted(groups[t], key=lambda o: (distance(src, o), o.agent_id)) for t in sorted(groups)]
 
 
-def best_move(src: AgentLoad, others: list[AgentLoad], policy: Policy, frozen: frozenset[str]) -> Move | None:
-    """Seed 000's search: regions nearest first; a region that with the heavy agent is not light
-    as a whole is skipped; in the first region that can help, the light agent and host whose move
-    leaves the pair most even (smallest larger runtime; then the larger host: more per move)."""
+def best_move(src: AgentLoad, others: list[AgentLoad], policy: Policy, frozen: frozenset[str],
+              no_targets: frozenset[str] = frozenset()) -> Move | None:
+    """Seed 000's search: regions nearest first; a host goes to a region only if the region as a
+    whole has room for it (its free work area, -sum E, exceeds the host's queue: seed 000's
+    L_k + L < 0 for the one block that moves; the paper asks room for all of the heavy node's
+    blocks, but it moves one block at a time and so do we, one host); in the first region that
+    can help, the light agent and host whose move leaves the pair most even (smallest larger
+    runtime; then the larger host: more per move)."""
     movable = sorted(((h, n) for h, n in src.hosts.items() if n >= policy.min_urls and h not in frozen),
                      key=lambda x: (-x[1], x[0]))
     if not movable:
         return None
-    for t_index, region in enumerate(regions(src, others)):
-        if sum(o.excess for o in region) + src.excess >= 0:
-            continue
+    for region in regions(src, others):
+        room = -sum(o.excess for o in region)
         best: tuple[float, int, str, str] | None = None
         for dst in region:
-            if dst.excess >= 0 or not worth(src, dst, policy):
+            if dst.agent_id in no_targets or dst.excess >= 0 or not worth(src, dst, policy):
                 continue
             for host, urls in movable:
-                if not improves(src, dst, urls):
+                if urls >= room or not improves(src, dst, urls):
                     continue
                 peak = max((src.queue - urls) / src.rate, (dst.queue + urls) / dst.rate)
                 key = (peak, -urls, dst.agent_id, host)
@@ -157,8 +160,8 @@ def plan(loads: Iterable[AgentLoad], policy: Policy = Policy(), frozen: Iterable
                        key=lambda a: (-a.runtime, a.agent_id))
         move = None
         for src in heavy:
-            others = [o for o in model.values() if o.agent_id != src.agent_id and o.agent_id not in gave]
-            move = best_move(src, others, policy, frozenset(fixed))
+            others = [o for o in model.values() if o.agent_id != src.agent_id]
+            move = best_move(src, others, policy, frozenset(fixed), frozenset(gave))
             if move is not None:
                 break
         if move is None:
