@@ -11,7 +11,8 @@ The model, from the two seeds:
     excess E = Q - W = L*H. Heavy blocks go to light agents nearest region first, and a region
     takes a host only if it is light as a whole with that host (sum of E + the host's URLs < 0).
   * seed 003 (§2.2-2.3): what to equalise is the agents' predicted runtimes, t = Q / v (the
-    queue over the agent's peak rate: a linear runtime model); a move is taken only if it
+    queue over the agent's rate: a linear runtime model; `load_of` says which rate); a move is
+    taken only if it
     lowers the larger of the two runtimes it touches, so the plan's own model never sees its
     maximum go up.
 """
@@ -36,7 +37,7 @@ class AgentLoad:
     agent_id: str
     queue: int                 # Q: URLs queued
     work_area: float           # W: URLs it fetches in one balance period at its peak rate
-    rate: float                # v: its peak pages/s (0 = unknown: left out of the plan)
+    rate: float                # v: pages/s the runtime model uses (0 = unknown: left out of the plan)
     hosts: dict[str, int] = field(default_factory=dict)  # its longest host queues (the movable hosts)
     isp: str = ""
     city: str = ""
@@ -178,11 +179,16 @@ def load_of(record_load: dict, agent_id: str, *, isp: str, city: str, lat: float
     """An AgentLoad from a heartbeat's LoadReport as the state keeps it (MessageToDict: 64-bit
     integers are strings, absent fields missing)."""
     hosts = {str(h.get("host", "")): int(h.get("queue_length", 0) or 0) for h in record_load.get("heavy_hosts", [])}
-    return AgentLoad(
-        agent_id, queue=int(record_load.get("queue_length", 0) or 0), work_area=float(record_load.get("work_area", 0) or 0),
-        rate=float(record_load.get("peak_pages_per_second", 0) or 0), hosts={h: n for h, n in hosts.items() if h},
-        isp=isp, city=city, lat=lat, lon=lon,
-    )
+    queue = int(record_load.get("queue_length", 0) or 0)
+    work_area = float(record_load.get("work_area", 0) or 0)
+    now = float(record_load.get("pages_per_second", 0) or 0)
+    peak = float(record_load.get("peak_pages_per_second", 0) or 0)
+    # The runtime model's rate: a heavy agent is busy, so its rate now is what it does with the
+    # hosts it has (fewer hosts left, each under its politeness delay: slower, though its peak
+    # was higher); a light agent is idle for want of work, so its peak is what it could do.
+    rate = now if queue > work_area and now > 0 else peak
+    return AgentLoad(agent_id, queue=queue, work_area=work_area, rate=rate, hosts={h: n for h, n in hosts.items() if h},
+                     isp=isp, city=city, lat=lat, lon=lon)
 
 
 class Balancer:

@@ -152,6 +152,16 @@ def test_the_slow_agent_sheds_hosts_to_the_fast_ones_until_even():
     assert {m.target for m in moves} == {"fast0", "fast1"}
 
 
+def test_a_busy_agent_is_modelled_at_its_rate_now_an_idle_one_at_its_peak():
+    from consultant.balance import load_of
+
+    busy = {**_report(600, 8.0, {"x": 300}), "pages_per_second": 2.0}
+    idle = {**_report(10, 8.0, {}), "pages_per_second": 0.5}
+    assert load_of(busy, "a", isp="", city="", lat=None, lon=None).rate == 2.0
+    assert load_of(idle, "b", isp="", city="", lat=None, lon=None).rate == 8.0
+    assert load_of({}, "c", isp="", city="", lat=None, lon=None).rate == 0.0
+
+
 # -- the Balancer's memory ----------------------------------------------------------------------------------
 
 
