@@ -5,7 +5,8 @@ blocks of H URLs; S is the number of blocks, W_f the free room in W, and L = S -
 when light (at least -W/H), positive when heavy. Here the queue is the frontier (Q URLs), and
 W is what the agent fetches in one balance period T at its peak rate, the paper's W = vT bound
 (§1.4.2: "n H + lambda T < v T"). Then S = max(0, Q - W)/H and W_f = max(0, W - Q), so
-L = (Q - W)/H in both cases: the backlog beyond one period, in blocks.
+L = (Q - W)/H in both cases: the backlog beyond one period, in blocks. Which rate is v:
+`load_level` says.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ class Level:
     level: float        # L = (Q - W) / H
 
 
-def load_level(queue: int, peak_rate: float, period: float, block: int) -> Level:
-    """Pure: seed 000's L for a queue of `queue` URLs and a peak rate (pages/s)."""
-    w = peak_rate * period
+def load_level(queue: int, peak_rate: float, period: float, block: int, rate_now: float = 0.0) -> Level:
+    """Pure: seed 000's L for a queue of `queue` URLs. The paper's v in W = vT: an agent whose
+    queue exceeds what its peak rate fetches in T is busy, and then its rate now is what it
+    does with the hosts it has (one large host left under a politeness delay: slow, whatever
+    its peak was); otherwise it is short of work, and its peak is what it could do. The
+    consultant's planner models runtimes with the same rate (consultant/balance.py load_of)."""
+    busy = queue > peak_rate * period and rate_now > 0
+    w = (rate_now if busy else peak_rate) * period
     return Level(queue, peak_rate, w, (queue - w) / block)
 
 
@@ -50,9 +56,8 @@ class LoadGauge:
         self.samples: collections.deque[tuple[float, float]] = collections.deque()
         self.last = Level(0, 0.0, 0.0, 0.0)
 
-    def peak(self) -> float:
+    def peak(self, rate: float) -> float:
         now = self.clock()
-        rate = self.rate()
         while self.samples and self.samples[0][0] < now - self.s.peak_window:
             self.samples.popleft()
         # A monotone deque (rates decreasing): the head is the window's maximum.
@@ -62,7 +67,8 @@ class LoadGauge:
         return self.samples[0][1]
 
     def measure(self, queue: int) -> Level:
-        self.last = load_level(queue, self.peak(), self.s.period, self.s.block)
+        rate = self.rate()
+        self.last = load_level(queue, self.peak(rate), self.s.period, self.s.block, rate)
         return self.last
 
     def gauges(self) -> dict[str, float]:

@@ -90,7 +90,7 @@ def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
     cl = cluster.up(run, strategy=args.strategy, groups=args.groups, seed=args.seed, time_scale=args.time_scale,
                     delay=args.delay, concurrency=args.concurrency, lease=args.lease,
                     agent_keys={args.slow: {"concurrency": args.slow_concurrency, "delay": args.slow_delay}},
-                    consultant_tables=balance_table(args, mode == "on"), agent_tables=f"[load]\nperiod = {args.interval}\n")
+                    consultant_tables=balance_table(args, mode == "on"), agent_tables=f"[load]\nperiod = {args.period}\n")
     t_end = time.time()
     seeded_at = time.time()
     truth: set[str] = set()
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", type=float, default=0.05, help="the other agents' per-host politeness delay (s)")
     p.add_argument("--time-scale", type=float, default=60.0)
     p.add_argument("--lease", type=float, default=15.0)
-    p.add_argument("--interval", type=float, default=2.0, help="balance.interval and the agents' load.period (s)")
+    p.add_argument("--interval", type=float, default=2.0, help="balance.interval (s)")
+    p.add_argument("--period", type=float, default=10.0,
+                   help="the agents' load.period T (s): W is what an agent fetches in T (the default)")
     p.add_argument("--max-moves", type=int, default=8)
     p.add_argument("--min-gap", type=float, default=2.0, help="balance.min_gap_seconds")
     p.add_argument("--cooldown", type=float, default=60.0)
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"lab seed {args.seed}, strategy {args.strategy}, agents {', '.join(args.groups)}; {args.slow}: concurrency "
                   f"{args.slow_concurrency}, politeness delay {args.slow_delay:g}s; the others {args.concurrency}, "
                   f"{args.delay:g}s; "
-                  f"balance interval {args.interval:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
+                  f"balance interval {args.interval:g}s, load.period {args.period:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
                   f"cooldown {args.cooldown:g}s")
     t = Table()
     for h in HEADERS:

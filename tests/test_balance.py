@@ -26,6 +26,11 @@ def test_load_level_is_seed_000s_s_minus_free_work_area_over_h():
     assert load_level(5, 2.0, 10.0, 5).level == -3.0
     assert load_level(0, 2.0, 10.0, 5).level == -4.0
     assert load_level(0, 2.0, 10.0, 5).work_area == 20.0
+    # Busy (35 > 20) and fetching 0.5 pages/s now (one host left under its politeness delay):
+    # W is what it does now, 5 URLs, so it is heavy by 6 blocks, not 3.
+    assert load_level(35, 2.0, 10.0, 5, rate_now=0.5).level == 6.0
+    # Short of work: its peak counts, whatever it does now.
+    assert load_level(5, 2.0, 10.0, 5, rate_now=0.5).level == -3.0
 
 
 def test_the_gauge_keeps_the_peak_rate_while_the_queue_runs_dry():
@@ -35,7 +40,7 @@ def test_the_gauge_keeps_the_peak_rate_while_the_queue_runs_dry():
     assert g.measure(100).work_area == 40.0
     now[0], rate[0] = 30.0, 0.5
     assert g.measure(0).peak_rate == 4.0          # idle, but still able: light, not "W = 0"
-    assert g.gauges()["load_level"] == -20.0
+    assert g.gauges()["load_level"] == -20.0     # W from the peak: 40 URLs, 20 blocks of 2
     now[0] = 91.0
     assert g.measure(0).peak_rate == 0.5          # the 4.0 sample is older than the window
 
