@@ -12,9 +12,10 @@ others have --concurrency (32), and waits --slow-delay (0.5 s) between two fetch
 the others wait --delay (0.05 s): a small machine with a cautious policy. Its hosts could go ten
 times as fast elsewhere, so it is the crawl's bottleneck. (Concurrency 2 alone is not: at the
 lab's time scale it still fetches ~37 pages/s, and the crawl's end is set by the largest site's
-politeness, 278 pages x 0.05 s, on any agent; on 0198abc+ it gave 19.2 s off, 19.0 s on.) With the balancer on, the
-consultant ([balance] enabled) moves hosts off it through overrides, nearest region first (its
-same-ISP neighbour telecom-guangzhou before the others).
+politeness, 278 pages x 0.05 s, on any agent; on 37cb3b2 it gave 19.2 s off, 19.0 s on.)
+With the balancer on, the consultant ([balance] enabled) moves hosts off it through overrides,
+nearest region first (its same-ISP neighbour telecom-guangzhou before the others).
+`--slow-concurrency 32 --slow-delay 0.05` runs the equal cluster (the balancer must not hurt).
 
 Columns, per mode (truth, lost and stored twice are chaos.py's `compare`, on storage's index and
 the lab's request log):
