@@ -241,7 +241,45 @@ def test_a_balance_round_pins_hosts_and_their_agents_death_clears_the_pins(run, 
     run(go())
 
 
+def test_a_state_from_before_the_balancer_gets_the_origin_column_and_its_overrides_are_the_operators(tmp_path):
+    import sqlalchemy as sa
+
+    from consultant.store import Store
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE consultant_overrides (host VARCHAR(255) PRIMARY KEY, agent_id VARCHAR(200) NOT NULL, "
+                             "created_at FLOAT NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO consultant_overrides VALUES ('a.example', 'x', 1.0)"))
+    engine.dispose()
+    store = Store(url)
+    try:
+        snap = store.snapshot()
+        assert snap.overrides == {"a.example": "x"} and snap.balanced == frozenset()
+        Store(url).close()  # a second opening (a replica) finds the column there
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("bad", [{"period": 0}, {"block": 0}, {"report_hosts": 5000}])
 def test_load_settings_are_checked(bad):
     with pytest.raises(ValueError):
         LoadSettings(**bad)
+
+
+def test_a_heartbeat_with_a_bad_heavy_host_is_refused_naming_it():
+    from consultant import validate
+    from wancrawl.errors import InvalidArgument
+    from wancrawl.v1 import common_pb2, consultant_pb2
+
+    ok = consultant_pb2.HeartbeatRequest(agent_id="a", load=common_pb2.LoadReport(
+        work_area=10.0, heavy_hosts=[common_pb2.HostLoad(host="x.example", queue_length=3)]))
+    validate.heartbeat(ok)
+    long = consultant_pb2.HeartbeatRequest(agent_id="a", load=common_pb2.LoadReport(
+        heavy_hosts=[common_pb2.HostLoad(host="x.example"), common_pb2.HostLoad(host="y" * 400)]))
+    with pytest.raises(InvalidArgument, match=r"load\.heavy_hosts\[1\]\.host"):
+        validate.heartbeat(long)
+    nan = consultant_pb2.HeartbeatRequest(agent_id="a", load=common_pb2.LoadReport(work_area=float("nan")))
+    with pytest.raises(InvalidArgument, match="load.work_area"):
+        validate.heartbeat(nan)
