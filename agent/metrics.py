@@ -23,6 +23,7 @@ GAUGES = frozenset({
     "epoch", "host_cache_hit_ratio", "host_cache_size",                                         # HostDirectory
     "hosts_settling", "replica_hosts",                                                          # Ownership
     "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
+    "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
 })
 
 HELP = {
@@ -134,6 +135,11 @@ HELP = {
     "replica_overflows": "times the changes owed to backups passed their limit (those hosts get a full copy later)",
     "replica_messages": "Replicate messages applied here (as a backup)",
     "replica_drops": "replicas dropped on their owner's request",
+    # LoadGauge (agent/load.py, docs/balance.md): as of the last heartbeat
+    "load_level": "seed 000's load level L = (queue - W) / load.block: heavy blocks beyond one balance period's work "
+                  "(> 0 heavy, < 0 light)",
+    "work_area": "seed 000's work area W: URLs the peak rate fetches in load.period seconds",
+    "peak_pages_per_second": "the highest fetch rate (pages/s over 10 s) sampled in the last load.peak_window seconds",
     # StoredCheck (agent/refetch.py)
     "stored_checks": "promoted URLs a dead owner may have stored, asked of storage before fetching them again",
     "refetches_avoided": "of those, URLs storage already held: done without a request",

@@ -26,6 +26,7 @@ from agent.handoff import Handed, HandOff
 from agent.hostcache import HostCache
 from agent.intake import Intake, IntakeResult
 from agent.ledger import HostLedger
+from agent.load import LoadGauge, heaviest
 from agent.membership import Membership
 from agent.outbox import Outbox
 from agent.outcome import RETRY_STATUSES
@@ -93,6 +94,7 @@ class AgentNode:
         # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
         self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
         scope = Scope(s.scope)
+        self.load = LoadGauge(s.load, lambda: self.dispatcher.pages_per_second(), clock)
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
                                      gate=self.gate, clock=clock)
         # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
@@ -218,12 +220,18 @@ class AgentNode:
                 and self.routing.idle() and not self.commit_log.busy() and self.shipper.idle())
 
     def load_report(self) -> common_pb2.LoadReport:
+        """Every heartbeat's load: seed 000's L and W (agent/load.py), and the longest host
+        queues, which are the hosts the consultant's balancer may move (docs/balance.md)."""
         c = self.dispatcher.counters
+        level = self.load.measure(len(self.frontier))
+        heavy = heaviest(self.frontier.hosts_ready(), self.frontier.queue_len, self.s.load.report_hosts)
         return common_pb2.LoadReport(
-            queue_length=len(self.frontier), in_flight=self.dispatcher.in_flight,
+            queue_length=level.queue, in_flight=self.dispatcher.in_flight,
             pages_per_second=self.dispatcher.pages_per_second(), errors=int(c["errors"]),
             hosts_owned=self.frontier.hosts_with_work(), capacity=self.s.capacity,
             pages_fetched=int(c["pages"]), spool_pages=self.spool.pages,
+            load_level=level.level, work_area=level.work_area, peak_pages_per_second=level.peak_rate,
+            heavy_hosts=[common_pb2.HostLoad(host=h, queue_length=n) for h, n in heavy],
         )
 
     def status_counters(self, parked: int | None = None) -> dict[str, float]:
@@ -236,7 +244,7 @@ class AgentNode:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
-        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges())
+        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges())
         if self.replicator is not None:
             out.update(self.replicator.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),

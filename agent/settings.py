@@ -124,6 +124,19 @@ class ReplicationSettings:
 
 
 @dataclass(frozen=True)
+class LoadSettings:
+    # Seed 000's load level L = S - W_f/H, reported in every heartbeat (docs/balance.md).
+    period: float = 10.0        # T: the balance period; the work area W is what the peak rate fetches in it
+    block: int = 20             # H: URLs per heavy block (the paper's 20); only scales L
+    peak_window: float = 120.0  # seconds the peak fetch rate is remembered (an idle agent keeps its capability)
+    report_hosts: int = 32      # longest host queues sent with each heartbeat (the movable hosts)
+
+    def __post_init__(self) -> None:
+        if self.period <= 0 or self.block < 1 or self.peak_window <= 0 or not 0 <= self.report_hosts <= 1000:
+            raise ValueError("load: period and peak_window > 0, block >= 1, report_hosts 0-1000")
+
+
+@dataclass(frozen=True)
 class AgentSettings:
     agent_id: str = ""
     listen: str = "127.0.0.1:0"       # the Agent gRPC service
@@ -151,6 +164,7 @@ class AgentSettings:
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS, server and client (docs/security.md)
     source: str = field(default="defaults", compare=False)
 

@@ -128,7 +128,7 @@ async def _client_cmd(args: argparse.Namespace) -> int:
             for a in r.agents:
                 state = {1: "alive", 2: "dead", 3: "left"}.get(a.state, "?")
                 print(f"{a.agent_id:<20} {state:<6} {a.address:<22} {_location(a.location)}  "
-                      f"queue={a.load.queue_length} pages/s={a.load.pages_per_second:.1f} "
+                      f"queue={a.load.queue_length} L={a.load.load_level:+.1f} pages/s={a.load.pages_per_second:.1f} "
                       f"lease={a.lease_expires - now:+.0f}s")
             return 0
         if args.cmd == "override":

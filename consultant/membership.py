@@ -34,11 +34,13 @@ class AgentRecord:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The state at one epoch: every agent ever registered and the overrides."""
+    """The state at one epoch: every agent ever registered and the overrides (`balanced`: the
+    hosts whose override the balancer set, not an operator)."""
 
     epoch: int
     agents: dict[str, AgentRecord] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
+    balanced: frozenset[str] = frozenset()
 
     def alive(self) -> list[AgentRecord]:
         # Sorted by id: every replica binds partitioners to the same order.

@@ -19,6 +19,8 @@ HELP = {
     "heartbeats": "Heartbeat RPCs accepted (lease renewals)",
     "deregistrations": "Deregister RPCs accepted (graceful leaves)",
     "leases_expired": "agents declared dead because their lease expired",
+    "balance_rounds": "load-balancing rounds planned ([balance] enabled; docs/balance.md)",
+    "balance_moves": "hosts the balancer moved (overrides it set)",
     "dns_lookups": "site DNS look-ups made",
     "dns_failures": "site DNS look-ups that failed",
     "epoch": "the current epoch",

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from consultant.balance import Balancer, Move, Policy
 from consultant.directory import Directory, Ranked
 from consultant.locator import SiteLocator
 from consultant.membership import DEAD, AgentRecord, Snapshot
@@ -136,9 +137,16 @@ class ConsultantService:
         self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.isps)
         self.store = Store(settings.state_url)
         self.directory = self._directory(Snapshot(0))
+        self.balancer = self._balancer(settings)
         # Counts since start (consultant/metrics.py says what each means).
         self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
                          "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
+
+    @staticmethod
+    def _balancer(settings: ConsultantSettings) -> Balancer:
+        b = settings.balance
+        policy = Policy(max_moves=b.max_moves, min_gap_seconds=b.min_gap_seconds, min_ratio=b.min_ratio, min_urls=b.min_urls)
+        return Balancer(policy, b.cooldown, settings.isps)
 
     def _directory(self, snap: Snapshot) -> Directory:
         return Directory(
@@ -158,7 +166,8 @@ class ConsultantService:
         if changed:
             log.info("strategy is now %s: epoch %d", self.settings.strategy, epoch)
         await self.refresh()
-        self._tasks = [asyncio.create_task(self._sweep_loop()), asyncio.create_task(self._sync_loop())]
+        self._tasks = [asyncio.create_task(self._sweep_loop()), asyncio.create_task(self._sync_loop()),
+                       asyncio.create_task(self._balance_loop())]
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -177,6 +186,8 @@ class ConsultantService:
         running one kept."""
         partitioner = build_partitioner(settings)
         city, asn = open_databases(settings, partitioner.needs)
+        if settings.balance != self.settings.balance or settings.isps != self.settings.isps:
+            self.balancer = self._balancer(settings)  # a new policy starts with no memory
         self.settings = settings
         self.partitioner = partitioner
         self.city_db, self.asn_db = city, asn
@@ -214,6 +225,32 @@ class ConsultantService:
                     await self.refresh()
             except Exception:  # noqa: BLE001
                 log.exception("state sync failed")
+
+    async def _balance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.balance.interval)
+            if not self.settings.balance.enabled:
+                continue
+            try:
+                await self.balance_round()
+            except Exception:  # noqa: BLE001 - a failed round is retried next interval
+                log.exception("balance round failed")
+
+    async def balance_round(self) -> list[Move]:
+        """One round (docs/balance.md): plan from the agents' last load reports, write the moves
+        as overrides in one epoch bump; the agents hand the hosts over on the new epoch."""
+        snap = await self._run(self.store.snapshot)
+        pinned = [h for h in snap.overrides if h not in snap.balanced]
+        now = self.clock()
+        moves = self.balancer.round(snap, now, pinned)
+        if not moves:
+            return []
+        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now)
+        self.balancer.applied(moves, now)
+        log.info("balance: %d hosts moved (epoch %d): %s", written, epoch,
+                 ", ".join(f"{m.host} ({m.urls} URLs) {m.source} -> {m.target}" for m in moves))
+        await self.refresh()
+        return moves
 
     # -- membership --------------------------------------------------------------------------
     def locate_agent(self, rec: AgentRecord) -> AgentRecord:
@@ -290,7 +327,7 @@ class ConsultantService:
         plain reads of the current directory, which is replaced whole, never changed)."""
         d = self.directory
         dead = sum(1 for a in d.snapshot.agents.values() if a.state == DEAD)
-        return {**self.counters, "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
+        return {**self.counters, **self.balancer.counters, "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
                 "answers_cached": len(d.cache), "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
 
     async def snapshot(self) -> Snapshot:

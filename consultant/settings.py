@@ -37,6 +37,25 @@ class DnsSettings:
 
 
 @dataclass(frozen=True)
+class BalanceSettings:
+    # Load balancing, phase 1 (docs/balance.md): hosts move from heavy to light agents through
+    # overrides. Off by default until bench/balance.py shows it helps on a cluster like yours.
+    enabled: bool = False
+    interval: float = 10.0        # seconds between rounds (the agents' load.period should match)
+    max_moves: int = 8            # hosts moved per round, at most
+    min_gap_seconds: float = 5.0  # a move needs the source's predicted runtime this far above the target's...
+    min_ratio: float = 1.5        # ...and this many times it
+    min_urls: int = 1             # hosts with fewer queued URLs do not move
+    cooldown: float = 60.0        # a host moved stays where it went this long (no ping-pong)
+
+    def __post_init__(self) -> None:
+        if (self.interval <= 0 or self.max_moves < 0 or self.min_gap_seconds < 0 or self.min_ratio < 1
+                or self.min_urls < 1 or self.cooldown < 0):
+            raise ValueError("balance: interval > 0, max_moves >= 0, min_gap_seconds >= 0, min_ratio >= 1, "
+                             "min_urls >= 1, cooldown >= 0")
+
+
+@dataclass(frozen=True)
 class _ServiceSettings:
     """Every key but the strategies' option tables."""
 
@@ -56,6 +75,7 @@ class _ServiceSettings:
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
+    balance: BalanceSettings = field(default_factory=BalanceSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
     source: str = field(default="defaults", compare=False)  # where the settings came from
 

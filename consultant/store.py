@@ -12,6 +12,7 @@ from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord, Snapshot, merg
 from wancrawl.errors import ConfigError, NotFound, Unavailable
 
 metadata = sa.MetaData()
+OPERATOR, BALANCE = "operator", "balance"
 
 agents_t = sa.Table(
     "consultant_agents",
@@ -39,6 +40,8 @@ overrides_t = sa.Table(
     sa.Column("host", sa.String(255), primary_key=True),
     sa.Column("agent_id", sa.String(200), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+    # "operator" (SetOverride) or "balance" (the balancer: cleared when its agent dies or leaves).
+    sa.Column("origin", sa.String(16), nullable=False, default=OPERATOR),
 )
 
 # One row (id = 1). Every change of membership or assignment increments it in the same
@@ -79,6 +82,7 @@ class Store:
                     dbapi_conn.execute("PRAGMA journal_mode=WAL")
                     dbapi_conn.execute("PRAGMA synchronous=NORMAL")
             metadata.create_all(self.engine)
+            self._add_origin_column()
             with self.engine.begin() as conn:
                 if conn.execute(sa.select(epoch_t.c.value).where(epoch_t.c.id == 1)).first() is None:
                     conn.execute(epoch_t.insert().values(id=1, value=1))
@@ -88,6 +92,17 @@ class Store:
             raise Unavailable(f"state_url: cannot open {url!r}: {exc.orig}") from None
         except sa.exc.IntegrityError:
             pass  # another replica created the epoch row first
+
+    def _add_origin_column(self) -> None:
+        # A state written before the balancer has no `origin` column: every override in it was
+        # an operator's.
+        if "origin" in {c["name"] for c in sa.inspect(self.engine).get_columns("consultant_overrides")}:
+            return
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.text(f"ALTER TABLE consultant_overrides ADD COLUMN origin VARCHAR(16) NOT NULL DEFAULT '{OPERATOR}'"))
+        except (OperationalError, sa.exc.ProgrammingError):
+            pass  # another replica added it first
 
     def close(self) -> None:
         self.engine.dispose()
@@ -101,8 +116,9 @@ class Store:
         with self.engine.connect() as conn:
             epoch = self._current(conn)
             agents = {r.agent_id: _record(r) for r in conn.execute(sa.select(agents_t))}
-            overrides = {r.host: r.agent_id for r in conn.execute(sa.select(overrides_t))}
-        return Snapshot(epoch, agents, overrides)
+            rows = list(conn.execute(sa.select(overrides_t)))
+        overrides = {r.host: r.agent_id for r in rows}
+        return Snapshot(epoch, agents, overrides, frozenset(r.host for r in rows if r.origin == BALANCE))
 
     def get_meta(self, key: str) -> str | None:
         with self.engine.connect() as conn:
@@ -172,6 +188,7 @@ class Store:
             if rec.state == LEFT:
                 return self._current(conn)
             self._put(conn, replace(rec, state=LEFT, lease_expires=now), True)
+            self._clear_balanced(conn, [agent_id])
             return self._bump(conn) if rec.state == ALIVE else self._current(conn)
 
     def expire(self, now: float) -> tuple[list[str], int]:
@@ -191,6 +208,7 @@ class Store:
                 .where(agents_t.c.agent_id.in_(ids), agents_t.c.state == ALIVE, agents_t.c.lease_expires < now)
                 .values(state=DEAD)
             )
+            self._clear_balanced(conn, ids)
             return ids, self._bump(conn)
 
     def extend_leases(self, until: float) -> None:
@@ -203,14 +221,40 @@ class Store:
                 .values(lease_expires=until)
             )
 
+    @staticmethod
+    def _clear_balanced(conn, agent_ids: list[str]) -> int:
+        """The balancer's overrides to agents that died or left: they were set for a load that
+        is gone, and would pull the hosts back to the agent if it returned (an operator's stay,
+        ignored while the agent is away, as before)."""
+        return conn.execute(
+            overrides_t.delete().where(overrides_t.c.agent_id.in_(agent_ids), overrides_t.c.origin == BALANCE)
+        ).rowcount
+
     def set_override(self, host: str, agent_id: str, now: float) -> int:
         with self.engine.begin() as conn:
             self._lock_epoch(conn)
             if self._get(conn, agent_id) is None:
                 raise NotFound(f"agent {agent_id!r} is not registered")
             conn.execute(overrides_t.delete().where(overrides_t.c.host == host))
-            conn.execute(overrides_t.insert().values(host=host, agent_id=agent_id, created_at=now))
+            conn.execute(overrides_t.insert().values(host=host, agent_id=agent_id, created_at=now, origin=OPERATOR))
             return self._bump(conn)
+
+    def set_balance_overrides(self, pins: list[tuple[str, str]], now: float) -> tuple[int, int]:
+        """The balancer's moves, (host, agent) each, in one transaction and one epoch bump. A
+        host an operator pinned meanwhile, or an agent no longer alive, is skipped.
+        Returns (epoch, overrides written)."""
+        with self.engine.begin() as conn:
+            self._lock_epoch(conn)
+            alive = {r.agent_id for r in conn.execute(sa.select(agents_t.c.agent_id).where(agents_t.c.state == ALIVE))}
+            hosts = [h for h, _ in pins]
+            operator = {r.host for r in conn.execute(
+                sa.select(overrides_t.c.host).where(overrides_t.c.host.in_(hosts), overrides_t.c.origin != BALANCE))}
+            todo = [(h, a) for h, a in pins if a in alive and h not in operator]
+            if not todo:
+                return self._current(conn), 0
+            conn.execute(overrides_t.delete().where(overrides_t.c.host.in_([h for h, _ in todo])))
+            conn.execute(overrides_t.insert(), [dict(host=h, agent_id=a, created_at=now, origin=BALANCE) for h, a in todo])
+            return self._bump(conn), len(todo)
 
     def clear_override(self, host: str) -> int:
         with self.engine.begin() as conn:

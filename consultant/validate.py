@@ -12,6 +12,7 @@ from wancrawl.v1 import common_pb2, consultant_pb2 as pb
 
 MAX_CAPACITY = 1e9     # relative capacity; anything above is a mistake or an attack on the weights
 MAX_RATE = 1e9         # pages per second in a load report
+MAX_HEAVY_HOSTS = 1000  # hosts in a load report's heavy_hosts (agents send balance.report_hosts, 32)
 
 
 def agent_id(field: str, value: str) -> str:
@@ -31,6 +32,11 @@ def load(report: common_pb2.LoadReport) -> None:
     checks.finite("load.pages_per_second", report.pages_per_second, low=0.0, high=MAX_RATE)
     checks.finite("load.capacity", report.capacity, low=0.0, high=MAX_CAPACITY)
     checks.finite("load.load_level", report.load_level)
+    checks.finite("load.work_area", report.work_area, low=0.0)
+    checks.finite("load.peak_pages_per_second", report.peak_pages_per_second, low=0.0, high=MAX_RATE)
+    checks.count("load.heavy_hosts", report.heavy_hosts, MAX_HEAVY_HOSTS)
+    for i, h in enumerate(report.heavy_hosts):
+        host(checks.indexed("load.heavy_hosts", i) + ".host", h.host)
 
 
 def host(field: str, value: str) -> str:

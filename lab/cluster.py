@@ -119,8 +119,13 @@ def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
 
 
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
-                  concurrency: int, lease: float = 10.0, allow_hostile: bool = False) -> Configs:
-    """Consultant, storage and agent configs for the run, with the addresses they listen on."""
+                  concurrency: int, lease: float = 10.0, allow_hostile: bool = False,
+                  agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
+                  agent_tables: str = "") -> Configs:
+    """Consultant, storage and agent configs for the run, with the addresses they listen on.
+    `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
+    unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
+    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true")."""
     paths = geodb.write_all(topo, run / "geo")
     cport, sport = free_port(), free_port()
     isps = "".join(f'"{i.slug}" = [{i.asn}]\n' for i in topo.isps)
@@ -139,7 +144,8 @@ system_dns = false
 [asn]
 fallback = "geo"
 [asn.isps]
-{isps}{_pki(run, "service", "consultant")}""")
+{isps}{_pki(run, "service", "consultant")}
+{consultant_tables}""")
     storage = run / "storage.toml"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"
@@ -152,6 +158,7 @@ fsync = "os"
     for spec in groups:
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         g, src = agent_group(topo, spec)
+        own = (agent_keys or {}).get(spec, {})
         aport = free_port()
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -164,16 +171,17 @@ data_dir = "{run}/agents/{g}"
 hosts_file = "{paths[geodb.HOSTS]}"
 system_dns = false
 source_ip = "{src}"
-concurrency = {concurrency}
+concurrency = {int(own.get("concurrency", concurrency))}
 heartbeat_interval = 1.0
 [fetch]
 allow_networks = ["127.0.0.0/8"]
 total_timeout = 20.0
 [politeness]
-delay = {delay}
+delay = {own.get("delay", delay)}
 [scope]
 allowed_domains = {_toml_list(allowed)}
-{_pki(run, "agent", g)}""")
+{_pki(run, "agent", g)}
+{agent_tables}""")
         agents[g] = Service(cfg, f"127.0.0.1:{aport}", src)
     return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
 
@@ -198,7 +206,9 @@ def _web_up(ip: str, port: int, timeout: float) -> bool:
 
 def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None = None, topology_path: str | None = None,
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
-       concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False) -> Cluster:
+       concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
+       agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
+       agent_tables: str = "") -> Cluster:
     run = Path(run_dir).resolve()
     if (run / "cluster.json").exists():
         try:
@@ -212,7 +222,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     groups = list(groups or DEFAULT_GROUPS)
     web_port = free_port()
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
-                         allow_hostile=allow_hostile)
+                         allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
+                         agent_tables=agent_tables)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:

@@ -98,14 +98,16 @@ def render(snap: Snapshot, rates: dict[str, float]):
     from rich.table import Table
 
     t = Table(title=f"wancrawl — strategy {snap.strategy}, epoch {snap.epoch}" + ("  [idle]" if snap.idle() else ""))
-    for col in ("agent", "state", "ISP", "city", "hosts", "queue", "in flight", "pages", "pages/s", "errors", "parked",
+    for col in ("agent", "state", "ISP", "city", "hosts", "queue", "load L", "in flight", "pages", "pages/s", "errors", "parked",
                 "given up", "pushes", "spool", "replicas", "repl lag"):
         t.add_column(col, justify="right" if col not in ("agent", "state", "ISP", "city") else "left")
     for a in snap.agents:
         c = a.counters
         t.add_row(
             a.agent_id, a.state if a.reachable or a.state != "alive" else "unreachable", a.isp or "-", a.city or "-",
-            f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('in_flight', 0):.0f}",
+            # seed 000's load level as of the agent's last heartbeat (> 0 heavy, < 0 light; docs/balance.md)
+            f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('load_level', 0):+.1f}",
+            f"{c.get('in_flight', 0):.0f}",
             f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
             f"{len(a.parked)}", f"{len(a.given_up)}", f"{c.get('pushes', 0):.0f}", f"{c.get('spool_batches', 0):.0f}",
             # hosts backed up here; hosts whose backup lacks a full copy / changes not yet at a backup

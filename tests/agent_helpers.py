@@ -87,8 +87,10 @@ async def wait_idle(nodes, timeout: float = 60.0, stable: float = 0.5) -> None:
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strategy: str = "hash", agent_keys=None, consultant_keys=None):
-    """A consultant and n agents (one per ISP/city block of the lab), with fake storages."""
+async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strategy: str = "hash", agent_keys=None, consultant_keys=None,
+                  per_agent=None):
+    """A consultant and n agents (one per ISP/city block of the lab), with fake storages;
+    `per_agent[i]`: keys for agent i alone (over agent_keys)."""
     topo = web_thread.web.topology
     hosts_file = tmp / "hosts"
     hosts_file.write_text(topo.hosts_file())
@@ -101,7 +103,8 @@ async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strateg
             b = blocks[(i * 4) % len(blocks)]  # different ISP and city for the first three
             src = topo.agent_address(b.isp, b.city, 0)
             st = FakeStorageClient(one_storage)
-            s = agent_config(tmp, f"agent-{b.name}", csrv.address, hosts_file, src, **(agent_keys or {}))
+            keys = {**(agent_keys or {}), **((per_agent or [{}] * n_agents)[i] or {})}
+            s = agent_config(tmp, f"agent-{b.name}", csrv.address, hosts_file, src, **keys)
             srv, _ = create_agent(s, storage=st)
             await srv.start()
             servers.append(srv)

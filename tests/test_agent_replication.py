@@ -450,3 +450,37 @@ def test_a_joining_agent_gets_its_hosts_whole_and_nothing_is_fetched_twice(run, 
     assert sum(c["hosts_moved_out"] for c in old) > 0 and joined["hosts_handed_in"] > 0, "hosts moved to the new agent"
     assert joined["pages"] > 0
     assert [u for u, n in got.items() if n > 1] == [], "each page stored once across the join"
+
+
+def test_the_balancer_moves_hosts_off_a_slow_agent_and_each_page_is_stored_once(run, tmp_path):
+    """Load balancing (docs/balance.md): one agent fetches each host 20 times slower than the
+    others; the consultant's balancer sees its load level in the heartbeats and pins some of its
+    hosts to the others; they are handed over whole (as on a join): nothing is lost and no page
+    is stored twice."""
+    slow = {"politeness.delay": 1.0, "concurrency": 2}
+    balance = {**CONSULTANT, "balance.enabled": True, "balance.interval": 0.5, "balance.min_gap_seconds": 1.0,
+               "balance.cooldown": 30.0}
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
+
+        async def go():
+            keys = {**_keys(hosts), "politeness.delay": 0.05, "load.period": 1.0}
+            async with cluster(tmp_path, lab, 3, agent_keys=keys, consultant_keys=balance,
+                               per_agent=[{}, slow, {}]) as (cs, client, agents, stores):
+                await seed(agents[0].node, seeds)
+                balancer = cs.service.balancer
+                await _until(lambda: balancer.counters["balance_moves"] > 0, 60)
+                await wait_idle([a.node for a in agents], timeout=120)
+                snap = await cs.service.snapshot()
+                return stored_urls(stores), [a.node.status_counters() for a in agents], snap, agents[1].node.id
+
+        stored, counters, snap, slow_id = run(go())
+    got = collections.Counter(canonicalize(u) for u in stored)
+    assert truth <= set(got), f"lost: {sorted(truth - set(got))[:5]}"
+    assert [u for u, n in got.items() if n > 1] == [], "each page stored once across the moves"
+    assert snap.balanced, "the balancer's overrides are in the state"
+    moved_to = {snap.overrides[h] for h in snap.balanced}
+    assert slow_id not in moved_to, "hosts went from the slow agent, never to it"
+    assert counters[1]["hosts_moved_out"] > 0, "the slow agent handed hosts out"
+    assert counters[1]["load_level"] != 0 or counters[1]["work_area"] > 0, "it reported a load level"
+    assert sum(c["hosts_handed_in"] for i, c in enumerate(counters) if i != 1) > 0
+    assert moved_to and all(a in snap.agents for a in moved_to)

@@ -1,6 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -23,7 +25,7 @@ class Location(_message.Message):
     def __init__(self, city: _Optional[str] = ..., country: _Optional[str] = ..., lat: _Optional[float] = ..., lon: _Optional[float] = ..., has_coordinates: _Optional[bool] = ..., asn: _Optional[int] = ..., isp: _Optional[str] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("queue_length", "in_flight", "pages_per_second", "errors", "hosts_owned", "capacity", "load_level", "pages_fetched", "spool_pages")
+    __slots__ = ("queue_length", "in_flight", "pages_per_second", "errors", "hosts_owned", "capacity", "load_level", "pages_fetched", "spool_pages", "work_area", "peak_pages_per_second", "heavy_hosts")
     QUEUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     PAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +35,9 @@ class LoadReport(_message.Message):
     LOAD_LEVEL_FIELD_NUMBER: _ClassVar[int]
     PAGES_FETCHED_FIELD_NUMBER: _ClassVar[int]
     SPOOL_PAGES_FIELD_NUMBER: _ClassVar[int]
+    WORK_AREA_FIELD_NUMBER: _ClassVar[int]
+    PEAK_PAGES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    HEAVY_HOSTS_FIELD_NUMBER: _ClassVar[int]
     queue_length: int
     in_flight: int
     pages_per_second: float
@@ -42,7 +47,18 @@ class LoadReport(_message.Message):
     load_level: float
     pages_fetched: int
     spool_pages: int
-    def __init__(self, queue_length: _Optional[int] = ..., in_flight: _Optional[int] = ..., pages_per_second: _Optional[float] = ..., errors: _Optional[int] = ..., hosts_owned: _Optional[int] = ..., capacity: _Optional[float] = ..., load_level: _Optional[float] = ..., pages_fetched: _Optional[int] = ..., spool_pages: _Optional[int] = ...) -> None: ...
+    work_area: float
+    peak_pages_per_second: float
+    heavy_hosts: _containers.RepeatedCompositeFieldContainer[HostLoad]
+    def __init__(self, queue_length: _Optional[int] = ..., in_flight: _Optional[int] = ..., pages_per_second: _Optional[float] = ..., errors: _Optional[int] = ..., hosts_owned: _Optional[int] = ..., capacity: _Optional[float] = ..., load_level: _Optional[float] = ..., pages_fetched: _Optional[int] = ..., spool_pages: _Optional[int] = ..., work_area: _Optional[float] = ..., peak_pages_per_second: _Optional[float] = ..., heavy_hosts: _Optional[_Iterable[_Union[HostLoad, _Mapping]]] = ...) -> None: ...
+
+class HostLoad(_message.Message):
+    __slots__ = ("host", "queue_length")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    queue_length: int
+    def __init__(self, host: _Optional[str] = ..., queue_length: _Optional[int] = ...) -> None: ...
 
 class AgentRef(_message.Message):
     __slots__ = ("agent_id", "address")
