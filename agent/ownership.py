@@ -243,10 +243,12 @@ class Ownership:
         # it stores them and takes the host back before they are due here.
         defer = self.clock() + self.unshipped_grace
         for h in hosts:
-            if self.may_be_stored is not None:
-                # It may also have stored them just before it died: storage is asked first.
-                self.may_be_stored(self.replicas.unshipped(h))
             st = self.replicas.export(h, defer_unshipped=defer)
+            if self.may_be_stored is not None:
+                # The dead owner may have stored any of them in its last moments: those it had
+                # not told this replica about at all (no "unshipped" mark yet) as well as the
+                # unshipped ones. Storage is asked before each is fetched (agent/refetch.py).
+                self.may_be_stored([i.url for i in st.queue])
             self.ledger.merge(st)
             self.replicas.drop([h])
             log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))

@@ -1,17 +1,18 @@
 """StoredCheck: before fetching again a URL a dead owner may have stored, ask storage.
 
 A backup learns that a page is "done" only after storage acknowledged it (agent/replicator.py),
-and marks "unshipped" the pages the owner fetched but had not yet stored. When the owner dies,
-the promoted backup defers those by `replication.unshipped_grace`; a page that reached storage
-just before the crash, or that a paused owner stored during the grace, would be fetched and
-stored a second time. So the promoted agent watches those URLs, and the dispatcher asks here
-before fetching one: storage's Lookup says whether it already holds a capture that completed the
-URL (a transient status such as 503 does not; the URL is fetched again). Lookups of URLs due at
-once go to storage in one call.
+and marks "unshipped" the pages the owner fetched but had not yet stored; both marks travel in
+replication rounds, so an owner that dies may have stored pages its backup still holds as
+queued, marked or not (kill2 in bench/chaos.py: the promoted agent killed in the burst after its
+promotion). The promoted agent therefore watches the whole queue it promotes, and the dispatcher
+asks here before fetching a watched URL: storage's Lookup says whether it already holds a capture
+that completed the URL (a transient status such as 503 does not; the URL is fetched). Lookups of
+URLs due at once go to storage in one call.
 
-Only what promotion marks is watched: a URL not watched costs one set lookup on the fetch path.
-The watch list is memory only: after a restart those URLs are fetched (at least once, never lost).
-If storage cannot answer, the URL is fetched.
+Only what promotion hands over is watched (at most `max_watched` URLs; beyond, fetched without
+asking): a URL not watched costs one set lookup on the fetch path. The watch list is memory
+only: after a restart those URLs are fetched (at least once, never lost). If storage cannot
+answer, the URL is fetched.
 """
 
 from __future__ import annotations

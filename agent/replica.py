@@ -70,10 +70,6 @@ class ReplicaStore:
             crawl = HostState.from_proto(m, first=True).crawl
         return HostState(host, queue, self.seen.export_host(host), crawl)
 
-    def unshipped(self, host: str) -> list[str]:
-        """The host's URLs the owner fetched but had not stored when it last replicated."""
-        return [u for (u,) in self._db.execute("SELECT url FROM rq WHERE host=? AND unshipped=1", (host,))]
-
     # -- writing (one transaction per call) -------------------------------------------------------
     def apply(self, sender: str, msgs: Iterable[agent_pb2.ReplicateRequest]) -> int:
         """Apply an owner's replica messages in order; durable on return. A drop or reset from
