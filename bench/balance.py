@@ -82,11 +82,7 @@ async def _consultant_moves(cl: cluster.Cluster) -> int:
 
 
 def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
-    run = base / mode
-    if run.exists():
-        if (run / "cluster.json").is_file():
-            cluster.down(run)
-        shutil.rmtree(run)
+    run = chaos.fresh_run_dir(base / mode)
     res = Result(mode)
     cl = cluster.up(run, strategy=args.strategy, groups=args.groups, seed=args.seed, time_scale=args.time_scale,
                     delay=args.delay, concurrency=args.concurrency, lease=args.lease,

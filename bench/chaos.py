@@ -723,12 +723,17 @@ def operator_env(cl: cluster.Cluster) -> dict[str, str]:
     return {"WANCRAWL_TLS_CA": t.ca, "WANCRAWL_TLS_CERT": t.cert, "WANCRAWL_TLS_KEY": t.key}
 
 
-def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
-    run = base / name
+def fresh_run_dir(run: Path) -> Path:
+    """`run`, empty: a cluster an earlier run left there is stopped first."""
     if run.exists():
         if (run / "cluster.json").is_file():
             cluster.down(run)
         shutil.rmtree(run)
+    return run
+
+
+def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
+    run = fresh_run_dir(base / name)
     row = Row(name, run_dir=str(run))
     victim = args.victim if name in AGENT_FAULTS else ""
     row.victim = victim

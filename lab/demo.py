@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import sys
 import time
@@ -26,13 +25,6 @@ async def _seed_and_wait(cl: Cluster, timeout: float) -> tuple[dict, bool]:
     return {"seeds": len(seeds.urls), "accepted": sum(accepted.values()), "not_injected": len(failed)}, done
 
 
-async def _storage_stats(address: str):
-    from storage.client import GrpcStorageClient
-
-    async with GrpcStorageClient(address, timeout=30) as s:
-        return await s.stats(top=20)
-
-
 def run_demo(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     run = Path(args.run_dir)
@@ -51,18 +43,13 @@ def run_demo(args: argparse.Namespace) -> int:
         crawl_t0 = time.monotonic()
         seeded, done = asyncio.run(_seed_and_wait(cl, args.timeout))
         crawl_s = time.monotonic() - crawl_t0
-        stats = asyncio.run(_storage_stats(cl.storage))
-        report_dir = Path(cl.run_dir) / "report"
-        locality = None
-        try:
-            from manager.report import run_report
+        from storage.client import GrpcStorageClient
 
-            ns = argparse.Namespace(out=str(report_dir), storage_config=str(Path(cl.run_dir) / "storage.toml"),
-                                    index=None, consultant=cl.consultant)
-            if run_report(ns) == 0 and (report_dir / "summary.json").is_file():
-                locality = json.loads((report_dir / "summary.json").read_text())
-        except Exception as exc:  # noqa: BLE001 - the summary goes on without plots
-            print(f"report: not written ({exc})", file=sys.stderr)
+        stats = asyncio.run(GrpcStorageClient.stats_of(cl.storage))
+        from manager.report import write_report
+
+        report_dir = Path(cl.run_dir) / "report"
+        locality = write_report(report_dir, Path(cl.run_dir) / "storage.toml", cl.consultant)
     finally:
         if not args.keep:
             down(cl.run_dir)

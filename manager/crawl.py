@@ -310,10 +310,10 @@ async def _progress(consultant: Any, storage: str, t0: float, interval: float = 
     from rich.console import Console
     from rich.live import Live
 
-    from manager.status import snapshot
+    from manager.status import PageRates, snapshot
     from wancrawl.errors import WancrawlError
 
-    last: dict[str, tuple[float, float]] = {}
+    page_rates = PageRates()
     console = Console(stderr=True)
     live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
     last_line = 0.0
@@ -327,12 +327,7 @@ async def _progress(consultant: Any, storage: str, t0: float, interval: float = 
                 await asyncio.sleep(interval)
                 continue
             now = time.monotonic()
-            rates = {}
-            for a in snap.agents:
-                p = a.counters.get("pages", 0.0)
-                if a.agent_id in last:
-                    rates[a.agent_id] = max(0.0, (p - last[a.agent_id][1]) / max(1e-9, now - last[a.agent_id][0]))
-                last[a.agent_id] = (now, p)
+            rates = page_rates.update(snap, now)
             st = snap.storage or {}
             stored = int(st.get("pages", 0) or 0) if "error" not in st else None
             if live:
@@ -388,23 +383,11 @@ async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
         return done, {"seconds": time.monotonic() - t0, "notes": notes, "seeded": sum(res.taken.values())}
 
 
-async def _storage_stats(address: str) -> Any:
-    from storage.client import GrpcStorageClient
-
-    async with GrpcStorageClient(address, timeout=30) as s:
-        return await s.stats(top=20)
-
-
 def _report(plan: Plan, run: Run, paths: dict[str, Path]) -> Path | None:
-    from manager.report import run_report
+    from manager.report import write_report
 
     out = plan.out / "report"
-    ns = argparse.Namespace(out=str(out), storage_config=str(paths["storage"]), index=None, consultant=run.consultant)
-    try:
-        return out if run_report(ns) == 0 else None
-    except Exception as exc:  # noqa: BLE001 - the crawl is stored; the plots are a bonus
-        print(f"report: not written ({exc})", file=sys.stderr)
-        return None
+    return out if write_report(out, paths["storage"], run.consultant) is not None else None
 
 
 def _summary(plan: Plan, paths: dict[str, Path], done: bool, info: dict[str, Any], stats: Any,
@@ -465,7 +448,9 @@ def run_crawl(args: argparse.Namespace) -> int:
         paths = _configs(plan, run)
         _start_all(plan, run, paths)
         done, info = asyncio.run(_crawl(plan, run))
-        stats = asyncio.run(_storage_stats(run.storage))
+        from storage.client import GrpcStorageClient
+
+        stats = asyncio.run(GrpcStorageClient.stats_of(run.storage))
         report = _report(plan, run, paths) if plan.report else None
         print(_summary(plan, paths, done, info, stats, report), flush=True)
         code = 0 if done else 1

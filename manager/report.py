@@ -349,3 +349,20 @@ def run_report(args) -> int:
     for p in paths.values():
         print(f"wrote {p}")
     return 0
+
+
+def write_report(out: Path, storage_config: Path, consultant: str) -> dict | None:
+    """run_report for a crawl that just ended (`lab demo`, `manager crawl`): the summary written
+    to OUT/summary.json, or None when it could not be (said on stderr: the crawl is stored, the
+    plots are a bonus)."""
+    import argparse
+    import json
+    import sys
+
+    ns = argparse.Namespace(out=str(out), storage_config=str(storage_config), index=None, consultant=consultant)
+    try:
+        if run_report(ns) == 0 and (out / "summary.json").is_file():
+            return json.loads((out / "summary.json").read_text())
+    except Exception as exc:  # noqa: BLE001 - the summary goes on without plots
+        print(f"report: not written ({exc})", file=sys.stderr)
+    return None

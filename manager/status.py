@@ -128,19 +128,11 @@ async def run_status(args) -> int:
         from rich.console import Console
         from rich.live import Live
 
-        last: dict[str, tuple[float, float]] = {}
+        rates = PageRates()
 
         async def frame():
             snap = await snapshot(c, True, args.storage)
-            now = time.monotonic()
-            rates = {}
-            for a in snap.agents:
-                p = a.counters.get("pages", 0.0)
-                if a.agent_id in last:
-                    t0, p0 = last[a.agent_id]
-                    rates[a.agent_id] = (p - p0) / max(1e-9, now - t0)
-                last[a.agent_id] = (now, p)
-            return render(snap, rates)
+            return render(snap, rates.update(snap, time.monotonic()))
 
         console = Console()
         if not console.is_terminal:
@@ -153,6 +145,23 @@ async def run_status(args) -> int:
             while True:
                 await asyncio.sleep(args.interval)
                 live.update(await frame())
+
+
+class PageRates:
+    """Pages per second per agent between two snapshots (owns the last count it saw of each)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def update(self, snap: Snapshot, now: float) -> dict[str, float]:
+        rates = {}
+        for a in snap.agents:
+            p = a.counters.get("pages", 0.0)
+            if a.agent_id in self._last:
+                t0, p0 = self._last[a.agent_id]
+                rates[a.agent_id] = max(0.0, (p - p0) / max(1e-9, now - t0))
+            self._last[a.agent_id] = (now, p)
+        return rates
 
 
 async def run_agents(args) -> int:

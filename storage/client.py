@@ -109,6 +109,12 @@ class GrpcStorageClient:
             out.update((f.url, set(f.statuses)) for f in resp.found)
         return out
 
+    @classmethod
+    async def stats_of(cls, target: str, top: int = 20, timeout: float = 30.0) -> storage_pb2.StatsResponse:
+        """One Stats call on a fresh channel (a command that asks once, then exits)."""
+        async with cls(target, timeout=timeout) as s:
+            return await s.stats(top=top)
+
     async def stats(self, top: int = 20) -> storage_pb2.StatsResponse:
         try:
             return await self._stub.Stats(storage_pb2.StatsRequest(top=top), timeout=self.timeout)
