@@ -289,8 +289,8 @@ def kill(run_dir: str | Path, name: str, sig: int = signal.SIGKILL, timeout: flo
         raise FailedPrecondition(f"{name} (pid {p.pid}) is not running")
     os.kill(p.pid, sig)
     end = time.monotonic() + timeout
-    # A killed child of ours lingers as a zombie; _alive reads its empty cmdline as gone.
-    while _alive(p):
+    # Until it has exited (gone, or a zombie of ours): its sockets are closed only then.
+    while not procs.exited(p):
         if time.monotonic() > end:
             raise Unavailable(f"{name} (pid {p.pid}) still runs {timeout:.0f}s after signal {sig}")
         time.sleep(0.01)
@@ -324,13 +324,7 @@ def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
     return new
 
 
-def _state(pid: int) -> str:
-    """The process state letter of /proc/PID/stat (R, S, T stopped, Z zombie...), "" if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[0]  # the command name in parentheses may hold spaces
+_state = procs.state
 
 
 def pause(run_dir: str | Path, name: str, timeout: float = 10.0) -> Proc:

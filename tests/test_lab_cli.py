@@ -1,6 +1,7 @@
 """The `lab` command line: truth from a seeds file, `lab down` without a cluster, web serving a log."""
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -167,6 +168,9 @@ def test_kill_and_restart_one_process_of_a_cluster(tmp_path):
         assert cluster._web_up(topology.load().normal_sites[0].ip, port, 30)
         old = cluster.kill(tmp_path, "web")
         assert not cluster._alive(old)
+        # Returned only once its sockets are closed: a restart is not answered by the dying web.
+        with pytest.raises(OSError):
+            socket.create_connection((topology.load().normal_sites[0].ip, port), timeout=2).close()
         with pytest.raises(cluster.FailedPrecondition):
             cluster.kill(tmp_path, "web")
         new = cluster.restart(tmp_path, "web")  # returns once the web answers again

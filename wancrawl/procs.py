@@ -68,13 +68,37 @@ async def healthy(address: str, timeout: float) -> bool:
     return False
 
 
-def alive(p: Proc) -> bool:
-    """The pid still runs the command we started (not a reused pid, not a zombie)."""
+def _cmdline(pid: int) -> list[str]:
     try:
-        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return False
-    return [c.decode(errors="replace") for c in cmdline if c] == p.cmd
+        return []
+    return [c.decode(errors="replace") for c in raw if c]
+
+
+def alive(p: Proc) -> bool:
+    """The pid still runs the command we started (not a reused pid, not a zombie, not exiting)."""
+    return _cmdline(p.pid) == p.cmd
+
+
+def state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat (R, S, T stopped, Z zombie...), "" if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0]  # the command name in parentheses may hold spaces
+
+
+def exited(p: Proc) -> bool:
+    """The process is gone or a zombie: its files and sockets are closed. Not the same as
+    `not alive(p)`: a dying process's cmdline empties at the start of its exit, while its
+    listening sockets still accept connections (a restart on the same port would then be
+    answered by the dead process)."""
+    if state(p.pid) in ("", "Z"):
+        return True
+    cmd = _cmdline(p.pid)
+    return bool(cmd) and cmd != p.cmd  # the pid runs another command now
 
 
 def stop_one(p: Proc, timeout: float = 20.0) -> bool:
@@ -88,12 +112,12 @@ def stop_one(p: Proc, timeout: float = 20.0) -> bool:
     except ProcessLookupError:
         return False
     end = time.monotonic() + timeout
-    while alive(p) and time.monotonic() < end:
+    while not exited(p) and time.monotonic() < end:
         _reap(p.pid)
         time.sleep(0.05)
-    if alive(p):
+    if not exited(p):
         os.kill(p.pid, signal.SIGKILL)
-        while alive(p):
+        while not exited(p):
             _reap(p.pid)
             time.sleep(0.01)
     _reap(p.pid)
