@@ -94,8 +94,8 @@ def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
     try:
         truth = chaos.compute_truth(cl)
         seeded_at = time.time()
-        asyncio.run(chaos._inject(cl))
-        res.finished = asyncio.run(chaos._wait_idle(cl, args.timeout, args.stable))
+        asyncio.run(chaos.inject_seeds(cl))
+        res.finished = asyncio.run(chaos.wait_crawl_idle(cl, args.timeout, args.stable))
         if not res.finished:
             res.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
         counters = chaos.agent_counters(cl)

@@ -415,7 +415,7 @@ def read_captures(run_dir: Path) -> list[tuple[str, str, float]]:
         engine.dispose()
 
 
-async def _inject(cl: cluster.Cluster) -> int:
+async def inject_seeds(cl: cluster.Cluster) -> int:
     from consultant.client import ConsultantClient
     from manager.seed import inject, parse_seeds
 
@@ -573,7 +573,7 @@ async def _wait_replicas(cl: cluster.Cluster, timeout: float) -> tuple[float | N
         await asyncio.sleep(0.5)
 
 
-async def _wait_idle(cl: cluster.Cluster, timeout: float, stable: float) -> bool:
+async def wait_crawl_idle(cl: cluster.Cluster, timeout: float, stable: float) -> bool:
     from consultant.client import ConsultantClient
     from manager.status import wait_idle
 
@@ -758,7 +758,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         tail = LogTail(cl.web_log)
         t0, seeded_at = time.monotonic(), time.time()
         deadline = t0 + args.timeout
-        asyncio.run(_inject(cl))
+        asyncio.run(inject_seeds(cl))
         seen: set[str] = set()
         if name != "baseline" and not _wait_progress(tail, truth, cl.web_port, args.fault_at, deadline, seen):
             row.notes.append(f"TIMEOUT before {args.fault_at:.0%} of truth was requested (no fault injected)")
@@ -773,7 +773,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                 if ctx.second_t is not None:
                     row.victim2, row.fault2_after_s = ctx.second_victim, ctx.second_t - seeded_at
                 row.joined = ctx.joined
-            row.finished = asyncio.run(_wait_idle(cl, deadline - time.monotonic(), args.stable))
+            row.finished = asyncio.run(wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
             if not row.finished:
                 row.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
             if ctx.poller is not None:
