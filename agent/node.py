@@ -54,6 +54,13 @@ log = logging.getLogger("agent")
 __all__ = ["AgentNode", "IntakeResult"]
 
 
+def _report_end(t: asyncio.Task) -> None:
+    """A loop of the node that fails is logged at once (stop() gathers the tasks with
+    return_exceptions, which would hide it). Membership's returns after a drain: not an error."""
+    if not t.cancelled() and t.exception() is not None:
+        log.error("agent loop %s failed: %r", t.get_name(), t.exception(), exc_info=t.exception())
+
+
 class AgentNode:
     """`start()`, then `stop()` (graceful: in-flight fetches finish, everything is committed, the
     agent deregisters) or `drain()` (graceful leave: every host handed to its next owner)."""
@@ -143,6 +150,8 @@ class AgentNode:
         if self.replicator is not None:
             loops["replication"] = self.replicator.run()
         self.tasks = [asyncio.create_task(coro, name=name) for name, coro in loops.items()]
+        for t in self.tasks:
+            t.add_done_callback(_report_end)
 
     async def stop(self) -> None:
         """Graceful: no new fetches, in-flight ones finish, pushes flush, all is committed."""

@@ -49,7 +49,11 @@ class StorageShipper:
 
     async def run(self) -> None:
         while True:
-            sent = await self.send(max_batches=10)
+            try:
+                sent = await self.send(max_batches=10)
+            except Exception:  # noqa: BLE001 - a bug in one send must not stop shipping for good
+                log.exception("shipping to storage failed")
+                sent = -1
             if sent > 0:
                 await asyncio.sleep(0.05)                  # more may be waiting
             elif sent == 0:
