@@ -135,12 +135,12 @@ HELP = {
     "replica_overflows": "times the changes owed to backups passed their limit (those hosts get a full copy later)",
     "replica_messages": "Replicate messages applied here (as a backup)",
     "replica_drops": "replicas dropped on their owner's request",
-    # LoadGauge (agent/load.py, docs/balance.md): as of the last heartbeat
+    # LoadGauge (agent/placement/load.py, docs/balance.md): as of the last heartbeat
     "load_level": "seed 000's load level L = (queue - W) / load.block: heavy blocks beyond one balance period's work "
                   "(> 0 heavy, < 0 light)",
     "work_area": "seed 000's work area W: URLs the peak rate fetches in load.period seconds",
     "peak_pages_per_second": "the highest fetch rate (pages/s over 10 s) sampled in the last load.peak_window seconds",
-    # StoredCheck (agent/refetch.py)
+    # StoredCheck (agent/crawl/refetch.py)
     "stored_checks": "promoted URLs a dead owner may have stored, asked of storage before fetching them again",
     "refetches_avoided": "of those, URLs storage already held: done without a request",
     "stored_check_errors": "storage Lookup calls that failed (their URLs were fetched)",

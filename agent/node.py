@@ -1,9 +1,10 @@
 """The agent node: the composition root. It builds the components in dependency order and runs
 start, stop, drain, idle and status; every decision and every piece of state lives in them.
 
-The path of one URL: Dispatcher (fetch, outcome, links) -> RoutingService (router, outbox,
-pushes to owners; own hosts ->) Intake (seen set, frontier) -> HostSignal -> Dispatcher.
-A page is done only after CommitLog made its capture and its links durable (docs/agent.md).
+The only module that knows every room of agent/ (docs/architecture.md). The path of one URL:
+Dispatcher (fetch, outcome, links) -> RoutingService (router, outbox, pushes to owners; own
+hosts ->) Intake (seen set, frontier) -> HostSignal -> Dispatcher. A page is done only after
+CommitLog made its capture and its links durable (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -15,35 +16,36 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.changes import ChangeLog
 from agent.client import AgentPool
-from agent.commit import CommitLog
-from agent.dispatcher import Dispatcher
+from agent.crawl.dispatcher import Dispatcher
+from agent.crawl.outcome import RETRY_STATUSES
+from agent.crawl.refetch import StoredCheck
+from agent.crawl.scope import Scope
 from agent.fetch import Fetcher, create_fetcher
-from agent.frontier import Frontier
-from agent.gate import Gate
-from agent.handoff import Handed, HandOff
-from agent.hostcache import HostCache
-from agent.intake import Intake, IntakeResult
-from agent.ledger import HostLedger
-from agent.load import LoadGauge, heaviest
-from agent.membership import Membership
-from agent.outbox import Outbox
-from agent.outcome import RETRY_STATUSES
-from agent.ownership import Ownership
-from agent.placement import HostDirectory, Placement
-from agent.refetch import StoredCheck
-from agent.replica import ReplicaStore
-from agent.replicator import Replicator
-from agent.router import Router
-from agent.routing_service import RoutingService
-from agent.scope import Scope
-from agent.seen import SeenSet
+from agent.ownership.handoff import Handed, HandOff
+from agent.ownership.ledger import HostLedger
+from agent.ownership.replica import ReplicaStore
+from agent.ownership.replicator import Replicator
+from agent.ownership.settle import Ownership
+from agent.placement.consultant import consultant_placement
+from agent.placement.directory import HostDirectory
+from agent.placement.gate import Gate
+from agent.placement.hostcache import HostCache
+from agent.placement.load import LoadGauge, heaviest
+from agent.placement.membership import Membership
+from agent.placement.port import Placement
+from agent.routing.intake import Intake, IntakeResult
+from agent.routing.router import Router
+from agent.routing.service import RoutingService
 from agent.settings import AgentSettings, fetch_settings
-from agent.shipper import StorageShipper
-from agent.spool import Spool
+from agent.state.changes import ChangeLog
+from agent.state.commit import CommitLog
+from agent.state.frontier import Frontier
+from agent.state.outbox import Outbox
+from agent.state.seen import SeenSet
+from agent.state.shipper import StorageShipper
+from agent.state.spool import Spool
 from agent.waker import HostSignal
-from consultant.client import ConsultantClient
 from storage.client import GrpcStorageClient, StorageClient
 from wancrawl import errors
 from wancrawl.hostres import HostResolver, parse_hosts_file
@@ -65,7 +67,7 @@ class AgentNode:
     """`start()`, then `stop()` (graceful: in-flight fetches finish, everything is committed, the
     agent deregisters) or `drain()` (graceful leave: every host handed to its next owner)."""
 
-    def __init__(self, settings: AgentSettings, *, address: str = "", consultant: Placement | None = None,
+    def __init__(self, settings: AgentSettings, *, address: str = "", placement: Placement | None = None,
                  storage: StorageClient | None = None, fetcher: Fetcher | None = None, clock=time.time):
         s = self.s = settings
         self.id = settings.agent_id
@@ -84,7 +86,7 @@ class AgentNode:
         self.replicas = ReplicaStore(data / "replicas") if rep.enabled else None
         resolver = HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
         self.fetcher = fetcher or create_fetcher(s.fetcher, fetch_settings(s), resolver)
-        self.placement: Placement = consultant or ConsultantClient(s.consultant, tls=s.tls)
+        self.placement: Placement = placement or consultant_placement(s)
         self.peers = AgentPool(tls=s.tls)
         r = s.routing
         self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
@@ -166,8 +168,7 @@ class AgentNode:
         await self.fetcher.close()
         await self.peers.close()
         await self.shipper.close()
-        if isinstance(self.placement, ConsultantClient):
-            await self.placement.close()
+        await self.placement.close()
         self.frontier.close()
         self.seen.close()
         self.outbox.close()
@@ -229,7 +230,7 @@ class AgentNode:
                 and self.routing.idle() and not self.commit_log.busy() and self.shipper.idle())
 
     def load_report(self) -> common_pb2.LoadReport:
-        """Every heartbeat's load: seed 000's L and W (agent/load.py), and the longest host
+        """Every heartbeat's load: seed 000's L and W (agent/placement/load.py), and the longest host
         queues, which are the hosts the consultant's balancer may move (docs/balance.md)."""
         c = self.dispatcher.counters
         level = self.load.measure(len(self.frontier))

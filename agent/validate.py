@@ -1,7 +1,7 @@
 """Validation at the edge of the agent (issue 13): one function per RPC, called by the servicer
 before the request reaches the node. A bad field is INVALID_ARGUMENT naming it, with long values
 cut (wancrawl/checks.py). Epochs are checked for range here; whether a newer epoch is believed
-is HostDirectory's decision (agent/placement.py: only the consultant's word moves it)."""
+is HostDirectory's decision (agent/placement/directory.py: only the consultant's word moves it)."""
 
 from __future__ import annotations
 

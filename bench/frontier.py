@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.frontier import Frontier, Item  # noqa: E402
+from agent.state.frontier import Frontier, Item  # noqa: E402
 
 
 def rss_mb() -> float:

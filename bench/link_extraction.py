@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent import links  # noqa: E402
+from agent.crawl import links  # noqa: E402
 from lab import topology  # noqa: E402
 from lab.web import Web  # noqa: E402
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.politeness import Politeness, Scheduler  # noqa: E402
+from agent.crawl.politeness import Politeness, Scheduler  # noqa: E402
 
 TARGET_US_PER_PICK = 50.0  # 100,000 picks in 5 s
 

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.seen import SeenSet  # noqa: E402
+from agent.state.seen import SeenSet  # noqa: E402
 
 TARGET_MB_PER_10M = 250.0
 WORDS = ["news", "article", "2024", "products", "category", "index", "page", "view", "item", "blog",

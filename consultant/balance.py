@@ -7,7 +7,7 @@ and the agents move the hosts whole, as on a join (docs/replication.md).
 
 The model, from the two seeds:
   * seed 000 (§1.4): an agent is heavy when its load level L = (Q - W)/H is > 0 and light when
-    it is < 0 (agent/load.py); the sign does not depend on H, so the plan works in URLs, on the
+    it is < 0 (agent/placement/load.py); the sign does not depend on H, so the plan works in URLs, on the
     excess E = Q - W = L*H. Heavy blocks go to light agents nearest region first, and a region
     takes a host only if it is light as a whole with that host (sum of E + the host's URLs < 0).
   * seed 003 (§2.2-2.3): what to equalise is the agents' predicted runtimes, t = Q / v (the

@@ -5,7 +5,7 @@ A bad capture is rejected alone: `capture` runs on every capture of every batch 
 commit that stores them (Store.ingest), and a capture it refuses is listed in the ack's
 `rejected` while the rest of its batch and the other clients' batches of the same group are
 stored. A batch that is malformed as a whole (`batch`: too many captures, an over-long id)
-fails its Ingest call with INVALID_ARGUMENT, which agents do not retry (agent/shipper.py moves
+fails its Ingest call with INVALID_ARGUMENT, which agents do not retry (agent/state/shipper.py moves
 it aside)."""
 
 from __future__ import annotations

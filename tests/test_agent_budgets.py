@@ -8,7 +8,7 @@ import asyncio
 from collections import Counter
 
 from agent.fetch import FetchRequest, FetchResponse
-from agent.frontier import Item
+from agent.state.frontier import Item
 from agent.node import AgentNode
 from agent.settings import load_settings
 from consultant.client import HostRoute, Registration
@@ -31,6 +31,9 @@ class Placement:
 
     async def resolve(self, hosts):
         return [HostRoute(h, ((self.me, ""),), 300, 1) for h in hosts]
+
+    async def close(self) -> None:
+        pass
 
 
 class Web:
@@ -55,7 +58,7 @@ def node(tmp_path, web: Web, **keys) -> AgentNode:
     over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.0,
             "commit_interval": 0.02, "concurrency": 4, "progress_interval": 0.0, "heartbeat_interval": 5.0}
     over.update({k.replace("__", "."): v for k, v in keys.items()})
-    return AgentNode(load_settings(None, over), consultant=Placement("me"), fetcher=web)  # type: ignore[arg-type]
+    return AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=web)  # type: ignore[arg-type]
 
 
 async def until(pred, what: str, timeout: float = 20.0) -> None:

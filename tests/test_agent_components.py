@@ -8,22 +8,23 @@ import asyncio
 import pytest
 
 from agent.client import PushResult
-from agent.commit import CommitLog
+from agent.state.commit import CommitLog
 from agent.fetch import FetchResponse
-from agent.frontier import Frontier, Item
-from agent.hostcache import HostCache, HostRoute
-from agent.intake import Intake
-from agent.ledger import PART_ITEMS, HostState
+from agent.state.frontier import Frontier, Item
+from agent.placement.hostcache import HostCache, HostRoute
+from agent.routing.intake import Intake
+from agent.ownership.ledger import PART_ITEMS, HostState
 from agent.node import AgentNode
-from agent.outbox import Outbox
-from agent.outcome import Policy, decide
-from agent.placement import HostDirectory
-from agent.router import Router
-from agent.routing_service import RoutingService
-from agent.scope import Scope, ScopeSettings
-from agent.seen import SeenSet
+from agent.state.outbox import Outbox
+from agent.crawl.outcome import Policy, decide
+from agent.placement.directory import HostDirectory
+from agent.routing.router import Router
+from agent.routing.service import RoutingService
+from agent.crawl.scope import Scope
+from agent.state.seen import SeenSet
+from agent.settings import ScopeSettings
 from agent.settings import load_settings
-from agent.spool import Spool
+from agent.state.spool import Spool
 from wancrawl.errors import Unavailable
 from wancrawl.v1 import agent_pb2
 from wancrawl.warcrecords import FetchResult, build_capture
@@ -94,6 +95,9 @@ class FakePlacement:
     async def resolve(self, hosts: list[str]) -> list[HostRoute]:
         self.asked.append(list(hosts))
         return [HostRoute(h, ((self.owners[h], self.owners[h] + ":1"),), 300, self.epoch) for h in hosts]
+
+    async def close(self) -> None:
+        pass
 
 
 class FakePeer:
@@ -275,7 +279,7 @@ def test_outcome_decisions(resp, attempts, stopping, want):
 # -- HostLedger round trip ------------------------------------------------------------------------
 def make_node(tmp_path, agent_id: str) -> AgentNode:
     s = load_settings(None, {"agent_id": agent_id, "data_dir": str(tmp_path / agent_id), "storage_out.fsync": False})
-    return AgentNode(s, consultant=FakePlacement({}))  # type: ignore[arg-type]
+    return AgentNode(s, placement=FakePlacement({}))  # type: ignore[arg-type]
 
 
 def test_host_ledger_round_trip_gives_the_same_pops_and_seen_answers(tmp_path, run):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from agent.frontier import Item
+from agent.state.frontier import Item
 from lab import checks
 from lab.testing import ServerThread
 from wancrawl.urls import canonicalize, host_of
@@ -109,9 +109,9 @@ def test_not_mine_after_an_epoch_change_reroutes_without_loss(run, tmp_path):
 
 
 def test_drain_hands_queued_urls_to_their_new_owners(run, tmp_path, monkeypatch):
-    import agent.handoff
+    import agent.ownership.handoff
 
-    monkeypatch.setattr(agent.handoff, "STREAM_URLS", 50)  # several HandOver streams
+    monkeypatch.setattr(agent.ownership.handoff, "STREAM_URLS", 50)  # several HandOver streams
     web = lab_web(seed=9, pages_max=40)
     with ServerThread(web, zero_latency=True) as lab:
         port = lab.port

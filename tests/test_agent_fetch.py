@@ -11,7 +11,7 @@ import pytest
 from agent.fetch import FETCHERS, FetchRequest, FetchSettings, create_fetcher
 from agent.fetch.base import BodySink, ResponseFraming, collect_framing, end_framing, parse_content_type, parse_retry_after
 from agent.fetch.guard import AddressGuard
-from agent.links import extract_links
+from agent.crawl.links import extract_links
 from lab import server as lab_server
 from lab.testing import ServerThread, small_topology
 from lab.web import Web

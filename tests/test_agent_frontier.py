@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.frontier import Frontier, Item
+from agent.state.frontier import Frontier, Item
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -223,7 +223,7 @@ CHILD = textwrap.dedent(
     """
     import random, sys
     sys.path.insert(0, sys.argv[3])
-    from agent.frontier import Frontier, Item
+    from agent.state.frontier import Frontier, Item
     f = Frontier(sys.argv[1], hot_per_host=16)
     log = open(sys.argv[2], "a", buffering=1)
     log.write("S\\n")

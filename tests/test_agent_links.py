@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.links import _CACHE, MAX_LINKS, _fast, _split_base, choose_charset, extract_links, parse_refresh
+from agent.crawl.links import _CACHE, MAX_LINKS, _fast, _split_base, choose_charset, extract_links, parse_refresh
 from lab.testing import small_topology
 from lab.web import Web
 from wancrawl.urls import InvalidUrl, canonicalize

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.politeness import Politeness, Scheduler
+from agent.crawl.politeness import Politeness, Scheduler
 
 HOSTS = ["a.test", "b.test", "c.test", "d.test"]
 IP_OF = {"a.test": "10.0.0.1", "b.test": "10.0.0.1", "c.test": "10.0.0.1", "d.test": "10.0.0.2"}

@@ -13,12 +13,12 @@ import contextlib
 
 import pytest
 
-from agent.frontier import Item
-from agent.gate import Gate
-from agent.ledger import HostState
-from agent.ownership import Action, settle_action
-from agent.replica import ReplicaStore
-from agent.seen import fingerprint
+from agent.state.frontier import Item
+from agent.placement.gate import Gate
+from agent.ownership.ledger import HostState
+from agent.ownership.settle import Action, settle_action
+from agent.ownership.replica import ReplicaStore
+from agent.state.seen import fingerprint
 from consultant.client import HostRoute
 from lab.testing import ServerThread
 from wancrawl.urls import canonicalize
@@ -132,8 +132,8 @@ def test_stored_check_asks_storage_once_for_what_is_due_together_and_only_for_wa
     """StoredCheck against storage's answers: a watched URL with a completed capture is not
     fetched; one with only a transient status (503), none, or a failed lookup is; an unwatched
     URL costs no call; URLs asked at once go in one Lookup."""
-    from agent.outcome import RETRY_STATUSES
-    from agent.refetch import StoredCheck
+    from agent.crawl.outcome import RETRY_STATUSES
+    from agent.crawl.refetch import StoredCheck
     from wancrawl.errors import Unavailable
 
     held = {"http://h.lab/a": {200}, "http://h.lab/b": {503}, "http://h.lab/c": {503, 301}}
@@ -169,9 +169,9 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
     over has fetched and stored meanwhile. Spooled before its lease lapsed, they are checked at
     storage first: those storage holds complete are dropped, the others (and a 503 the new
     owner got) are sent. With the lease held nothing is asked and everything is sent."""
-    from agent.outcome import RETRY_STATUSES
-    from agent.shipper import StorageShipper
-    from agent.spool import Spool
+    from agent.crawl.outcome import RETRY_STATUSES
+    from agent.state.shipper import StorageShipper
+    from agent.state.spool import Spool
     from storage.client import make_batch
     from storage.testing import FakeStorageClient, fetch_result
     from wancrawl.warcrecords import build_capture
@@ -197,9 +197,9 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
         assert victim.timeouts == [4.5], "a send within the lease ends with it (a pause mid-send fails it)"
 
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
-    from agent.frontier import Frontier
-    from agent.ledger import HostLedger
-    from agent.seen import SeenSet
+    from agent.state.frontier import Frontier
+    from agent.ownership.ledger import HostLedger
+    from agent.state.seen import SeenSet
 
     class NoCrawl:
         def import_host(self, host, st): ...
@@ -341,7 +341,7 @@ def test_two_failures_in_a_row_lose_nothing(run, tmp_path):
 def test_pages_stored_before_their_done_reached_the_backup_are_not_fetched_again(run, tmp_path, check_storage):
     """The window of issue 12: the owner's last pages reached storage, but it died before their
     "done" reached its backups, which hold them as fetched-but-unshipped. The promoted backup
-    asks storage before fetching them again (agent/refetch.py): none is stored twice. Without
+    asks storage before fetching them again (agent/crawl/refetch.py): none is stored twice. Without
     asking (check_storage off), those pages are fetched and stored again: the case can fail."""
     with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
         keys = {**_keys(hosts), "replication.unshipped_grace": 0.5, "replication.check_storage": check_storage}

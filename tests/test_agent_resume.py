@@ -126,7 +126,7 @@ allowed_domains = {json.dumps(hosts)}
             assert before[u] == 1 and got[u] == 2 and u in recent, u
         assert counters["frontier"] == 0 and counters["pages"] > 0
         spool_dir = tmp_path / "data" / "spool"
-        from agent.spool import Spool
+        from agent.state.spool import Spool
 
         stored = {c.url for p in Spool(spool_dir).oldest(10**6) for c in Spool.read(p).captures}
         assert stored >= truth, "every fetched page is recorded for storage"

@@ -1,6 +1,6 @@
 """RobotsCache: RFC 9309 status semantics, TTLs, crawl-delay and sitemaps, on the lab's robots files."""
 
-from agent.robots import RobotsCache
+from agent.crawl.robots import RobotsCache
 from lab.testing import small_topology
 from lab.web import Web
 

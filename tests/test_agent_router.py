@@ -3,9 +3,9 @@ most alpha URLs per owner, "not mine" bounces, consultant outages, owner failure
 
 from __future__ import annotations
 
-from agent.frontier import Item
-from agent.hostcache import HostCache, HostRoute
-from agent.router import Router
+from agent.state.frontier import Item
+from agent.placement.hostcache import HostCache, HostRoute
+from agent.routing.router import Router
 
 
 def item(host: str, i: int = 0) -> Item:

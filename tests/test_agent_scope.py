@@ -2,7 +2,8 @@
 
 import pytest
 
-from agent.scope import REASONS, Scope, ScopeSettings, query_shape
+from agent.crawl.scope import REASONS, Scope, query_shape
+from agent.settings import ScopeSettings
 from wancrawl import config
 from wancrawl.errors import ConfigError
 

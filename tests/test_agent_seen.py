@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.seen import SeenSet, fingerprint
+from agent.state.seen import SeenSet, fingerprint
 
 
 def _urls(host: str, n: int, tag: str = "p") -> list[str]:

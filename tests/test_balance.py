@@ -1,4 +1,4 @@
-"""Load balancing phase 1: the load level (agent/load.py), the planner (consultant/balance.py)
+"""Load balancing phase 1: the load level (agent/placement/load.py), the planner (consultant/balance.py)
 against its rules, and the consultant's balance round writing overrides."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.load import LoadGauge, heaviest, load_level
+from agent.placement.load import LoadGauge, heaviest, load_level
 from agent.settings import LoadSettings
 from consultant.balance import (
     ELSEWHERE, AgentLoad, Balancer, Policy, after, improves, plan, regions, tier, worth,

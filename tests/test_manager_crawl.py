@@ -8,8 +8,8 @@ breadth-first crawl written here with the standard library only, each URL stored
 host fetched by one agent. Then a crawl interrupted with SIGINT exits 130 leaving no process
 behind, and a second run with the same --out completes it without storing or fetching anything twice.
 
-The reference crawler mirrors what the agent follows and how it writes URLs (agent/links.py,
-agent/outcome.py, wancrawl/urls.py), re-implemented rather than imported:
+The reference crawler mirrors what the agent follows and how it writes URLs (agent/crawl/links.py,
+agent/crawl/outcome.py, wancrawl/urls.py), re-implemented rather than imported:
   * links: <a href> and <area href>, resolved against the first <base href> if any (the trees
     have no <meta http-equiv=refresh> or <meta name=robots>: asserted, so a tree that grows one
     fails loudly instead of silently differing); only 200 responses with an HTML type are parsed;

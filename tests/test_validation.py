@@ -12,11 +12,11 @@ from argparse import Namespace
 import pytest
 
 from agent import validate as agent_validate
-from agent.hostcache import HostCache
-from agent.placement import HostDirectory
+from agent.placement.hostcache import HostCache
+from agent.placement.directory import HostDirectory
 from agent.server import AgentServicer
-from agent.shipper import StorageShipper
-from agent.spool import Spool
+from agent.state.shipper import StorageShipper
+from agent.state.spool import Spool
 from consultant.client import HostRoute
 from storage.client import Ack, GrpcStorageClient, make_batch
 from storage.config import load as storage_settings
@@ -386,7 +386,7 @@ def test_handover_parts_are_checked_one_by_one():
 
 
 def test_a_pushed_url_too_long_is_an_error_of_its_own_and_scope_refusals_are_reported():
-    from agent.intake import parse_push
+    from agent.routing.intake import parse_push
 
     parsed, errs = parse_push([agent_pb2.UrlItem(url="http://a.cn/"), agent_pb2.UrlItem(url="http://a.cn/" + HUGE)], False)
     assert [i for i, _ in parsed] == [0] and errs[0].startswith("1: url is 100012 characters long") and short(errs[0])

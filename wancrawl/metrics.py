@@ -4,13 +4,11 @@ Each service declares one `Schema` in its own `metrics.py` (agent/metrics.py,
 consultant/metrics.py, storage/metrics.py): the names of its numbers that are levels (gauges),
 the families that carry one extra label, and a line of meaning per name. Every other name is a
 count that only grows and is exposed as a counter, `<prefix>_<name>_total`. docs/metrics.md is
-generated from the schemas (`python -m wancrawl.metrics docs/metrics.md`; a test fails when it is
-stale).
+generated from the schemas by scripts/metrics_doc.py (a test fails when it is stale).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +88,7 @@ def serve_metrics(listen: str, schema: Schema, instance: str, collect: Callable[
 
 # -- docs/metrics.md ------------------------------------------------------------------------------
 
-BEGIN, END = "<!-- metrics:{} begin (generated: python -m wancrawl.metrics docs/metrics.md) -->", "<!-- metrics:{} end -->"
+BEGIN, END = "<!-- metrics:{} begin (generated: python scripts/metrics_doc.py docs/metrics.md) -->", "<!-- metrics:{} end -->"
 
 
 def markdown(schema: Schema) -> str:
@@ -102,17 +100,10 @@ def markdown(schema: Schema) -> str:
     return "\n".join(rows)
 
 
-def schemas() -> dict[str, Schema]:
-    from agent.metrics import SCHEMA as agent
-    from consultant.metrics import SCHEMA as consultant
-    from storage.metrics import SCHEMA as storage
-
-    return {"agent": agent, "consultant": consultant, "storage": storage}
-
-
-def render(text: str) -> str:
-    """`text` with every generated table replaced by the current one."""
-    for key, schema in schemas().items():
+def render(text: str, schemas: dict[str, Schema]) -> str:
+    """`text` with every generated table (one per service in `schemas`) replaced by the current one.
+    The services' schemas are gathered by scripts/metrics_doc.py: this package is below them."""
+    for key, schema in schemas.items():
         begin, end = BEGIN.format(key), END.format(key)
         head, sep, rest = text.partition(begin)
         if not sep:
@@ -122,29 +113,3 @@ def render(text: str) -> str:
             raise ValueError(f"no {end!r} marker")
         text = f"{head}{begin}\n{markdown(schema)}\n{end}{tail}"
     return text
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m wancrawl.metrics FILE [--check]: regenerate the metric tables in FILE."""
-    args = sys.argv[1:] if argv is None else argv
-    check = "--check" in args
-    paths = [a for a in args if a != "--check"]
-    if len(paths) != 1:
-        print("usage: python -m wancrawl.metrics docs/metrics.md [--check]", file=sys.stderr)
-        return 2
-    with open(paths[0], encoding="utf-8") as fh:
-        old = fh.read()
-    new = render(old)
-    if check:
-        if new != old:
-            print(f"{paths[0]} is stale: run python -m wancrawl.metrics {paths[0]}", file=sys.stderr)
-            return 1
-        return 0
-    if new != old:
-        with open(paths[0], "w", encoding="utf-8") as fh:
-            fh.write(new)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

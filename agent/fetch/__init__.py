@@ -1,4 +1,6 @@
-"""Fetching: the Fetcher contract, its backends by name, and create_fetcher for the agent's config."""
+"""fetch: HTTP fetching behind the Fetcher port: the contract and its settings (base.py), the
+address guard, the backends by name (aiohttp, httpx; tests/test_agent_fetch.py runs one contract
+over both) and create_fetcher for the agent's config. The bottom room. Imports only wancrawl."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Pure: `Router` takes URLs, consultant answers and push outcomes, and returns decisions (what
 goes to the local frontier, which hosts to resolve, which batches to push). The agent's I/O
-shell (agent/routing_service.py) carries them out. It reads the host cache and never writes it
-(agent/placement.py HostDirectory does). Counters follow the paper's traffic formula
+shell (agent/routing/service.py) carries them out. It reads the host cache and never writes it
+(agent/placement/directory.py HostDirectory does). Counters follow the paper's traffic formula
 mu*n/alpha + lambda*2m/beta.
 """
 
@@ -14,8 +14,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.frontier import Item
-from agent.hostcache import HostCache, HostRoute
+from agent.placement.hostcache import HostCache, HostRoute
+from agent.state.frontier import Item
 
 # While an item is routed, Item.seq is its outbox row (0 = none): what is owed to a peer.
 

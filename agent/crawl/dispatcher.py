@@ -10,16 +10,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.crawl.links import extract_links
+from agent.crawl.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
+from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_of
+from agent.crawl.refetch import StoredCheck
+from agent.crawl.robots import RobotsCache, RobotsState
+from agent.crawl.scope import Scope
 from agent.fetch import FetchRequest, FetchResponse, Fetcher
-from agent.frontier import Frontier, Item
-from agent.gate import Gate
-from agent.links import extract_links
-from agent.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
-from agent.politeness import OriginBackoff, Politeness, Scheduler, origin_of
-from agent.refetch import StoredCheck
-from agent.robots import RobotsCache, RobotsState
-from agent.scope import Scope
+from agent.placement.gate import Gate
 from agent.settings import AgentSettings
+from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
@@ -42,7 +42,7 @@ class Parked:
 
 @dataclass(frozen=True)
 class HostCrawlState:
-    """The dispatcher's part of one host's state (agent/ledger.py HostState holds the rest)."""
+    """The dispatcher's part of one host's state (agent/ownership/ledger.py HostState holds the rest)."""
 
     crawl_delay: float | None
     backoff_until: float

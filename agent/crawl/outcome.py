@@ -1,7 +1,7 @@
 """What to do with a fetched page: retry, give up, follow a redirect, parse, record (pure).
 
 Decided from the response, how often the URL was tried and the policy; the dispatcher carries
-the decision out. No I/O, no clock: unit-tested like agent/router.py.
+the decision out. No I/O, no clock: unit-tested like agent/routing/router.py.
 """
 
 from __future__ import annotations

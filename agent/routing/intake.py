@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from agent.frontier import Frontier, Item
-from agent.scope import Scope, query_shape
-from agent.seen import SeenSet
+from agent.crawl.scope import Scope, query_shape
+from agent.state.frontier import Frontier, Item
+from agent.state.seen import SeenSet
 from agent.validate import url_problem
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2

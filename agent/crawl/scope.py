@@ -3,72 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-from wancrawl.errors import InvalidArgument
-from wancrawl.urls import canonical_host
+from agent.settings import ScopeSettings
 
 # Stable reason names (counter keys), in the order check() tries them.
 REASONS = (
     "url_length", "depth", "scheme", "port", "domain", "denied_domain", "denied_pattern", "pattern",
     "path_depth", "repeated_segments", "query_params",
 )
-
-
-@dataclass
-class ScopeSettings:
-    allowed_domains: list[str] = field(default_factory=list)  # host equal to or under one; [] = any
-    denied_domains: list[str] = field(default_factory=list)  # wins over allowed_domains
-    allow_patterns: list[str] = field(default_factory=list)  # regex searched in the URL; [] = any
-    deny_patterns: list[str] = field(default_factory=list)
-    # Link hops from a seed (seeds are depth 0; a link or a redirect is one more). On by default,
-    # at Heritrix's maxHops: without it a calendar-style trap (one new in-host page per page, every
-    # page distinct) is bounded only by the page budget and keeps the crawl from ever finishing.
-    # -1 in TOML = no limit, for every optional budget below.
-    max_depth: int | None = 20
-    # Per-host budgets, on by default (issue 11): a trap host cannot grow the agent's memory or disk
-    # without bound. Pages counted persistently (the frontier); unset = no limit.
-    max_pages_per_host: int | None = 100_000
-    max_queued_per_host: int | None = 50_000   # URLs queued at once; beyond it new ones are dropped
-    max_outlinks_per_page: int = 6_000          # links kept per page (Heritrix's default)
-    max_urls_per_query_shape: int | None = 1_000  # URLs of a host differing only in query values
-    follow_rel_nofollow: bool = True  # follow <a rel="nofollow"> (meta robots nofollow is always honoured)
-    max_url_length: int = 2048
-    max_path_depth: int = 32  # path segments
-    max_segment_repeats: int = 2  # a run of 1-3 segments repeated more often than this is a trap
-    max_query_params: int = 32
-    schemes: list[str] = field(default_factory=lambda: ["http", "https"])  # of the URLs followed
-    ports: list[int] = field(default_factory=list)  # [] = any; else only these (a URL without a port: 80 or 443)
-
-    def __post_init__(self) -> None:
-        for key in ("allowed_domains", "denied_domains"):
-            doms = []
-            for i, d in enumerate(getattr(self, key)):
-                try:
-                    doms.append(canonical_host(str(d).lstrip(".")))
-                except InvalidArgument as exc:
-                    raise ValueError(f"{key}[{i}]: {exc}") from None
-            setattr(self, key, doms)
-        for key in ("allow_patterns", "deny_patterns"):
-            for i, p in enumerate(getattr(self, key)):
-                try:
-                    re.compile(p)
-                except re.error as exc:
-                    raise ValueError(f"{key}[{i}]: bad regex {p!r}: {exc}") from None
-        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape"):
-            v = getattr(self, key)
-            if v == -1:
-                setattr(self, key, None)  # TOML has no null: -1 says "no limit"
-            elif v is not None and v < 0:
-                raise ValueError(f"{key} must be >= 0, or -1 for no limit, got {v}")
-        bad = [x for x in self.schemes if x not in ("http", "https")]
-        if bad or not self.schemes:
-            raise ValueError(f"schemes must be a non-empty subset of http, https (got {self.schemes})")
-        if any(not 0 < p < 65536 for p in self.ports):
-            raise ValueError(f"ports must be 1..65535 (got {self.ports})")
-        for key in ("max_url_length", "max_path_depth", "max_segment_repeats", "max_query_params", "max_outlinks_per_page"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
 
 
 class Scope:

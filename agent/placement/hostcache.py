@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from consultant.client import HostRoute
+from agent.placement.port import HostRoute
 
 __all__ = ["HostCache", "HostRoute"]
 

@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from agent.gate import Gate
-from agent.placement import Placement
+from agent.placement.gate import Gate
+from agent.placement.port import Placement
 from agent.settings import AgentSettings, bind_ip
 from wancrawl import errors
 from wancrawl.v1 import common_pb2

@@ -21,12 +21,12 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from agent.changes import ChangeLog
 from agent.client import AgentPool
-from agent.frontier import Item
-from agent.ledger import HostLedger
-from agent.placement import HostDirectory
-from agent.replica import crawl_of
+from agent.ownership.ledger import HostLedger
+from agent.ownership.replica import crawl_of
+from agent.placement.directory import HostDirectory
+from agent.state.changes import ChangeLog
+from agent.state.frontier import Item
 from agent.waker import Waker
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2

@@ -1,6 +1,6 @@
 """StoredCheck: before fetching again a URL a dead owner may have stored, ask storage.
 
-A backup learns that a page is "done" only after storage acknowledged it (agent/replicator.py),
+A backup learns that a page is "done" only after storage acknowledged it (agent/ownership/replicator.py),
 and marks "unshipped" the pages the owner fetched but had not yet stored; both marks travel in
 replication rounds, so an owner that dies may have stored pages its backup still holds as
 queued, marked or not (kill2 in bench/chaos.py: the promoted agent killed in the burst after its

@@ -14,10 +14,10 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from agent.dispatcher import HostCrawlState
-from agent.frontier import Item
-from agent.ledger import HostState
-from agent.seen import SeenSet
+from agent.crawl.dispatcher import HostCrawlState
+from agent.ownership.ledger import HostState
+from agent.state.frontier import Item
+from agent.state.seen import SeenSet
 from wancrawl.v1 import agent_pb2
 
 _SCHEMA = """

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Callable
 
 from agent.client import AgentPool
-from agent.frontier import Item
-from agent.outbox import Outbox
-from agent.placement import HostDirectory
-from agent.router import PushBatch, Router
+from agent.placement.directory import HostDirectory
+from agent.routing.router import PushBatch, Router
+from agent.state.frontier import Item
+from agent.state.outbox import Outbox
 from agent.waker import Waker
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2

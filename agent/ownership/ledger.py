@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.dispatcher import Dispatcher, HostCrawlState
-from agent.frontier import Frontier, Item
-from agent.robots import RobotsState
-from agent.seen import SeenSet, fingerprint
+from agent.crawl.dispatcher import Dispatcher, HostCrawlState
+from agent.crawl.robots import RobotsState
+from agent.state.frontier import Frontier, Item
+from agent.state.seen import SeenSet, fingerprint
 from wancrawl.v1 import agent_pb2
 
 # Items or fingerprints per HandOver message: a host of millions of URLs goes in parts of a

@@ -1,31 +1,19 @@
-"""The Placement port ("who owns this host") and the agent's cached view of it.
+"""HostDirectory: the agent's cached view of placement ("who owns this host").
 
-`Placement` is what an agent needs of whatever places hosts on agents: today the consultant
-(consultant.client.ConsultantClient implements it); a consultant-less Kademlia overlay later.
-`HostDirectory` is the one way the agent asks it about hosts: batched look-ups through the host
-cache, of which it is the only writer.
+`HostDirectory` is the one way the agent asks a `Placement` (agent/placement/port.py) about
+hosts: batched look-ups through the host cache, of which it is the only writer.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
-from agent.hostcache import HostCache
-from consultant.client import HostRoute, Registration
+from agent.placement.hostcache import HostCache
+from agent.placement.port import HostRoute, Placement
 from wancrawl import errors
-from wancrawl.v1 import common_pb2
 
 log = logging.getLogger("agent")
-
-
-class Placement(Protocol):
-    async def register(self, agent_id: str, address: str, *, location: common_pb2.Location | None = None,
-                       source_ip: str = "", capacity: float = 0.0) -> Registration: ...
-    async def heartbeat(self, agent_id: str, load: common_pb2.LoadReport) -> int: ...
-    async def deregister(self, agent_id: str) -> int: ...
-    async def resolve(self, hosts: list[str]) -> list[HostRoute]: ...
 
 
 class HostDirectory:

@@ -7,10 +7,7 @@ from bisect import insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from agent.changes import ChangeLog
+from typing import Protocol
 
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
@@ -43,6 +40,14 @@ class Item:
     not_before: float = 0.0
     seq: int = -1
     force: bool = False  # queue it even if seen (an operator's re-seed); not kept on disk
+
+
+class FlushListener(Protocol):
+    """Told what each flush made durable, and of hosts dropped whole (agent/state/changes.py's
+    ChangeLog, for replication). The frontier receives one; it does not know who listens."""
+
+    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]]) -> None: ...
+    def cleared(self, host: str) -> None: ...
 
 
 class _HostQ:
@@ -87,7 +92,7 @@ class Frontier:
         synchronous: str = "NORMAL",
         cache_kib: int = 8192,
         wal_pages: int = 16384,
-        changes: ChangeLog | None = None,
+        changes: FlushListener | None = None,
     ) -> None:
         if hot_per_host < 1:
             raise ValueError("hot_per_host must be >= 1")

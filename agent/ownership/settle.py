@@ -24,15 +24,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agent.client import AgentPool
-from agent.gate import Gate
-from agent.handoff import HandOff
-from agent.ledger import HostLedger
-from agent.membership import Membership
-from agent.placement import HostDirectory
-from agent.replica import ReplicaStore
-from agent.replicator import Replicator
+from agent.ownership.handoff import HandOff
+from agent.ownership.ledger import HostLedger
+from agent.ownership.replica import ReplicaStore
+from agent.ownership.replicator import Replicator
+from agent.placement.directory import HostDirectory
+from agent.placement.gate import Gate
+from agent.placement.membership import Membership
+from agent.placement.port import HostRoute
 from agent.waker import Waker
-from consultant.client import HostRoute
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
 
@@ -247,7 +247,7 @@ class Ownership:
             if self.may_be_stored is not None:
                 # The dead owner may have stored any of them in its last moments: those it had
                 # not told this replica about at all (no "unshipped" mark yet) as well as the
-                # unshipped ones. Storage is asked before each is fetched (agent/refetch.py).
+                # unshipped ones. Storage is asked before each is fetched (agent/crawl/refetch.py).
                 self.may_be_stored([i.url for i in st.queue])
             self.ledger.merge(st)
             self.replicas.drop([h])

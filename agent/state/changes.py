@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.frontier import Item
+from agent.state.frontier import Item
 
 
 @dataclass

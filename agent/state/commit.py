@@ -6,10 +6,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from agent.frontier import Frontier, Item
-from agent.outbox import Outbox
-from agent.seen import SeenSet
-from agent.spool import Spool
+from agent.state.frontier import Frontier, Item
+from agent.state.outbox import Outbox
+from agent.state.seen import SeenSet
+from agent.state.spool import Spool
 from storage.client import make_batch
 from wancrawl.warcrecords import Capture
 

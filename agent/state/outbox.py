@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from agent.frontier import Item
+from agent.state.frontier import Item
 
 
 class Outbox:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from agent.client import AgentPool
-from agent.ledger import HostLedger, HostState
-from agent.placement import HostDirectory
+from agent.ownership.ledger import HostLedger, HostState
+from agent.placement.directory import HostDirectory
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
 

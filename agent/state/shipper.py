@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Container
 from pathlib import Path
 
-from agent.spool import Spool
+from agent.state.spool import Spool
 from storage.client import Ack, StorageClient
 from wancrawl import errors
 from wancrawl.v1 import storage_pb2

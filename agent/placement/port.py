@@ -1,0 +1,32 @@
+"""The Placement port: what an agent needs of whatever places hosts on agents.
+
+Today the consultant answers it (agent/placement/consultant.py); the consultant-less Kademlia
+overlay (seeds 000 and 001) is the second implementation, beside it in this package. Every
+implementation passes tests/test_placement_contract.py.
+
+`HostRoute` (a host's ranked preference list: owner first, then its backups, with a TTL and the
+epoch it was decided in) and `Registration` (the epoch and lease a registration was given) are
+the port's answers. The consultant's client defines them, and the agent reads them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from consultant.client import HostRoute, Registration
+from wancrawl.v1 import common_pb2
+
+__all__ = ["HostRoute", "Placement", "Registration"]
+
+
+class Placement(Protocol):
+    """Join (register), stay (heartbeat: the lease), leave (deregister), ask who owns hosts
+    (resolve: one HostRoute per host, in the order asked), and close. Epochs only grow; an answer
+    for a host that cannot be placed carries its reason in `error` and no agents."""
+
+    async def register(self, agent_id: str, address: str, *, location: common_pb2.Location | None = None,
+                       source_ip: str = "", capacity: float = 0.0) -> Registration: ...
+    async def heartbeat(self, agent_id: str, load: common_pb2.LoadReport) -> int: ...
+    async def deregister(self, agent_id: str) -> int: ...
+    async def resolve(self, hosts: list[str]) -> list[HostRoute]: ...
+    async def close(self) -> None: ...
