@@ -336,7 +336,10 @@ def tls_setup(tmp: Path, on: bool):
     set_default_client_tls(TlsSettings(str(d / "ca.crt"), str(d / "operator-bench.crt"), str(d / "operator-bench.key")))
 
     def secure(path: Path, role: str, name: str) -> Path:
-        pki.issue(d, role, name)
+        # An agent's certificate binds its source_ip: under TLS the consultant places it there.
+        import tomllib
+
+        pki.issue(d, role, name, source_ip=str(tomllib.loads(path.read_text()).get("source_ip", "")) if role == "agent" else "")
         path.write_text(path.read_text() + "\n" + pki.tls_table(d, role, name))
         return path
 

@@ -57,14 +57,20 @@ def world(tmp: Path, n_hosts: int):
     return topo, paths, hosts, isps
 
 
-def make_pki(tmp: Path) -> Path:
-    """A CA, the consultant's certificate, the operator's and one per agent id."""
+def agent_ip(topo, i: int) -> str:
+    b = topo.blocks[i % len(topo.blocks)]
+    return topo.agent_address(b.isp, b.city, i // len(topo.blocks))
+
+
+def make_pki(tmp: Path, topo) -> Path:
+    """A CA, the consultant's certificate, the operator's and one per agent id (bound to the
+    agent's address: under TLS the consultant places an agent there, docs/security.md)."""
     d = tmp / "pki"
     pki.init(d)
     pki.issue(d, "service", "consultant")
     pki.issue(d, "operator", "bench")
     for i in range(AGENTS):
-        pki.issue(d, "agent", f"agent-{i:02d}")
+        pki.issue(d, "agent", f"agent-{i:02d}", source_ip=agent_ip(topo, i))
     return d
 
 
@@ -100,10 +106,8 @@ fallback = "geo"
 
 
 async def register_agents(addr: str, topo, tmp: Path, tls: bool) -> None:
-    blocks = topo.blocks
     for i in range(AGENTS):
-        b = blocks[i % len(blocks)]
-        ip = topo.agent_address(b.isp, b.city, i // len(blocks))
+        ip = agent_ip(topo, i)
         # With TLS an agent registers only as the id in its certificate.
         async with ConsultantClient(addr, timeout=60, tls=client_tls(tmp, tls, "agent", f"agent-{i:02d}")) as client:
             await client.register(f"agent-{i:02d}", f"{ip}:{7000 + i}", source_ip=ip)
@@ -169,7 +173,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         topo, paths, hosts, isps = world(tmp, args.hosts)
-        make_pki(tmp)
+        make_pki(tmp, topo)
         rows = [asyncio.run(bench_strategy(s, tmp, topo, paths, hosts, isps, tls))
                 for s in args.strategies.split(",") for tls in modes]
     print(f"\nResolve throughput: batches of {BATCH}, {AGENTS} agents, {IN_FLIGHT} requests in flight, consultant pinned to one core")

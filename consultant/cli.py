@@ -33,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--lease-seconds", type=float)
     s.add_argument("--log-level")
     s.add_argument("--metrics-listen", help="host:port for Prometheus metrics")
+    s.add_argument("--agent-locations", help="TOML file of [<agent id>] tables: agents' locations stated by the operator "
+                                             "(agents behind NAT or in containers; docs/security.md)")
 
     def client_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
@@ -65,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         "databases.asn_db": args.asn_db, "databases.pyasn_file": args.pyasn_file,
         "lease_seconds": args.lease_seconds, "log_level": args.log_level,
         "dns.system_dns": False if args.no_system_dns else None, "metrics_listen": args.metrics_listen,
+        "agent_locations": args.agent_locations,
     }
     settings = load_settings(args.config, overrides)
     run(settings)

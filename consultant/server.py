@@ -14,8 +14,9 @@ from consultant.metrics import SCHEMA as METRICS
 from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
+from consultant.whereabouts import Evidence, connection_ip
 from wancrawl import grpcutil
-from wancrawl.auth import Rules
+from wancrawl.auth import Rules, peer_source_ips
 from wancrawl.metrics import serve_metrics
 from wancrawl.errors import ConfigError
 from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
@@ -45,9 +46,18 @@ def location_of(rec: AgentRecord, isp: str) -> common_pb2.Location:
     )
 
 
+def evidence_of(context: Any, verified: bool) -> Evidence:
+    """What the server itself knows of a caller: under mutual TLS, the source address its
+    certificate binds and the connection's remote address; in plaintext nothing is verified."""
+    if not verified:
+        return Evidence()
+    return Evidence(True, frozenset(peer_source_ips(context)), connection_ip(str(context.peer() or "")))
+
+
 class ConsultantServicer(pb_grpc.ConsultantServicer):
-    def __init__(self, service: ConsultantService):
+    def __init__(self, service: ConsultantService, verified: bool = False):
         self.service = service
+        self.verified = verified  # mutual TLS: callers' certificates are checked (Register's evidence)
         self._refs_epoch = -1
         self._refs: list[common_pb2.AgentRef] = []
 
@@ -67,7 +77,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
             lat=loc.lat if has else None, lon=loc.lon if has else None, asn=loc.asn,
             source_ip=request.source_ip, capacity=request.capacity,
         )
-        epoch, stored = await self.service.register(rec)
+        epoch, stored = await self.service.register(rec, evidence_of(context, self.verified))
         return pb.RegisterResponse(
             epoch=epoch, lease_seconds=self.service.settings.lease_seconds,
             location=location_of(stored, self.service.directory.site_isp(stored.asn)),
@@ -157,7 +167,7 @@ class ConsultantServer:
         self.settings = settings
         self.service = service
         self.grpc, self.health, self.security = grpcutil.new_server(settings.tls, name="consultant", rules=AUTH_RULES)
-        pb_grpc.add_ConsultantServicer_to_server(ConsultantServicer(service), self.grpc)
+        pb_grpc.add_ConsultantServicer_to_server(ConsultantServicer(service, verified=not self.security.insecure), self.grpc)
         self.port = grpcutil.bind(self.grpc, settings.listen, self.security)
         self.address = grpcutil.host_port(settings.listen, self.port)
         self.metrics_server: Any = None  # prometheus_client's HTTP server, while serving
@@ -198,8 +208,9 @@ class ConsultantServer:
 
 
 def _kept_overrides(settings: ConsultantSettings) -> dict:
-    # Flags given on the command line (listen, state) keep their values across reloads.
-    return {"listen": settings.listen, "state_url": settings.state_url}
+    # Flags given on the command line (listen, state, the agent locations file) keep their
+    # values across reloads; the locations file's content is read again.
+    return {"listen": settings.listen, "state_url": settings.state_url, "agent_locations": settings.agent_locations or None}
 
 
 def create_server(settings: ConsultantSettings) -> tuple[ConsultantServer, int]:

@@ -22,12 +22,14 @@ from consultant.partition import Partitioner, Site, create
 from consultant.settings import ConsultantSettings
 from consultant.sitedb import AsnDB, CityDB, shipped_city_db
 from consultant.store import Store
+from consultant.whereabouts import Evidence, Place, settle
 from wancrawl.checks import shown
-from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
+from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.urls import canonical_host, ip_literal
 
 log = logging.getLogger("consultant")
+_MAX_LOGGED_REFUSALS = 10_000
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 
@@ -141,6 +143,7 @@ class ConsultantService:
         # Counts since start (consultant/metrics.py says what each means).
         self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
                          "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
+        self._refusals_logged: set[str] = set()  # Register refusals already logged (agents retry each heartbeat)
 
     @staticmethod
     def _balancer(settings: ConsultantSettings) -> Balancer:
@@ -253,8 +256,32 @@ class ConsultantService:
         return moves
 
     # -- membership --------------------------------------------------------------------------
-    def locate_agent(self, rec: AgentRecord) -> AgentRecord:
-        """Fill in a missing city/coordinates/ASN from the agent's IP through the DBs."""
+    def place_of(self, ip: str) -> Place:
+        """An address's city, coordinates and ASN through the DBs (empty where they know none)."""
+        place = Place()
+        if self.city_db is not None:
+            g = self.city_db.lookup(ip)
+            if g is not None:
+                place = Place(g.city, g.country, g.lat, g.lon)
+        if self.asn_db is not None:
+            place = Place(place.city, place.country, place.lat, place.lon, self.asn_db.lookup(ip))
+        return place
+
+    def locate_agent(self, rec: AgentRecord, evidence: Evidence = Evidence()) -> AgentRecord:
+        """The record with the agent's place (consultant/whereabouts.py): from the operator's
+        [agents.<id>] table, else (mutual TLS) from its certificate or connection, its own
+        claims only checked; in plaintext, from its claims as before."""
+        configured = self.settings.agents.get(rec.agent_id)
+        if configured is None and not evidence.verified:
+            return self._locate_by_claims(rec)
+        claim = Place(rec.city, rec.country, rec.lat, rec.lon, rec.asn)
+        where = settle(rec.agent_id, rec.source_ip, claim, evidence, configured, self.place_of)
+        p = where.place
+        return replace(rec, source_ip=where.ip, city=p.city, country=p.country, lat=p.lat, lon=p.lon, asn=p.asn)
+
+    def _locate_by_claims(self, rec: AgentRecord) -> AgentRecord:
+        """Plaintext (nothing is verified): the claimed location, the rest filled in from the
+        claimed source_ip (else the address's IP, or its name in the hosts file) through the DBs."""
         ip = ip_literal(rec.source_ip) if rec.source_ip else None
         if ip is None:
             ip = ip_literal(rec.address.rpartition(":")[0].strip("[]"))
@@ -271,7 +298,9 @@ class ConsultantService:
             changes["asn"] = self.asn_db.lookup(ip)
         return replace(rec, **changes)
 
-    async def register(self, rec: AgentRecord) -> tuple[int, AgentRecord]:
+    async def register(self, rec: AgentRecord, evidence: Evidence = Evidence()) -> tuple[int, AgentRecord]:
+        """Register (or re-register) an agent; `evidence` is what the server verified of the
+        caller (none in plaintext)."""
         validate_agent_id(rec.agent_id)
         validate_address(rec.address)
         if rec.source_ip and ip_literal(rec.source_ip) is None:
@@ -280,7 +309,11 @@ class ConsultantService:
             raise InvalidArgument(f"location lat/lon ({rec.lat}, {rec.lon}) out of range")
         if not math.isfinite(rec.capacity) or rec.capacity < 0:
             raise InvalidArgument(f"capacity must be a finite number >= 0, not {rec.capacity!r}")
-        rec = self.locate_agent(rec)
+        try:
+            rec = self.locate_agent(rec, evidence)
+        except PermissionDenied as exc:
+            self._log_refusal(rec.agent_id, str(exc))
+            raise
         if rec.capacity > 0:
             rec = replace(rec, weight=rec.capacity)
         epoch, bumped = await self._run(self.store.register, rec, self.clock(), self.settings.lease_seconds)
@@ -289,6 +322,13 @@ class ConsultantService:
             log.info("agent %s registered at %s (%s, AS%d): epoch %d", rec.agent_id, rec.address, rec.city or "?", rec.asn, epoch)
             await self.refresh()
         return epoch, rec
+
+    def _log_refusal(self, agent_id: str, reason: str) -> None:
+        # Once per agent and reason: a refused agent tries again every heartbeat interval.
+        key = f"{agent_id}\0{reason}"
+        if key not in self._refusals_logged and len(self._refusals_logged) < _MAX_LOGGED_REFUSALS:
+            self._refusals_logged.add(key)
+            log.warning("Register of %s refused: %s", agent_id, reason)
 
     async def heartbeat(self, agent_id: str, load: dict) -> int:
         validate_agent_id(agent_id)

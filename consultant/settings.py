@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
-from wancrawl.config import load
+from wancrawl.config import build, load, read_toml
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
 
@@ -56,6 +57,36 @@ class BalanceSettings:
 
 
 @dataclass(frozen=True)
+class AgentLocation:
+    """One agent's place as the operator states it (`[agents.<id>]`): for agents whose address
+    says nothing the consultant can check (behind NAT, in a container). Given fields are used as
+    they are; `ip`, when set, is looked up in the City and ASN DBs for the fields left out. It
+    comes before the agent's certificate and connection (docs/security.md, "Where an agent is")."""
+
+    city: str = ""
+    country: str = ""
+    lat: float | None = None
+    lon: float | None = None
+    asn: int = 0
+    ip: str = ""  # the agent's public address (its NAT's), if known
+
+    def __post_init__(self) -> None:
+        if (self.lat is None) != (self.lon is None):
+            raise ValueError("lat and lon go together")
+        if self.lat is not None and not (-90 <= self.lat <= 90 and -180 <= self.lon <= 180):  # type: ignore[operator]
+            raise ValueError(f"lat/lon ({self.lat}, {self.lon}) out of range")
+        if self.asn < 0:
+            raise ValueError(f"asn must be >= 0, got {self.asn}")
+        if self.ip:
+            try:
+                ipaddress.ip_address(self.ip)
+            except ValueError:
+                raise ValueError(f"ip {self.ip!r} is not an IP address") from None
+        if not (self.city or self.country or self.lat is not None or self.asn or self.ip):
+            raise ValueError("an agent's location needs at least one of city, country, lat/lon, asn, ip")
+
+
+@dataclass(frozen=True)
 class _ServiceSettings:
     """Every key but the strategies' option tables."""
 
@@ -77,6 +108,10 @@ class _ServiceSettings:
     dns: DnsSettings = field(default_factory=DnsSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
+    # Agents' locations stated by the operator, by agent id: [agents.<id>] tables here, and the
+    # same tables in the file `agent_locations` names (an id in both is an error).
+    agents: dict[str, AgentLocation] = field(default_factory=dict)
+    agent_locations: str = ""
     source: str = field(default="defaults", compare=False)  # where the settings came from
 
     def __post_init__(self) -> None:
@@ -127,7 +162,8 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
             flags[name][key] = value
     raw: Any = load(
         _file_layout(), path, rest,
-        paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file", "tls.ca", "tls.cert", "tls.key"),
+        paths=("databases.city_db", "databases.asn_db", "databases.pyasn_file", "dns.hosts_file", "tls.ca", "tls.cert", "tls.key",
+               "agent_locations"),
         sqlite_urls=("state_url",),
     )
     strategies = {}
@@ -137,7 +173,24 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         if flags[name]:  # checked again with the flags, so an error names where a bad value came from
             strategies[name] = parse_options(name, {**table, **flags[name]}, source="command line")
     common = {f.name: getattr(raw, f.name) for f in fields(_ServiceSettings)}
+    common["agents"] = {**raw.agents, **_agent_locations(raw.agent_locations, raw.agents)}
     return ConsultantSettings(**common, strategies=strategies)
 
 
-__all__ = ["ConsultantSettings", "ConfigError", "load_settings"]
+def _agent_locations(path: str, inline: dict[str, AgentLocation]) -> dict[str, AgentLocation]:
+    """The [<agent id>] tables of the `agent_locations` file, checked as [agents.<id>] are."""
+    if not path:
+        return {}
+    data = read_toml(path)
+    twice = sorted(set(data) & set(inline))
+    if twice:
+        raise ConfigError(f"{path}: {', '.join(twice)} also in the config's [agents] tables: state each agent's location once")
+    out = {}
+    for agent_id, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: '{agent_id}' must be a table of city, country, lat, lon, asn, ip")
+        out[str(agent_id)] = build(AgentLocation, table, where=f"{agent_id}.", source=path)
+    return out
+
+
+__all__ = ["AgentLocation", "ConsultantSettings", "ConfigError", "load_settings"]

@@ -99,9 +99,12 @@ def use_cluster_tls(cl: Cluster) -> None:
         register_client_tls([cl.consultant, cl.storage, *cl.agents.values()], lab_tls(cl.run_dir))
 
 
-def _pki(run: Path, role: str, name: str) -> str:
-    """Issue ROLE/NAME's certificate in the run's PKI (a CA made on first use); its [tls] table."""
-    return procs.issue_tls(run, role, name, operator=OPERATOR, ca_name=f"wancrawl lab CA ({run.name})")
+def _pki(run: Path, role: str, name: str, source_ip: str = "") -> str:
+    """Issue ROLE/NAME's certificate in the run's PKI (a CA made on first use); its [tls] table.
+    An agent's certificate binds its block address: the consultant places it there, and refuses
+    a Register claiming another (lab agents reach the consultant from 127.0.0.1, which says
+    nothing of their block: docs/security.md, "Where an agent is")."""
+    return procs.issue_tls(run, role, name, operator=OPERATOR, ca_name=f"wancrawl lab CA ({run.name})", source_ip=source_ip)
 
 
 def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
@@ -180,7 +183,7 @@ total_timeout = 20.0
 delay = {own.get("delay", delay)}
 [scope]
 allowed_domains = {_toml_list(allowed)}
-{_pki(run, "agent", g)}
+{_pki(run, "agent", g, src)}
 {agent_tables}""")
         agents[g] = Service(cfg, f"127.0.0.1:{aport}", src)
     return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
@@ -407,7 +410,7 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
             raise ConfigError(f"{_config_of(template)}: no top-level {key!r} line to replace")
     cfg = run / "agents" / f"{g}.toml"
     # Its own certificate: the copied [tls] table (the last table of an agent's config) named the template.
-    text = text.split("\n[tls]\n", 1)[0].rstrip("\n") + "\n" + _pki(run, "agent", g)
+    text = text.split("\n[tls]\n", 1)[0].rstrip("\n") + "\n" + _pki(run, "agent", g, src)
     cfg.write_text(text.replace("# written by lab up", f"# written by lab add_agent (a copy of {template.name})", 1))
     p = _start(name, ["agent.cli", "run", "--config", str(cfg)], run)
     p.address = own["listen"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from wancrawl.pki import Identity, identity_of_pem, parse_uri
+from wancrawl.pki import Identity, identity_of_pem, parse_uri, source_ips_of_pem, source_ips_of_uris
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,16 @@ def peer_identity(context: Any) -> Identity | None:
         ident = identity_of_pem(ctx["x509_pem_cert"][0])
         found = {ident} if ident else set()
     return found.pop() if len(found) == 1 else None
+
+
+def peer_source_ips(context: Any) -> set[str]:
+    """The source addresses bound in the verified client certificate of a call
+    (`wancrawl://source-ip/ADDR`, `wancrawl pki issue ... --source-ip`); empty: none."""
+    ctx = context.auth_context() or {}
+    uris = [v.decode(errors="replace") for v in ctx.get("peer_uri", [])]
+    if not uris and ctx.get("x509_pem_cert"):  # older grpc without peer_uri
+        return source_ips_of_pem(ctx["x509_pem_cert"][0])
+    return source_ips_of_uris(uris)
 
 
 def _who(context: Any) -> str:
@@ -234,4 +244,4 @@ def role_table(rules: Rules) -> list[tuple[str, str, str]]:
     return [(m, r, f) for m, roles in rules.methods.items() for r, f in sorted(roles.items())]
 
 
-__all__ = ["Authorizer", "Rules", "Refused", "peer_identity", "role_table"]
+__all__ = ["Authorizer", "Rules", "Refused", "peer_identity", "peer_source_ips", "role_table"]

@@ -15,6 +15,11 @@ class InvalidArgument(WancrawlError):
     """A request field is malformed (maps to INVALID_ARGUMENT)."""
 
 
+class PermissionDenied(WancrawlError):
+    """The caller is who it says, but may not do this (maps to PERMISSION_DENIED): e.g. an agent
+    claiming an address or a location the consultant cannot verify."""
+
+
 class NotFound(WancrawlError):
     """The named thing (agent, host, record) does not exist (maps to NOT_FOUND)."""
 

@@ -37,6 +37,7 @@ CHANNEL_OPTIONS = [
 STATUS_FOR: dict[type[errors.WancrawlError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.ConfigError: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
@@ -47,10 +48,12 @@ STATUS_FOR: dict[type[errors.WancrawlError], grpc.StatusCode] = {
 def translate(exc: grpc.aio.AioRpcError, what: str) -> errors.WancrawlError:
     """A failed call as one of our errors, the inverse of STATUS_FOR (the client side of the
     mapping): UNAVAILABLE, DEADLINE_EXCEEDED and anything unknown become Unavailable, which
-    callers retry; the others will fail the same way again."""
+    callers retry; the others will fail the same way again. PERMISSION_DENIED stays
+    Unavailable for callers, as the authorization interceptor's refusals always were: retried,
+    since a certificate or the service's config may change under a running process."""
     cls: type[errors.WancrawlError] = errors.Unavailable
     for err, code in STATUS_FOR.items():
-        if code == exc.code() and err is not errors.ConfigError:
+        if code == exc.code() and err not in (errors.ConfigError, errors.PermissionDenied):
             cls = err
             break
     return cls(clip_message(f"{what}: {exc.code().name}: {exc.details()}"))

@@ -2,6 +2,7 @@
 
     python -m wancrawl.pki init DIR                     # DIR/ca.crt, DIR/ca.key
     python -m wancrawl.pki issue DIR agent ID           # DIR/agent-ID.crt, DIR/agent-ID.key
+    python -m wancrawl.pki issue DIR agent ID --source-ip 203.0.113.7   # ... bound to that address
     python -m wancrawl.pki issue DIR operator NAME      # a person or tool: the manager, lab, CLIs
     python -m wancrawl.pki issue DIR service NAME       # the consultant, storage
     (also `wancrawl pki ...` once the project is installed)
@@ -9,6 +10,10 @@
 Every certificate names its holder in a URI subject alternative name, `wancrawl://ROLE/NAME`;
 that is what the services' authorization reads (wancrawl.auth). Agents and services also serve,
 so theirs carry DNS/IP names for hostname verification: localhost, 127.0.0.1 and every --san.
+An agent's certificate may also bind the address it connects and fetches from, as a second URI
+`wancrawl://source-ip/ADDR`: the consultant locates the agent by that address (docs/security.md,
+"Where an agent is"). It is a URI of its own, not an IP SAN, because the IP SANs are names the
+holder serves on (every one has 127.0.0.1), not where it stands.
 Keys are ECDSA P-256, written 0600.
 """
 
@@ -27,6 +32,7 @@ from wancrawl.errors import ConfigError, InvalidArgument
 
 ROLES = ("agent", "operator", "service")
 URI_PREFIX = "wancrawl://"
+SOURCE_IP_PREFIX = URI_PREFIX + "source-ip/"  # not a role: parse_uri ignores it
 # Agent ids and names go into a URI and file names: keep them plain.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CA_CERT, CA_KEY = "ca.crt", "ca.key"
@@ -53,16 +59,47 @@ def parse_uri(uri: str) -> Identity | None:
     return Identity(role, name)
 
 
-def identity_of_pem(pem: bytes) -> Identity | None:
-    """The identity in a PEM certificate's URI SAN (None: no wancrawl URI, or several)."""
+def source_ip_uri(ip: str) -> str:
+    """The URI that binds an agent's source address; InvalidArgument if `ip` is not an IP."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        raise InvalidArgument(f"source ip {ip[:80]!r} is not an IP address") from None
+    return SOURCE_IP_PREFIX + str(addr)
+
+
+def source_ips_of_uris(uris: list[str]) -> set[str]:
+    """The addresses bound by `wancrawl://source-ip/ADDR` URIs (normalised; malformed ones are
+    skipped: only this module writes them)."""
+    found = set()
+    for u in uris:
+        if u.startswith(SOURCE_IP_PREFIX):
+            try:
+                found.add(str(ipaddress.ip_address(u[len(SOURCE_IP_PREFIX):])))
+            except ValueError:
+                continue
+    return found
+
+
+def _san_uris(pem: bytes) -> list[str]:
     from cryptography import x509
 
     cert = x509.load_pem_x509_certificate(pem)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        return None
-    found = {i for i in (parse_uri(u) for u in san.get_values_for_type(x509.UniformResourceIdentifier)) if i}
+        return []
+    return list(san.get_values_for_type(x509.UniformResourceIdentifier))
+
+
+def source_ips_of_pem(pem: bytes) -> set[str]:
+    """The source addresses a PEM certificate binds (empty: none)."""
+    return source_ips_of_uris(_san_uris(pem))
+
+
+def identity_of_pem(pem: bytes) -> Identity | None:
+    """The identity in a PEM certificate's URI SAN (None: no wancrawl URI, or several)."""
+    found = {i for i in (parse_uri(u) for u in _san_uris(pem)) if i}
     return found.pop() if len(found) == 1 else None
 
 
@@ -115,9 +152,10 @@ def init(directory: str | Path, *, days: int = 3650, force: bool = False, name: 
 
 
 def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tuple[str, ...] = (), days: int = 825,
-          out: str | Path | None = None) -> tuple[Path, Path]:
+          out: str | Path | None = None, source_ip: str = "") -> tuple[Path, Path]:
     """Issue a certificate for ROLE/NAME signed by the CA in `directory`; returns (cert, key)
-    paths, `ROLE-NAME.crt` and `.key` in `out` (default: the CA's directory)."""
+    paths, `ROLE-NAME.crt` and `.key` in `out` (default: the CA's directory). `source_ip` (agents
+    only) binds the address the agent connects and fetches from."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -127,6 +165,9 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
         raise InvalidArgument(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if not NAME_RE.match(name):
         raise InvalidArgument(f"{role} name {name[:80]!r}: letters, digits, '.', '_' and '-' only (at most 128, first a letter or digit)")
+    if source_ip and role != "agent":
+        raise InvalidArgument(f"--source-ip binds an agent's address; a {role} certificate carries none")
+    bound = source_ip_uri(source_ip) if source_ip else ""
     d = Path(directory)
     try:
         ca_key = serialization.load_pem_private_key((d / CA_KEY).read_bytes(), password=None)
@@ -134,6 +175,8 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
     except FileNotFoundError as exc:
         raise ConfigError(f"no CA in {d} ({exc.filename} missing): `pki init {d}` first") from None
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(f"{URI_PREFIX}{role}/{name}")]
+    if bound:
+        names.append(x509.UniformResourceIdentifier(bound))
     if role != "operator":  # servers: names clients verify
         for s in ("localhost", "127.0.0.1", *sans):
             try:
@@ -168,23 +211,25 @@ def setup(directory: str | Path, *, services: list[str] = (), operators: list[st
           agents_dir: str | Path | None = None) -> list[Path]:
     """A CA in `directory` unless there is one, then every named certificate not there yet:
     services (their name is their DNS name too), operators, and one agent per config in
-    `agents_dir` (its agent_id, with the host of its `advertise` address as a name)."""
+    `agents_dir` (its agent_id, with the host of its `advertise` address as a name and its
+    `source_ip`, when it sets one, bound)."""
     import tomllib
 
     d = Path(directory)
     made: list[Path] = []
     if not (d / CA_KEY).exists():
         made.append(init(d))
-    wanted: list[tuple[str, str, list[str]]] = [("service", n, [n]) for n in services]
-    wanted += [("operator", n, []) for n in operators]
+    wanted: list[tuple[str, str, list[str], str]] = [("service", n, [n], "") for n in services]
+    wanted += [("operator", n, [], "") for n in operators]
     if agents_dir:
         for cfg in sorted(Path(agents_dir).glob("*.toml")):
             data = tomllib.loads(cfg.read_text())
             host = str(data.get("advertise", "")).rpartition(":")[0]
-            wanted.append(("agent", str(data["agent_id"]), [host] if host else []))
-    for role, name, sans in wanted:
+            source = str(data.get("source_ip", "") or data.get("fetch", {}).get("source_ip", ""))
+            wanted.append(("agent", str(data["agent_id"]), [host] if host else [], source))
+    for role, name, sans, source in wanted:
         if not (d / f"{role}-{name}.crt").exists():
-            made.append(issue(d, role, name, sans=sans)[0])
+            made.append(issue(d, role, name, sans=sans, source_ip=source)[0])
     return made
 
 
@@ -214,6 +259,8 @@ def parser(prog: str = "python -m wancrawl.pki") -> argparse.ArgumentParser:
     s.add_argument("role", choices=ROLES)
     s.add_argument("name", help="the agent id, the operator's or the service's name")
     s.add_argument("--san", action="append", default=[], help="another DNS name or IP the holder serves on (repeatable)")
+    s.add_argument("--source-ip", default="", help="agents: bind the address the agent connects and fetches from; "
+                                                  "the consultant locates it there and refuses another (docs/security.md)")
     s.add_argument("--days", type=int, default=825)
     s.add_argument("--out", help="directory for the certificate and key (default: DIR)")
     st = sub.add_parser("setup", help="idempotent: a CA if DIR has none, and each named certificate it lacks "
@@ -233,15 +280,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m wancrawl.pki") ->
         if args.cmd == "init":
             print(init(args.dir, days=args.days, force=args.force))
         elif args.cmd == "issue":
-            crt, key = issue(args.dir, args.role, args.name, sans=args.san, days=args.days, out=args.out)
+            crt, key = issue(args.dir, args.role, args.name, sans=args.san, days=args.days, out=args.out,
+                             source_ip=args.source_ip)
             print(crt)
             print(key)
         elif args.cmd == "setup":
             for path in setup(args.dir, services=args.service, operators=args.operator, agents_dir=args.agents_dir):
                 print(path)
         else:
-            ident = identity_of_pem(Path(args.cert).read_bytes())
-            print(ident if ident else "no wancrawl identity in this certificate")
+            pem = Path(args.cert).read_bytes()
+            ident = identity_of_pem(pem)
+            bound = "".join(f" (source ip {ip})" for ip in sorted(source_ips_of_pem(pem)))
+            print(f"{ident}{bound}" if ident else "no wancrawl identity in this certificate")
             return 0 if ident else 1
     except (ConfigError, InvalidArgument, OSError, ValueError) as exc:
         print(f"pki {args.cmd}: {exc}", file=sys.stderr)

@@ -154,9 +154,10 @@ def operator_tls(run: Path, operator: str) -> TlsSettings:
     return TlsSettings(str(d / "ca.crt"), str(d / f"operator-{operator}.crt"), str(d / f"operator-{operator}.key"))
 
 
-def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str) -> str:
+def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str, source_ip: str = "") -> str:
     """Issue ROLE/NAME's certificate in RUN/pki (a CA and the operator's certificate made on
-    first use, with RUN/pki/operator.env for other processes) and return its [tls] TOML table."""
+    first use, with RUN/pki/operator.env for other processes) and return its [tls] TOML table.
+    `source_ip`: an agent's address, bound in its certificate (where the consultant places it)."""
     d = run / PKI_DIR
     if not (d / pki.CA_KEY).is_file():
         pki.init(d, name=ca_name)
@@ -165,5 +166,5 @@ def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str) -
         (d / "operator.env").write_text(f"# source this to run `manager` and the CLIs against the services of {run}\n"
                                         f"export WANCRAWL_TLS_CA={t.ca}\nexport WANCRAWL_TLS_CERT={t.cert}\n"
                                         f"export WANCRAWL_TLS_KEY={t.key}\n")
-    pki.issue(d, role, name)
+    pki.issue(d, role, name, source_ip=source_ip)
     return pki.tls_table(d, role, name)
