@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from lab import cluster, topology
+from wancrawl import pki
 
 # A process that runs until signalled and dies of SIGTERM, started the way the lab starts services.
 IDLE = ["http.server", "0", "--bind", "127.0.0.1"]
@@ -91,6 +93,7 @@ def test_add_agent_copies_the_first_agents_settings_and_records_it(tmp_path, mon
         assert {k: new[k] for k in own} == own and new["listen"] != old["listen"] and new["listen"] == p.address
         # Its own certificate (mutual TLS, docs/security.md), from the run's CA.
         assert new["tls"]["cert"].endswith("/pki/agent-unicom-harbin.crt") and new["tls"]["ca"] == old["tls"]["ca"]
+        assert pki.source_ips_of_pem(Path(new["tls"]["cert"]).read_bytes()) == {own["source_ip"]}  # where it is placed
         strip = lambda d: {k: v for k, v in d.items() if k not in ("agent_id", "listen", "data_dir", "source_ip", "tls")}  # noqa: E731
         assert strip(new) == strip(old) and new["politeness"]["delay"] == 0.25 and new["concurrency"] == 7
         saved = cluster.Cluster.load(tmp_path)

@@ -198,6 +198,34 @@ def test_every_agent_config_loads_and_places_the_agent_where_its_profile_says():
     assert used == set((REPO / "configs" / "agents").glob("*.toml")), "an agent config no service uses"
 
 
+def test_the_consultant_states_where_every_compose_agent_stands():
+    """A container's address says nothing about the ISP and city it stands for, and under
+    mutual TLS the consultant refuses a location it cannot verify (docs/security.md): so its
+    --agent-locations file lists every compose agent, and each agent's own [location] agrees
+    with it (else its Register would be refused)."""
+    from agent.cli import parser as agent_parser
+    from agent.settings import load_settings as agent_settings
+    from consultant.cli import parser
+    from consultant.settings import load_settings
+    from consultant.whereabouts import Evidence, Place, settle
+
+    (name,) = services_of("consultant")
+    args = parser().parse_args(SERVICES[name]["command"][1:])
+    assert args.agent_locations, "the compose consultant is given no agent locations"
+    s = load_settings(in_repo(args.config), {"agent_locations": str(in_repo(args.agent_locations))})
+    ids = set()
+    for agent in services_of("agent"):
+        a = agent_settings(in_repo(agent_parser().parse_args(SERVICES[agent]["command"][1:]).config))
+        ids.add(a.agent_id)
+        loc = a.location
+        claim = Place(loc.city, loc.country, loc.lat, loc.lon, loc.asn)
+        # Its Register as the consultant sees it: a compose-network address, no DB entry for it.
+        got = settle(a.agent_id, a.source_ip, claim, Evidence(True, connection_ip="172.18.0.5"), s.agents.get(a.agent_id),
+                     lambda ip: Place())
+        assert got.place == claim, f"{agent}: the consultant places it at {got.place}, its config says {claim}"
+    assert set(s.agents) == ids
+
+
 def test_volumes_dependencies_and_healthchecks_are_consistent():
     doc = compose()
     declared = set(doc.get("volumes") or {})

@@ -152,6 +152,14 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     a = agent_settings(cfgs.agents["unicom-beijing-2"].config)
     assert a.consultant == cfgs.consultant.address and a.storage == cfgs.storage.address
     assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
+    # Each agent's certificate binds its block address: the consultant places it there (lab
+    # agents reach the consultant from 127.0.0.1) and refuses another (docs/security.md).
+    from pathlib import Path
+
+    from wancrawl.pki import source_ips_of_pem
+
+    for g, svc in cfgs.agents.items():
+        assert source_ips_of_pem(Path(agent_settings(svc.config).tls.cert).read_bytes()) == {svc.source_ip}, g
     with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
         write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8)
 
