@@ -2,20 +2,22 @@
 
 An agent's location decides which hosts it owns (geo, asn), so a location is a claim on other
 agents' hosts: an agent that registers with another's `source_ip` takes that agent's hosts.
-The consultant therefore places an agent by, in this order (docs/security.md, "Where an agent
-is"):
+The consultant therefore places an agent by, first match wins (docs/security.md, "Where an
+agent is"):
 
 1. the operator's word: the agent's `[agents.<id>]` table in the consultant's config (agents
    behind NAT or in containers, whose address says nothing the consultant can check);
 2. under mutual TLS, the source address bound in the agent's certificate
-   (`wancrawl pki issue DIR agent ID --source-ip ADDR`), else the address the connection comes
-   from;
-3. in plaintext (tests, `[tls] insecure`), the agent's own claims, as before: nothing is
-   verified there, anyone may call anything (service.py keeps that path).
+   (`wancrawl pki issue DIR agent ID --source-ip ADDR`);
+3. under mutual TLS, the address the connection comes from.
 
-A `source_ip` or location the agent sends is only checked against 1 or 2: when it disagrees the
-Register is refused (PERMISSION_DENIED naming the field), so a misconfigured agent is told at
-once instead of being placed somewhere nobody meant. Plain decisions: the DB lookup is passed in.
+In plaintext (tests, `[tls] insecure`) nothing is verified, anyone may call anything: the
+agent's own claims are taken as before (service.py keeps that path; rule 1 still applies).
+
+A `source_ip` or location the agent sends is only checked against what was settled: when it
+disagrees the Register is refused (PERMISSION_DENIED naming the field), so a misconfigured
+agent is told at once instead of being placed somewhere nobody meant. Plain decisions: the DB
+lookup is passed in.
 """
 
 from __future__ import annotations

@@ -241,6 +241,8 @@ def test_pki_binds_an_agents_source_address(tmp_path, capsys):
     assert pki.main(["issue", str(d), "agent", "a2", "--source-ip", "not-an-ip"]) == 2
     pki.issue(d, "agent", "a3")
     assert pki.source_ips_of_pem((d / "agent-a3.crt").read_bytes()) == set()
+    pki.issue(d, "agent", "a6", source_ip="2001:DB8::1")  # one spelling, as the consultant compares them
+    assert pki.source_ips_of_pem((d / "agent-a6.crt").read_bytes()) == {"2001:db8::1"}
     # setup binds an agent config's source_ip.
     agents = tmp_path / "agents"
     agents.mkdir()
