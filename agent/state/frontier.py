@@ -84,9 +84,10 @@ def item_problem(it: Item) -> str | None:
         return f"depth {it.depth} is outside 0..2^63-1"
     if it.not_before != it.not_before:
         return "not_before is NaN"
-    for name, s in (("url", it.url), ("host", it.host), ("via", it.via)):
-        if not text_ok(s):
-            return f"{name} is not valid UTF-8"
+    if not (it.url.isascii() and it.host.isascii() and it.via.isascii()):  # canonical URLs are ASCII
+        for name, s in (("url", it.url), ("host", it.host), ("via", it.via)):
+            if not text_ok(s):
+                return f"{name} is not valid UTF-8"
     return None
 
 
