@@ -24,6 +24,7 @@ GAUGES = frozenset({
     "hosts_settling", "replica_hosts",                                                          # Ownership
     "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
+    "stalled",                                                                                   # ProgressWatch
 })
 
 HELP = {
@@ -64,6 +65,7 @@ HELP = {
     "over_page_budget": "URLs dropped: their host was at scope.max_pages_per_host",
     "query_churn": "URLs dropped: too many URLs of one query shape (scope.max_urls_per_query_shape)",
     "agent_rpcs": "Agent-service RPCs made to peers and received (pushes, seeds)",
+    "unstorable": "discovered URLs dropped because the frontier could not store them (e.g. not UTF-8)",
     # RoutingService and HostDirectory: seed 002's routing
     "routed": "discovered URLs submitted for routing",
     "routed_local": "routed URLs that went to this agent's own frontier",
@@ -90,6 +92,12 @@ HELP = {
     "epoch_checks": "Resolves made to check such a claim",
     "epoch_claims_refuted": "claims the consultant did not confirm",
     "consultant_rpcs": "RPCs to the consultant (register, heartbeat, resolve)",
+    "heartbeats_withheld": "heartbeats (or registrations) not sent because the agent made no durable progress",
+    # CommitLog, ProgressWatch (agent/state/commit.py, agent/state/progress.py; docs/agent.md)
+    "commit_failures": "group commits that failed (their changes stay buffered for the next one)",
+    "rows_rejected": "frontier changes left out of a commit because they could not be written (poison rows)",
+    "stalls": "times the agent went without a completed commit for commit_stall_seconds (NOT_SERVING, no heartbeat)",
+    "stalled": "1 while no group commit has completed for commit_stall_seconds, else 0",
     # Queues (the node)
     "frontier": "URLs queued in the frontier",
     "hosts_with_work": "hosts with queued URLs",
@@ -118,6 +126,7 @@ HELP = {
     "hosts_settling": "hosts held until their ownership is settled",
     "replica_hosts": "other agents' hosts backed up here",
     "hosts_promoted": "hosts taken over from a local replica",
+    "promotions_refused": "replicas that could not be promoted (a value the frontier cannot store; kept for an operator)",
     "hosts_claimed": "hosts taken over by claiming them from their previous holder",
     "claims_sent": "Claim RPCs sent",
     "claim_failures": "Claim RPCs that failed",

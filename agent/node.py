@@ -42,6 +42,7 @@ from agent.state.changes import ChangeLog
 from agent.state.commit import CommitLog
 from agent.state.frontier import Frontier
 from agent.state.outbox import Outbox
+from agent.state.progress import ProgressWatch
 from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
@@ -90,8 +91,10 @@ class AgentNode:
         self.peers = AgentPool(tls=s.tls)
         r = s.routing
         self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
+        # Fed by every commit; read by membership (no heartbeat while stalled) and the server's health.
+        self.progress = ProgressWatch(s.commit_stall_seconds, clock)
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
-                                    flush_interval=s.storage_out.flush_interval, clock=clock)
+                                    flush_interval=s.storage_out.flush_interval, clock=clock, progress=self.progress)
         storage_client = storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None)
         check = rep.enabled and rep.check_storage and storage_client is not None
         # Pages spooled before a lease lapse are checked at storage first: the agent that took
@@ -105,7 +108,7 @@ class AgentNode:
         scope = Scope(s.scope)
         self.load = LoadGauge(s.load, lambda: self.dispatcher.pages_per_second(), clock)
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
-                                     gate=self.gate, clock=clock)
+                                     gate=self.gate, clock=clock, stalled=self.progress.stalled)
         # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,
                              wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
@@ -249,12 +252,14 @@ class AgentNode:
         `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
         parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
-                 self.gate, self.ownership, *(p for p in (self.replicator, self.replicas, self.stored_check) if p is not None)]
+                 self.gate, self.ownership, self.commit_log, self.progress,
+                 *(p for p in (self.replicator, self.replicas, self.stored_check) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
-        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges())
+        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges(),
+                   **self.progress.gauges())
         if self.replicator is not None:
             out.update(self.replicator.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),

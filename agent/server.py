@@ -8,6 +8,8 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
+from grpc_health.v1 import health_pb2
+
 from agent import metrics, validate
 from agent.node import AgentNode
 from agent.settings import AgentSettings
@@ -22,6 +24,7 @@ log = logging.getLogger("agent")
 T = TypeVar("T")
 
 SERVICE_NAME = "wancrawl.v1.Agent"
+HEALTH_INTERVAL = 1.0  # seconds between looks at the node's durable progress
 
 # Who may call what (docs/security.md): role -> the request field that must be the caller's
 # own name ("" = none). Peers push, hand over, replicate and claim as themselves; operators
@@ -110,11 +113,15 @@ class AgentServer:
         self.metrics_server = None
         self.metrics_snapshot: Sample = {}
         self._snapshots: asyncio.Task | None = None
+        self._serving = False  # what the health service says now
+        self._health: asyncio.Task | None = None
 
     async def start(self) -> None:
         await self.grpc.start()
         await self.node.start()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
+        self._serving = True
+        self._health = asyncio.create_task(self._health_loop(), name="health")
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
             self.refresh_metrics()
@@ -133,12 +140,31 @@ class AgentServer:
             await asyncio.sleep(1.0)
             self.refresh_metrics()
 
+    async def refresh_health(self) -> None:
+        """SERVING while the node makes durable progress, NOT_SERVING while it does not
+        (agent/state/progress.py): a health check sees what the consultant sees when this
+        agent's heartbeats stop (issue 21: a wedged agent used to go on saying SERVING)."""
+        serving = not self.node.progress.stalled()
+        if serving == self._serving:
+            return
+        self._serving = serving
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL)
+            await self.refresh_health()
+
     async def reload(self) -> None:
         """SIGHUP: read the TLS certificate, key and CA again (new connections to this agent use
         them; its own channels to peers, the consultant and storage take them when reopened)."""
         self.security.reload()
 
     async def stop(self, grace: float = 5.0) -> None:
+        if self._health is not None:
+            self._health.cancel()
         await grpcutil.mark_not_serving(self.health)
         if self._snapshots is not None:
             self._snapshots.cancel()

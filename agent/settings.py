@@ -208,6 +208,10 @@ class AgentSettings:
     concurrency: int = 100            # fetches in flight
     heartbeat_interval: float = 0.0   # 0: a third of the consultant's lease
     commit_interval: float = 0.1      # group commit of frontier, seen set, outbox and spool
+    # No group commit completed for this long (commits failing, or the commit loop stopped): the
+    # agent reports NOT_SERVING and withholds its heartbeats, so the consultant's lease expires
+    # and its hosts fail over (docs/agent.md). Well under the consultant's lease (15 s).
+    commit_stall_seconds: float = 5.0
     metrics_listen: str = ""          # host:port for Prometheus metrics ("" = off)
     progress_interval: float = 30.0   # seconds between progress lines in the log (0 = none)
     fetcher: str = "aiohttp"          # aiohttp or httpx (docs/agent-fetching.md)
@@ -232,6 +236,9 @@ class AgentSettings:
             raise ValueError("concurrency must be >= 1")
         if self.commit_interval <= 0:
             raise ValueError("commit_interval must be > 0")
+        if self.commit_stall_seconds <= 2 * self.commit_interval:
+            raise ValueError(f"commit_stall_seconds must be more than twice commit_interval ({self.commit_interval}), "
+                             f"got {self.commit_stall_seconds}")
 
 
 def bind_ip(s: AgentSettings) -> str:

@@ -42,7 +42,7 @@ class Durable:
         self.frontier = frontier
         self.queued_at_barrier: list[int] = []
 
-    async def __call__(self) -> None:
+    async def __call__(self, hosts=None) -> None:
         self.queued_at_barrier.append(len(self.frontier))
 
 

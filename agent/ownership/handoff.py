@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
 from agent.placement.directory import HostDirectory
+from agent.state.commit import Durable
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
 
@@ -33,7 +34,7 @@ class HandOff:
     (a failed handover loses nothing: the host is simply still ours)."""
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
-                 durable: Callable[[], Awaitable[None]]):
+                 durable: Durable):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -128,6 +129,6 @@ class HandOff:
             seen += s
         for h, (q_urls, fps) in theirs.items():
             self.counters["handover_dropped_done"] += self.ledger.reconcile(h, q_urls, fps)
-        await self.durable()
+        await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
         self.counters["hosts_handed_in"] += len(hosts)
         return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen)

@@ -103,11 +103,21 @@ class HostLedger:
     def import_(self, st: HostState) -> tuple[int, int]:
         """Merge a received host state (or part); returns (URLs queued, fingerprints new here).
         A handed URL this agent has seen already is not queued again. Durable at the next
-        group commit."""
-        flags = self.seen.add_new(st.host, [i.url for i in st.queue])
-        fresh = [Item(i.url, st.host, i.depth, i.via, i.not_before) for i, new in zip(st.queue, flags) if new]
+        group commit.
+
+        All or nothing: a part with a value this agent's disk cannot hold (a page count past
+        2^63-1, a NaN, a fingerprint out of range: agent/state/storable.py) is refused with
+        Unstorable (INVALID_ARGUMENT to the HandOver) before anything of it is taken in, so
+        the sender keeps the host whole and no URL is left seen here but not queued."""
+        items = [Item(i.url, st.host, i.depth, i.via, i.not_before) for i in st.queue]
+        self.frontier.check(items)
+        fps = self.seen.check(st.seen)
+        if st.crawl is not None:
+            self.frontier.check_pages(st.host, st.crawl.pages)
+        flags = self.seen.add_new(st.host, [i.url for i in items])
+        fresh = [i for i, new in zip(items, flags) if new]
         self.frontier.add(fresh)
-        n_seen = self.seen.import_host(st.host, st.seen) + len(fresh)
+        n_seen = self.seen.import_host(st.host, fps) + len(fresh)
         if st.crawl is not None:
             self.dispatcher.import_host(st.host, st.crawl)
         if fresh:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.client import AgentPool
@@ -32,6 +32,8 @@ from agent.placement.directory import HostDirectory
 from agent.placement.gate import Gate
 from agent.placement.membership import Membership
 from agent.placement.port import HostRoute
+from agent.state.commit import Durable
+from agent.state.storable import Unstorable
 from agent.waker import Waker
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
@@ -79,7 +81,7 @@ class Ownership:
 
     def __init__(self, self_id: str, address: Callable[[], str], ledger: HostLedger, replicas: ReplicaStore | None,
                  directory: HostDirectory, handoff: HandOff, peers: AgentPool, gate: Gate, replicator: Replicator | None,
-                 membership: Membership, *, in_flight: Callable[[str], int], durable: Callable[[], Awaitable[None]],
+                 membership: Membership, *, in_flight: Callable[[str], int], durable: Durable,
                  settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float],
                  may_be_stored: Callable[[list[str]], None] | None = None):
         self.self_id = self_id
@@ -112,7 +114,7 @@ class Ownership:
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
-            "replicas_dropped": 0, "claims_timed_out": 0,
+            "replicas_dropped": 0, "claims_timed_out": 0, "promotions_refused": 0,
         }
 
     def gauges(self) -> dict[str, float]:
@@ -242,6 +244,7 @@ class Ownership:
         # Pages the dead owner fetched but had not stored wait a grace: if it was only paused,
         # it stores them and takes the host back before they are due here.
         defer = self.clock() + self.unshipped_grace
+        promoted: list[str] = []
         for h in hosts:
             st = self.replicas.export(h, defer_unshipped=defer)
             if self.may_be_stored is not None:
@@ -249,12 +252,20 @@ class Ownership:
                 # not told this replica about at all (no "unshipped" mark yet) as well as the
                 # unshipped ones. Storage is asked before each is fetched (agent/crawl/refetch.py).
                 self.may_be_stored([i.url for i in st.queue])
-            self.ledger.merge(st)
+            try:
+                self.ledger.merge(st)
+            except Unstorable as exc:
+                # A replica this agent cannot take in (a value its disk cannot hold) must not stop
+                # the promotion of the others; it stays in the replica store for an operator.
+                self.counters["promotions_refused"] += 1
+                log.error("the replica of %s cannot be promoted, kept in the replica store: %s", h, exc)
+                continue
             self.replicas.drop([h])
+            promoted.append(h)
             log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))
-        self.counters["hosts_promoted"] += len(hosts)
+        self.counters["hosts_promoted"] += len(promoted)
         if self.replicator is not None:
-            self.replicator.sync(hosts)
+            self.replicator.sync(promoted)
         self._release(hosts)
 
     async def _claim(self) -> None:
@@ -318,7 +329,7 @@ class Ownership:
             deadline = self.clock() + self.wait_in_flight
             while any(self.in_flight(h) for h in hosts) and self.clock() < deadline:
                 await asyncio.sleep(0.05)
-            await self.durable()
+            await self.durable(hosts)
             states = [self.ledger.export(h) for h in hosts]
             try:
                 await self.handoff.send(peer[1], states)

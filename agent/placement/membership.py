@@ -19,11 +19,15 @@ class Membership:
     """Owns this agent's registration: registered or not, the lease, left for good. A
     consultant outage never stops the crawl: heartbeats fail, cached routes carry on, the agent
     registers again when the consultant answers that it does not know it. Epochs it learns go
-    to `saw_epoch`; its heartbeats carry `load()`."""
+    to `saw_epoch`; its heartbeats carry `load()`.
+
+    While `stalled()` (the agent makes no durable progress: agent/state/progress.py) it neither
+    heartbeats nor registers: an agent that cannot commit must not keep its lease, or its hosts
+    never fail over (issue 21). Heartbeats resume when it commits again."""
 
     def __init__(self, settings: AgentSettings, placement: Placement, address: str, *,
                  saw_epoch: Callable[[int], object], load: Callable[[], common_pb2.LoadReport], gate: Gate,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], stalled: Callable[[], bool] = lambda: False):
         self.s = settings
         self.id = settings.agent_id
         self.placement = placement
@@ -32,11 +36,12 @@ class Membership:
         self.load = load
         self.gate = gate        # the lease this agent's fetches depend on (the fence)
         self.clock = clock
+        self.stalled = stalled
         self.registrations = 0  # answered Registers so far (ownership claims its hosts after each)
         self.registered = False
         self.left = False       # deregistered for good (a drain): never registers again
         self.lease = 15.0       # the consultant's lease, learnt at Register
-        self.counters: dict[str, float] = {"consultant_rpcs": 0}
+        self.counters: dict[str, float] = {"consultant_rpcs": 0, "heartbeats_withheld": 0}
 
     async def register(self) -> None:
         loc = self.s.location
@@ -59,26 +64,35 @@ class Membership:
             await asyncio.sleep(self.s.heartbeat_interval or max(0.5, self.lease / 3))
             if self.left:
                 return
-            try:
-                if not self.registered:
-                    await self.register()
-                    continue
-                self.counters["consultant_rpcs"] += 1
-                sent = self.clock()
-                lapsed = not self.gate.lease_ok(sent)
-                self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
-                if lapsed:
-                    # Past its lease the consultant may have declared this agent dead and let
-                    # others take its hosts (a heartbeat revives a dead agent): settle as after
-                    # a registration before fetching again.
-                    self.registrations += 1
-                self.gate.renew(sent + self.lease, self.clock(), registered=lapsed)
-            except errors.NotFound:
-                log.info("consultant forgot %s (restart or expiry): registering again", self.id)
-                self.registered = False
-                self.gate.expire()
-            except errors.WancrawlError as exc:
-                log.warning("heartbeat failed (%s); crawling on cached routes", exc)
+            await self.beat()
+
+    async def beat(self) -> None:
+        """One turn of the loop: register if not registered, else heartbeat; neither while stalled."""
+        if self.stalled():
+            # No heartbeat: the consultant's lease on this agent runs out and its hosts go to
+            # their backups; the gate's lease (the fence) stops this agent's fetches meanwhile.
+            self.counters["heartbeats_withheld"] += 1
+            return
+        try:
+            if not self.registered:
+                await self.register()
+                return
+            self.counters["consultant_rpcs"] += 1
+            sent = self.clock()
+            lapsed = not self.gate.lease_ok(sent)
+            self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
+            if lapsed:
+                # Past its lease the consultant may have declared this agent dead and let
+                # others take its hosts (a heartbeat revives a dead agent): settle as after
+                # a registration before fetching again.
+                self.registrations += 1
+            self.gate.renew(sent + self.lease, self.clock(), registered=lapsed)
+        except errors.NotFound:
+            log.info("consultant forgot %s (restart or expiry): registering again", self.id)
+            self.registered = False
+            self.gate.expire()
+        except errors.WancrawlError as exc:
+            log.warning("heartbeat failed (%s); crawling on cached routes", exc)
 
     async def leave(self) -> None:
         """Deregister for good (the consultant moves this agent's hosts and bumps the epoch)."""

@@ -6,7 +6,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from agent.crawl.scope import Scope, query_shape
-from agent.state.frontier import Frontier, Item
+from agent.state.commit import Durable
+from agent.state.frontier import Frontier, Item, item_problem
 from agent.state.seen import SeenSet
 from agent.validate import url_problem
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
@@ -31,9 +32,16 @@ def parse_push(urls: Sequence[agent_pb2.UrlItem], sort_query: bool) -> tuple[lis
             continue
         try:
             url = canonicalize(u.url, sort_query=sort_query)
-            parsed.append((i, Item(url, host_of_canonical(url), u.depth, u.via, force=u.force)))
+            it = Item(url, host_of_canonical(url), u.depth, u.via, force=u.force)
         except InvalidUrl as exc:
             errs.append(f"{i}: {exc}")
+            continue
+        # What the frontier could not store is refused here, this URL alone (issue 21).
+        problem = item_problem(it)
+        if problem is not None:
+            errs.append(f"{i}: {problem}")
+            continue
+        parsed.append((i, it))
     return parsed, errs
 
 
@@ -51,7 +59,7 @@ class Intake:
         owners: Callable[[list[str], int], Awaitable[dict[str, bool | None]]],
         refusing: Callable[[], bool],
         wake: Callable[[str], None],
-        durable: Callable[[], Awaitable[None]],
+        durable: Durable,
         arriving: Callable[[list[str]], None] = lambda hosts: None,
         replicated: Callable[[], Awaitable[None]] | None = None,
         sort_query: bool = False,
@@ -62,13 +70,13 @@ class Intake:
         self.owners = owners        # host -> owned by this agent? (None: cannot say now)
         self.refusing = refusing    # True once this agent has left: nothing is its own any more
         self.wake = wake            # a host got work (the dispatcher's signal)
-        self.durable = durable      # returns after the next group commit
+        self.durable = durable      # returns after the next group commit (raises if it dropped our rows)
         self.arriving = arriving    # hosts about to get URLs (ownership may hold a new one first)
         self.replicated = replicated  # returns once what is committed is at the backups
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
                                            "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0,
-                                           "pushes_received": 0, "urls_received": 0}
+                                           "pushes_received": 0, "urls_received": 0, "unstorable": 0}
         # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
         # restart forgives a host once (its queue budget, on disk, still holds).
         self._shapes: dict[str, dict[str, int]] = {}
@@ -77,9 +85,15 @@ class Intake:
     def accept_local(self, items: list[Item]) -> int:
         """Dedup through the seen set, queue the new ones within the host's budgets; returns how
         many were queued. Durable at the next commit. A URL over the queue budget is dropped
-        without being recorded as seen: found again once the queue has room, it is taken."""
+        without being recorded as seen: found again once the queue has room, it is taken.
+        An item the frontier could not store (a link no check before caught) is dropped and
+        counted (`unstorable`) before anything is recorded: one bad link cannot take its
+        batch with it."""
         by_host: dict[str, list[Item]] = {}
         for it in items:
+            if item_problem(it) is not None:
+                self.counters["unstorable"] += 1
+                continue
             by_host.setdefault(it.host, []).append(it)
         self.arriving(list(by_host))
         fresh: list[Item] = []
@@ -180,7 +194,9 @@ class Intake:
         self.accept_local(accepted)
         self.counters["pushed_in"] += len(accepted)
         self.counters["not_mine_sent"] += len(not_mine)
-        await self.durable()
+        # Raises (and this push fails, so its sender keeps the URLs) if the commit had to leave
+        # out rows of these hosts as unwritable (agent/state/commit.py).
+        await self.durable({it.host for it in accepted})
         if accepted and self.replicated is not None:
             # The sender forgets these URLs once answered: they must outlive this agent too.
             await self.replicated()

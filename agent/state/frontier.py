@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from bisect import insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from agent.state.storable import INT64_MAX, ROW_ERRORS, Unstorable, text_ok, write_each
+
+log = logging.getLogger("agent")
 
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
@@ -73,6 +78,26 @@ def _key(it: Item) -> tuple[int, int]:
     return (it.depth, it.seq)
 
 
+def item_problem(it: Item) -> str | None:
+    """Why the frontier could not store the item (None: it can). Pure; the entry check of add()."""
+    if not 0 <= it.depth <= INT64_MAX:
+        return f"depth {it.depth} is outside 0..2^63-1"
+    if it.not_before != it.not_before:
+        return "not_before is NaN"
+    if not (it.url.isascii() and it.host.isascii() and it.via.isascii()):  # canonical URLs are ASCII
+        for name, s in (("url", it.url), ("host", it.host), ("via", it.via)):
+            if not text_ok(s):
+                return f"{name} is not valid UTF-8"
+    return None
+
+
+_ADD = "INSERT OR REPLACE INTO queue VALUES (?,?,?,?,?,?)"
+_UPDATE = "UPDATE queue SET not_before=? WHERE host=? AND depth=? AND seq=?"
+_DELETE = "DELETE FROM queue WHERE host=? AND depth=? AND seq=?"
+_PAGES = "INSERT OR REPLACE INTO pages VALUES (?, ?)"
+_META = "INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)"
+
+
 class Frontier:
     """Per-host queues ordered by (depth, arrival): breadth-first within each host.
 
@@ -81,6 +106,11 @@ class Frontier:
     paged in by key range as the head drains. In-flight items keep their row until done() is
     flushed, so a crash re-queues them: a restart loses nothing and refetches at most what was in
     flight. add/done/retry are buffered; flush() makes them durable in one transaction.
+
+    Poison (issue 21): every buffered row can be written. add() and add_pages() refuse, whole
+    and before changing anything, a value SQLite cannot store (item_problem, check_pages); a row
+    that still cannot be written is left out by flush() and undone in memory (`_reject`), so one
+    bad row never fails every flush after it.
     """
 
     def __init__(
@@ -127,6 +157,10 @@ class Frontier:
         # Pages fetched per host (the page budget), durable with the done marks that count them.
         self._pages: dict[str, int] = dict(self._db.execute("SELECT host, n FROM pages"))
         self._pages_dirty: set[str] = set()
+        # What flushes left out (unwritable rows), until the commit log takes it; a count for Status.
+        self._rejected: list[Item] = []
+        self._rejected_hosts: list[str] = []
+        self.rejected_rows = 0
         row = self._db.execute("SELECT v FROM meta WHERE k='next_seq'").fetchone()
         self._seq = row[0] if row else 0
         self._recover()
@@ -215,14 +249,14 @@ class Frontier:
     def add(self, items: Iterable[Item | tuple]) -> int:
         """Queue new items (already deduplicated by the seen set). Returns how many were queued.
 
-        Tuples are read as (url, host, depth, via, not_before). Durable after the next flush()."""
+        Tuples are read as (url, host, depth, via, not_before). Durable after the next flush().
+        An item the table could not hold (item_problem) refuses the whole call with Unstorable
+        before any of it is queued: the caller (an RPC) fails, nothing it brought stays behind."""
+        its = [it if isinstance(it, Item) else Item(*it) for it in items]
+        self.check(its)
         n = 0
         rows = self._adds
-        for it in items:
-            if not isinstance(it, Item):
-                it = Item(*it)
-            if it.depth < 0:
-                raise ValueError(f"negative depth for {it.url!r}")
+        for it in its:
             self._seq += 1
             it.seq = self._seq
             rows.append((it.host, it.depth, it.seq, it.url, it.via, it.not_before))
@@ -234,6 +268,21 @@ class Frontier:
             n += 1
         self._queued += n
         return n
+
+    @staticmethod
+    def check(items: Iterable[Item]) -> None:
+        """Raise Unstorable for the first item add() would refuse (callers that must not change
+        anything before a refusal check first: HostLedger.import_)."""
+        for it in items:
+            why = item_problem(it)
+            if why is not None:
+                raise Unstorable(f"queue item {it.url[:80]!r}: {why}")
+
+    def check_pages(self, host: str, n: int) -> None:
+        """Raise Unstorable if add_pages(host, n) would be refused."""
+        if not 0 <= n <= INT64_MAX - self._pages.get(host, 0):
+            raise Unstorable(f"pages {n} of {host[:80]!r}: the host's page count must stay within 0..2^63-1 "
+                             f"(it is {self._pages.get(host, 0)})")
 
     def _page_in(self, host: str, q: _HostQ) -> None:
         # Rows of this host's cold items may still be buffered: then make the table the truth first.
@@ -327,7 +376,9 @@ class Frontier:
 
     def add_pages(self, host: str, n: int = 1) -> None:
         """Count pages fetched (at once, so the budget holds between commits; durable at the next
-        flush: a crash before it can only count a refetched page twice, never let one through)."""
+        flush: a crash before it can only count a refetched page twice, never let one through).
+        A count the table could not hold (beyond 2^63-1, or negative) is refused (Unstorable)."""
+        self.check_pages(host, n)
         if n:
             self._pages[host] = self._pages.get(host, 0) + n
             self._pages_dirty.add(host)
@@ -417,7 +468,14 @@ class Frontier:
 
     # -- durability ---------------------------------------------------------------------------------
     def flush(self) -> int:
-        """Make all buffered add/done/retry durable in one transaction. Returns changes written."""
+        """Make all buffered add/done/retry durable in one transaction. Returns changes written.
+
+        Isolation (issue 21): a row that cannot be written because of its own values (past the
+        entry checks: a bug, a value nobody foresaw) does not fail this flush and every one after
+        it. The rows are written again one by one in one transaction; the unwritable ones are left
+        out, undone in memory (`_reject`) and kept for `take_rejected()` (the commit log answers
+        the requests that brought them with an error). Any other failure (disk full, I/O error)
+        writes nothing, keeps every change buffered and raises: the next flush retries."""
         adds, updates, deletes = self._adds, self._updates, self._deletes
         n = len(adds) + len(updates) + len(deletes)
         if not n and not self._pages_dirty:
@@ -428,31 +486,104 @@ class Frontier:
         db = self._db
         if len(adds) > 1:
             adds.sort()  # key order: inserts walk each host's B-tree range once
-        db.execute("BEGIN")
+        stmts: list[tuple[str, list[tuple]]] = [
+            (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)])]
+        bad = None
         try:
-            if adds:
-                db.executemany("INSERT OR REPLACE INTO queue VALUES (?,?,?,?,?,?)", adds)
-            if updates:
-                db.executemany("UPDATE queue SET not_before=? WHERE host=? AND depth=? AND seq=?", updates)
-            if deletes:
-                db.executemany("DELETE FROM queue WHERE host=? AND depth=? AND seq=?", deletes)
-            if pages:
-                db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?)", pages)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)", (self._seq,))
-            db.execute("COMMIT")
+            try:
+                db.execute("BEGIN")
+                for sql, rows in stmts:
+                    if rows:
+                        db.executemany(sql, rows)
+                db.execute("COMMIT")
+            except BaseException as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if not isinstance(exc, ROW_ERRORS):
+                    raise
+                bad = write_each(db, stmts)
         except BaseException:
-            db.execute("ROLLBACK")
             # Put the changes back so a later flush can retry them; every host counts as dirty.
             self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
             self._pages_dirty.update(h for h, _ in pages)
             for q in self._hosts.values():
                 q.dirty = self._epoch
             raise
+        if bad is not None and any(bad):
+            adds = self._reject(stmts, bad)
         self._deleted.clear()
         if self.changes is not None:
             done, self._done_items = self._done_items, []
             self.changes.flushed([Item(url, host, depth, via, nb, seq) for host, depth, seq, url, via, nb in adds], done, pages)
         return n
+
+    def _reject(self, stmts: list[tuple[str, list[tuple]]], bad: list[list[tuple[int, BaseException]]]) -> list[tuple]:
+        """Undo in memory the rows a flush left out (write_each); returns the adds it wrote.
+
+        Invariant kept: memory describes the table plus the buffers. A left-out add leaves the
+        queue (head, cold count or in flight) and goes to `_rejected`; a left-out retry's item
+        keeps its place, due now (its row keeps the not_before it had); a left-out page count
+        goes back to the table's (`_rejected_hosts`); a left-out done mark leaves the row on
+        disk, so the page is fetched again after a restart: a repeat, never a loss."""
+        (_, adds), (_, updates), _, (_, pages), _ = stmts
+        bad_adds, bad_updates, _, bad_pages, _ = bad
+        rows = sum(map(len, bad))
+        first = next(e for b in bad for _, e in b)
+        log.error("frontier: %d change(s) could not be written and were left out (%s: %s); the rest is committed",
+                  rows, type(first).__name__, str(first)[:200])
+        self.rejected_rows += rows
+        for i, _ in bad_adds:
+            host, depth, seq, url, via, nb = adds[i]
+            it = Item(url, host, depth, via, nb, seq)
+            self._unqueue(it)
+            self._rejected.append(it)
+        for i, _ in bad_updates:
+            _, host, _, seq = updates[i]
+            q = self._hosts.get(host)
+            for it in q.hot if q is not None else ():
+                if it.seq == seq:
+                    it.not_before = 0.0
+        for i, _ in bad_pages:
+            host = pages[i][0]
+            row = self._db.execute("SELECT n FROM pages WHERE host=?", (host,)).fetchone()
+            if row is None:
+                self._pages.pop(host, None)
+            else:
+                self._pages[host] = row[0]
+            self._rejected_hosts.append(host)
+        gone = {i for i, _ in bad_adds}
+        return [r for i, r in enumerate(adds) if i not in gone]
+
+    def _unqueue(self, it: Item) -> None:
+        """Take an added item out of memory: its row was never written."""
+        if it.seq in self._deleted:
+            return  # popped and done already: it left memory then
+        host = it.host
+        q = self._hosts.get(host)
+        if q is None:
+            return
+        if self._inflight.pop(it.seq, None) is not None:
+            q.inflight -= 1
+        else:
+            for i, h in enumerate(q.hot):
+                if h.seq == it.seq:
+                    del q.hot[i]
+                    self._hot_total -= 1
+                    break
+            else:
+                q.cold -= 1  # counted as on disk only, where it never got
+            self._queued -= 1
+        if not q.hot and not q.cold:
+            self._work.discard(host)
+            if not q.inflight:
+                del self._hosts[host]
+
+    def take_rejected(self) -> tuple[list[Item], list[str]]:
+        """Items whose add was left out by a flush, and hosts whose page count was, since the
+        last call (CommitLog takes them to fail the requests that brought them)."""
+        items, hosts = self._rejected, self._rejected_hosts
+        self._rejected, self._rejected_hosts = [], []
+        return items, hosts
 
     def close(self) -> None:
         try:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
 from agent.state.frontier import Item
+from agent.state.storable import ROW_ERRORS, write_each
+
+log = logging.getLogger("agent")
+
+_ADD = "INSERT INTO outbox (seq, url, host, depth, via) VALUES (?, ?, ?, ?, ?)"
+_DEL = "DELETE FROM outbox WHERE seq = ?"
 
 
 class Outbox:
@@ -40,14 +47,32 @@ class Outbox:
                 self._dels.append((it.seq,))
 
     def flush(self) -> None:
+        """Write the buffered rows in one transaction. A failure rolls back and keeps them for
+        the next flush (a transaction left open would fail every flush after it). A row that
+        cannot be written because of its own values (agent/state/storable.py) is left out and
+        logged: its URL is still pushed from memory, only not kept over a crash."""
         if not self._adds and not self._dels:
             return
-        self.db.execute("BEGIN")
-        if self._adds:
-            self.db.executemany("INSERT INTO outbox (seq, url, host, depth, via) VALUES (?, ?, ?, ?, ?)", list(self._adds.values()))
-        if self._dels:
-            self.db.executemany("DELETE FROM outbox WHERE seq = ?", self._dels)
-        self.db.execute("COMMIT")
+        stmts = [(_ADD, list(self._adds.values())), (_DEL, self._dels)]
+        db = self.db
+        try:
+            db.execute("BEGIN")
+            for sql, rows in stmts:
+                if rows:
+                    db.executemany(sql, rows)
+            db.execute("COMMIT")
+        except ROW_ERRORS:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            bad = write_each(db, stmts)
+            if any(bad):
+                first = next(e for b in bad for _, e in b)
+                log.error("outbox: %d row(s) could not be written and were left out (%s: %s)", sum(map(len, bad)),
+                          type(first).__name__, str(first)[:200])
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
         self._adds.clear()
         self._dels.clear()
 

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from hashlib import blake2b
 from pathlib import Path
 
+from agent.state.storable import Unstorable, text_ok
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS seen (hid INTEGER NOT NULL, fp INTEGER NOT NULL, PRIMARY KEY (hid, fp)) WITHOUT ROWID;
@@ -152,6 +154,8 @@ class SeenSet:
     def _host_id(self, host: str) -> int:
         hid = self._hid.get(host)
         if hid is None:
+            if not text_ok(host):
+                raise Unstorable(f"host {host[:80]!r} is not valid UTF-8")
             hid = self._hid[host] = self._next_hid
             self._next_hid += 1
             self._new_hosts.append((hid, host))
@@ -159,32 +163,43 @@ class SeenSet:
 
     def add_new(self, host: str, urls: Iterable[str]) -> list[bool]:
         """For each canonical URL of host: True if it was new (it is now recorded), else False.
-        A URL repeated within the batch is new only the first time. Durable after flush()."""
+        A URL repeated within the batch is new only the first time. Durable after flush().
+        All or nothing: a URL that cannot be stored (not UTF-8) refuses the call (Unstorable)
+        with nothing of it recorded, so no URL is left marked seen that its caller never queued."""
         hid = self._host_id(host)
         out: list[bool] = []
         append = out.append
+        mark = len(self._pending)
         pend = self._pending.append
         from_bytes = int.from_bytes
         t, mask = self._t, self._mask
-        for url in urls:
-            fp = from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
-            # Inlined probe (the hot path of the agent's link handling).
-            i = fp & mask
-            while True:
-                v = t[i]
-                if v == fp:
-                    append(False)
-                    break
-                if not v:
-                    t[i] = fp
-                    self._n += 1
-                    pend((hid, fp))
-                    append(True)
-                    if self._n > self._grow_at:
-                        self._grow()
-                        t, mask = self._t, self._mask
-                    break
-                i = (i + 1) & mask
+        try:
+            for url in urls:
+                fp = from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
+                # Inlined probe (the hot path of the agent's link handling).
+                i = fp & mask
+                while True:
+                    v = t[i]
+                    if v == fp:
+                        append(False)
+                        break
+                    if not v:
+                        t[i] = fp
+                        self._n += 1
+                        pend((hid, fp))
+                        append(True)
+                        if self._n > self._grow_at:
+                            self._grow()
+                            t, mask = self._t, self._mask
+                        break
+                    i = (i + 1) & mask
+        except BaseException as exc:
+            for _, fp in self._pending[mark:]:
+                self._remove(fp)
+            del self._pending[mark:]
+            if isinstance(exc, UnicodeEncodeError):
+                raise Unstorable(f"a URL of {host[:80]!r} is not valid UTF-8") from None
+            raise
         return out
 
     def hosts(self) -> list[str]:
@@ -216,7 +231,8 @@ class SeenSet:
                 db.executemany("INSERT INTO seen_log VALUES (?, ?)", rows)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             self._pending[:0], self._new_hosts[:0] = rows, hosts
             raise
         self._log_rows += len(rows)
@@ -252,20 +268,53 @@ class SeenSet:
         return fps + [fp for h, fp in self._pending if h == hid]
 
     def import_host(self, host: str, fps: Iterable[int]) -> int:
-        """Record fingerprints received with a host handover; returns how many were new here."""
+        """Record fingerprints received with a host handover; returns how many were new here.
+        A fingerprint that is not a signed 64-bit non-zero int refuses the whole call
+        (Unstorable) before any is recorded."""
+        fps = self.check(fps)
         hid = self._host_id(host)
         n = 0
         pend = self._pending.append
         for fp in fps:
-            fp = int(fp)
-            if not fp or not -(1 << 63) <= fp < (1 << 63):
-                raise ValueError(f"not a signed 64-bit non-zero fingerprint: {fp}")
             if self._insert(fp):
                 pend((hid, fp))
                 n += 1
         # Durable at the next flush: the group commit flushes the frontier first, so a crash never
         # leaves a handed URL seen here but not queued.
         return n
+
+    @staticmethod
+    def check(fps: Iterable[int]) -> list[int]:
+        """The fingerprints as ints, or Unstorable for the first that is not signed 64-bit non-zero."""
+        out = [int(fp) for fp in fps]
+        for fp in out:
+            if not fp or not -(1 << 63) <= fp < (1 << 63):
+                raise Unstorable(f"not a signed 64-bit non-zero fingerprint: {fp}")
+        return out
+
+    def forget(self, host: str, urls: Iterable[str]) -> int:
+        """Take back URLs recorded since the last flush whose frontier rows could not be written
+        (CommitLog, after a flush left them out): a resend must be queued, not taken for a
+        duplicate. A fingerprint already on disk stays: it was seen before this batch. Returns
+        how many were taken back."""
+        hid = self._hid.get(host)
+        if hid is None:
+            return 0
+        drop: set[tuple[int, int]] = set()
+        for u in urls:
+            try:
+                drop.add((hid, fingerprint(u)))
+            except UnicodeEncodeError:
+                continue  # never recorded: it has no fingerprint
+        before = len(self._pending)
+        keep = []
+        for r in self._pending:
+            if r in drop:
+                self._remove(r[1])
+            else:
+                keep.append(r)
+        self._pending = keep
+        return before - len(keep)
 
     def drop_host(self, host: str) -> int:
         """Forget the host's fingerprints (it changed owner). Returns how many were removed.
