@@ -120,6 +120,9 @@ HELP = {
     "handover_failures": "handovers that failed (the hosts stay here)",
     "handover_bytes_out": "bytes of host state sent in handovers",
     "handover_dropped_done": "queued URLs dropped when a handed-over host was reconciled with what is done here",
+    "handover_refused_out": "hosts this agent handed over that the receiver refused (they stay here)",
+    "handover_hosts_refused": "hosts of a peer's handover refused: not owned here now, or not from a holder expected (issue 21)",
+    "replicate_hosts_refused": "hosts of a peer's Replicate refused: the sender does not own them, or this agent is not a backup",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)

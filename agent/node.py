@@ -22,6 +22,7 @@ from agent.crawl.outcome import RETRY_STATUSES
 from agent.crawl.refetch import StoredCheck
 from agent.crawl.scope import Scope
 from agent.fetch import Fetcher, create_fetcher
+from agent.ownership.guard import PeerGuard
 from agent.ownership.handoff import Handed, HandOff
 from agent.ownership.ledger import HostLedger
 from agent.ownership.replica import ReplicaStore
@@ -120,7 +121,9 @@ class AgentNode:
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
-        self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier)
+        # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
+        self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
+                               admit=lambda sender, hosts: self.guard.handover(sender, hosts))
         self.replicator = Replicator(
             self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
             shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,
@@ -131,6 +134,11 @@ class AgentNode:
             settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5,
             unshipped_grace=rep.unshipped_grace, clock=clock,
             may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
+        replicas = self.replicas
+        self.guard = PeerGuard(self.id, self.directory.routes, self.directory.forget, holds=self.ledger.holds,
+                               settling=self.ownership.settling,
+                               replica_owner=replicas.owner if replicas is not None else (lambda h: None),
+                               promoted_from=self.ownership.promoted_from)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
 
@@ -252,7 +260,7 @@ class AgentNode:
         `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
         parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
-                 self.gate, self.ownership, self.commit_log, self.progress,
+                 self.gate, self.ownership, self.guard, self.commit_log, self.progress,
                  *(p for p in (self.replicator, self.replicas, self.stored_check) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():

@@ -36,6 +36,10 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "HandOver": {"agent": "sender_id"},
     "Replicate": {"agent": "items.sender_id"},  # a ReplicateBatch: every message's sender
     "Claim": {"agent": "claimer_id"},
+}, flags={
+    # Seed routing and `seed --force` are the operator's: from an agent, `force` would refetch
+    # pages already stored and `route` would make this agent route URLs on the sender's behalf.
+    "PushUrls": {"route": frozenset({"operator"}), "urls.force": frozenset({"operator"})},
 })
 MAX_PUSH = validate.MAX_PUSH
 
@@ -75,6 +79,13 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 sender = m.sender_id
             if batch.items:
                 node.directory.saw_epoch(batch.items[-1].epoch)
+                # Only a host's owner replicates it, to its backups (agent/ownership/guard.py):
+                # the whole batch is refused before anything of it is applied; the owner retries.
+                refused = await node.guard.replicate(sender, [m.host for m in batch.items],
+                                                     {m.host for m in batch.items if m.drop})
+                if refused:
+                    host, why = next(iter(refused.items()))
+                    raise FailedPrecondition(f"Replicate: {len(refused)} hosts refused ({host}: {why})")
                 applied += node.replicas.apply(sender, batch.items)
         return agent_pb2.ReplicateResponse(applied=applied)
 

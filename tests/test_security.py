@@ -313,3 +313,36 @@ def test_rules_helper():
     r = Rules("wancrawl.v1.X", {"A": {"agent": ""}})
     assert r.rule("/grpc.health.v1.Health/Check") is not None
     assert r.rule("/wancrawl.v1.Y/A") is None and r.rule("/wancrawl.v1.X/B") is None
+
+
+def test_operator_flags_only_from_operators(certs, tmp_path):
+    """Attack 4 (issue 21): an agent's PushUrls with `force` (refetch pages already stored) or
+    `route` (seed routing) is refused; the same flags from an operator, and a plain push from
+    the agent, are not."""
+    d, _ = certs
+    method = agent_pb2.DESCRIPTOR.services_by_name["Agent"].methods_by_name["PushUrls"]
+
+    def push(sender: str, *, route: bool = False, force: bool = False):
+        return agent_pb2.PushUrlsRequest(sender_id=sender, route=route,
+                                         urls=[agent_pb2.UrlItem(url="http://x.example/", force=force)])
+
+    async def main():
+        csrv, ssrv, asrv = await _serving(tmp_path, d)
+        try:
+            agent, operator = tls_of(d, "agent", "a2"), tls_of(d, "operator", "op")
+            got = {
+                "agent route": await call(asrv.address, agent, agent_pb2, "Agent", method, push("a2", route=True)),
+                "agent force": await call(asrv.address, agent, agent_pb2, "Agent", method, push("a2", force=True)),
+                "agent plain": await call(asrv.address, agent, agent_pb2, "Agent", method, push("a2")),
+                "operator route+force": await call(asrv.address, operator, agent_pb2, "Agent", method,
+                                                   push("manager", route=True, force=True)),
+            }
+        finally:
+            await asrv.stop(0)
+            await ssrv.stop(0)
+            await csrv.stop(0)
+        return got
+
+    got = asyncio.run(main())
+    assert got["agent route"] == got["agent force"] == grpc.StatusCode.PERMISSION_DENIED, got
+    assert got["agent plain"] not in REFUSED and got["operator route+force"] not in REFUSED, got

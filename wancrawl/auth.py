@@ -39,6 +39,10 @@ class Rules:
     service: str  # the full service name, e.g. "wancrawl.v1.Agent"
     methods: Mapping[str, Mapping[str, str]]
     health_roles: frozenset[str] = field(default_factory=lambda: frozenset({"agent", "operator", "service"}))
+    # RPC name -> {field path: roles that may set it}: a flag (a bool, or any value that is not
+    # its default) that only these roles may set, e.g. an operator's `force`. A caller of another
+    # role who sets it is refused, whatever else it may do with the method.
+    flags: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
 
     def rule(self, full_method: str) -> Mapping[str, str] | None:
         svc, _, name = full_method.lstrip("/").partition("/")
@@ -112,6 +116,14 @@ def check_fields(ident: Identity, path: str, message: Any, method: str) -> None:
                           f"{method}: {ident} may act only as {ident.name!r}, not as {shown!r} (field {path})")
 
 
+def check_flags(ident: Identity, flags: Mapping[str, frozenset[str]], message: Any, method: str) -> None:
+    """Refuse a flag set by a role that may not set it (Rules.flags)."""
+    for path, roles in flags.items():
+        if ident.role not in roles and any(_values(message, path)):
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{method}: {path} may be set only by {', '.join(sorted(roles))}, not by {ident}")
+
+
 class Authorizer:
     """The rules of one service applied to every call; counts and logs refusals."""
 
@@ -171,6 +183,8 @@ class _AuthInterceptor(grpc.aio.ServerInterceptor):
             return None
         method = handler_call_details.method
         authz = self.authz
+        short = method.rsplit("/", 1)[-1]
+        flags = authz.rules.flags.get(short, {}) if method.lstrip("/").startswith(authz.rules.service + "/") else {}
 
         async def admit(context: Any) -> tuple[Identity, str]:
             try:
@@ -182,7 +196,9 @@ class _AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def check(ident: Identity, path: str, message: Any, context: Any) -> None:
             try:
-                check_fields(ident, path, message, method.rsplit("/", 1)[-1])
+                check_fields(ident, path, message, short)
+                if flags:
+                    check_flags(ident, flags, message, short)
             except Refused as exc:
                 authz.refused(exc, method, context)
                 await context.abort(exc.code, exc.reason)

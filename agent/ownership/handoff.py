@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from agent.client import AgentPool
@@ -18,6 +18,9 @@ log = logging.getLogger("agent")
 # Queued URLs (a fingerprint counts an eighth) per HandOver stream: the sender holds one
 # stream's states in memory until the receiver answers.
 STREAM_URLS = 200_000
+
+# (sender, hosts) -> {host: why it is refused}: agent/ownership/guard.py's PeerGuard.handover.
+Admit = Callable[[str, list[str]], Awaitable[dict[str, str]]]
 
 
 @dataclass
@@ -34,14 +37,16 @@ class HandOff:
     (a failed handover loses nothing: the host is simply still ours)."""
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
-                 durable: Durable):
+                 durable: Durable, admit: Admit | None = None):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
         self.peers = peers
         self.durable = durable  # returns after the next group commit
+        self.admit = admit      # None: every host taken (a test without placement rules)
         self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
-                                           "handover_bytes_out": 0, "handover_dropped_done": 0}
+                                           "handover_bytes_out": 0, "handover_dropped_done": 0,
+                                           "handover_refused_out": 0}
 
     async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
         """host -> (agent id, address) of the next agent of its preference list other than this
@@ -79,11 +84,12 @@ class HandOff:
 
     async def _hand(self, agent_id: str, address: str, states: list[HostState], res: Handed) -> None:
         try:
-            await self.send(address, states)
+            resp = await self.send(address, states)
         except errors.WancrawlError as exc:
             self.counters["handover_failures"] += 1
             log.warning("handover of %d hosts to %s failed: %s", len(states), agent_id, exc)
             return
+        states = self.taken(agent_id, states, resp)
         for st in states:
             self.ledger.release(st)
         urls = sum(len(st.queue) for st in states)
@@ -91,6 +97,15 @@ class HandOff:
         res.urls += urls
         self.counters["hosts_handed_out"] += len(states)
         log.info("handed %d hosts (%d queued URLs) to %s", len(states), urls, agent_id)
+
+    def taken(self, agent_id: str, states: Iterable[HostState], resp: agent_pb2.HandOverResponse) -> list[HostState]:
+        """The states the receiver took; those it refused stay here whole (logged once a call)."""
+        refused = {n.host: n.reason for n in resp.refused}
+        if refused:
+            self.counters["handover_refused_out"] += len(refused)
+            host, why = next(iter(refused.items()))
+            log.warning("%s refused %d of the hosts handed to it (%s: %s)", agent_id, len(refused), host, why)
+        return [st for st in states if st.host not in refused]
 
     async def send(self, address: str, states: list[HostState]) -> agent_pb2.HandOverResponse:
         epoch = self.directory.epoch
@@ -105,8 +120,10 @@ class HandOff:
         return await self.peers.get(address).hand_over(parts())
 
     async def receive(self, parts: AsyncIterator[agent_pb2.HandOverRequest]) -> agent_pb2.HandOverResponse:
-        """Import every part, then answer once all of it is durable (the next group commit)."""
+        """Import every part of the hosts `admit` takes, then answer once all of it is durable
+        (the next group commit); the refused hosts are named in the answer."""
         hosts: set[str] = set()
+        refused: dict[str, str] = {}
         queued = seen = 0
         # Hosts this agent held something of before: their state is reconciled with the
         # sender's (the previous owner's) once all of its parts are in.
@@ -116,7 +133,14 @@ class HandOff:
             h = req.host.host
             if not h:
                 raise errors.InvalidArgument("HandOver: a part without a host")
+            if h in refused:
+                continue
             first = h not in hosts
+            if first and self.admit is not None:
+                why = (await self.admit(req.sender_id, [h])).get(h)
+                if why is not None:
+                    refused[h] = why
+                    continue
             if first and self.ledger.holds(h):
                 theirs[h] = (set(), set())
             st = HostState.from_proto(req.host, first=first)
@@ -131,4 +155,7 @@ class HandOff:
             self.counters["handover_dropped_done"] += self.ledger.reconcile(h, q_urls, fps)
         await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
         self.counters["hosts_handed_in"] += len(hosts)
-        return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen)
+        if refused:
+            log.warning("refused %d hosts of a handover (%s)", len(refused), "; ".join(f"{h}: {r}" for h, r in list(refused.items())[:3]))
+        return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen,
+                                          refused=[agent_pb2.HostNote(host=h, reason=r) for h, r in refused.items()])

@@ -111,6 +111,9 @@ class Ownership:
         self._moving: set[str] = set()            # being handed out now
         self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
         self._claim_backoff: dict[str, float] = {}  # agent id -> no claim to it before
+        # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
+        # own handover of the host is still taken for a settle window (a drain promotes first).
+        self._promoted: dict[str, tuple[str, float]] = {}
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
@@ -122,6 +125,16 @@ class Ownership:
 
     def _window(self) -> float:
         return self.settle_seconds or 2 * self.membership.lease
+
+    # -- what the peer guard asks (agent/ownership/guard.py) ----------------------------------------
+    def settling(self, host: str) -> bool:
+        """The host is held here while its state is on its way (claims, a promotion, a handover)."""
+        return self.gate.held(host)
+
+    def promoted_from(self, host: str) -> str | None:
+        """The owner whose replica of the host this agent promoted within the settle window."""
+        p = self._promoted.get(host)
+        return p[0] if p is not None and p[1] > self.clock() - self._window() else None
 
     # -- intake's hook -----------------------------------------------------------------------------
     def arriving(self, hosts: list[str]) -> None:
@@ -176,6 +189,9 @@ class Ownership:
             await self.reconcile(claim_all=False)
         if self._new or self._waiting:
             await self.settle()
+        if self._promoted:
+            gone = now - self._window()
+            self._promoted = {h: p for h, p in self._promoted.items() if p[1] > gone}
         late = [h for h, t in self._deadline.items() if t <= now]
         if late:
             self.counters["claims_timed_out"] += len(late)
@@ -243,9 +259,11 @@ class Ownership:
         assert self.replicas is not None
         # Pages the dead owner fetched but had not stored wait a grace: if it was only paused,
         # it stores them and takes the host back before they are due here.
-        defer = self.clock() + self.unshipped_grace
+        now = self.clock()
+        defer = now + self.unshipped_grace
         promoted: list[str] = []
         for h in hosts:
+            owner = self.replicas.owner(h)
             st = self.replicas.export(h, defer_unshipped=defer)
             if self.may_be_stored is not None:
                 # The dead owner may have stored any of them in its last moments: those it had
@@ -262,6 +280,8 @@ class Ownership:
                 continue
             self.replicas.drop([h])
             promoted.append(h)
+            if owner is not None:
+                self._promoted[h] = (owner, now)
             log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))
         self.counters["hosts_promoted"] += len(promoted)
         if self.replicator is not None:
@@ -332,11 +352,13 @@ class Ownership:
             await self.durable(hosts)
             states = [self.ledger.export(h) for h in hosts]
             try:
-                await self.handoff.send(peer[1], states)
+                resp = await self.handoff.send(peer[1], states)
             except errors.WancrawlError as exc:
                 self.handoff.counters["handover_failures"] += 1
                 log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
                 return []
+            states = self.handoff.taken(peer[0], states, resp)
+            hosts = [st.host for st in states]
             for st in states:
                 self.ledger.release(st)
                 if self.replicator is not None:

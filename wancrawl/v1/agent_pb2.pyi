@@ -153,14 +153,16 @@ class HandOverRequest(_message.Message):
     def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[_Union[HostState, _Mapping]] = ...) -> None: ...
 
 class HandOverResponse(_message.Message):
-    __slots__ = ("hosts", "queued", "seen")
+    __slots__ = ("hosts", "queued", "seen", "refused")
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     SEEN_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     hosts: int
     queued: int
     seen: int
-    def __init__(self, hosts: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ...) -> None: ...
+    refused: _containers.RepeatedCompositeFieldContainer[HostNote]
+    def __init__(self, hosts: _Optional[int] = ..., queued: _Optional[int] = ..., seen: _Optional[int] = ..., refused: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ...) -> None: ...
 
 class ReplicateRequest(_message.Message):
     __slots__ = ("sender_id", "epoch", "host", "reset", "drop", "state", "done", "unshipped")

@@ -1,0 +1,190 @@
+"""Ownership on the state-moving RPCs (issue 21, docs/security.md): a peer's HandOver is taken
+only by the host's owner and only from a holder it expects the host from; a Replicate only from
+the host's owner to its backups; operator flags only from operators.
+
+The pure rules are checked case by case; then a real agent node (fake placement) is sent each
+hostile message of the issue and must keep its state: the URLs the attacker marks as seen are
+still fetched, the replica the attacker tries to replace is unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent.ownership.guard import handover_refusal, replicate_refusal
+from agent.server import AgentServicer
+from agent.settings import load_settings
+from agent.state.frontier import Item
+from agent.state.seen import fingerprint
+from agent.node import AgentNode
+from consultant.client import HostRoute
+from wancrawl.errors import FailedPrecondition
+from wancrawl.v1 import agent_pb2
+
+A, B, C, D = ("a", "127.0.0.1:1"), ("b", "127.0.0.1:2"), ("c", "127.0.0.1:3"), ("d", "127.0.0.1:4")
+H = "h.lab"
+
+
+def route(*agents):
+    return HostRoute(H, tuple(agents), 300, 7)
+
+
+# -- the rules -----------------------------------------------------------------------------------
+# (route, sender, holds here, settling here, replica owner here, promoted from) -> taken?
+HANDOVER = [
+    ((A, B), "b", False, False, None, None, True),    # a join: the old owner (now first backup) hands over
+    ((A, B), "b", True, True, None, None, True),      # ... while this agent settles the host
+    ((A, B), "b", True, False, None, None, False),    # this agent crawls it steadily: no handover expected
+    ((A, B, C), "c", False, False, None, None, True),  # a balancer's move: the natural owner is lower in the list
+    ((A, B), "c", False, False, None, None, False),   # a live agent of no place in the list
+    ((A, B), "c", False, False, "c", None, True),     # a drain: the leaver whose replica this agent keeps
+    ((A, B), "c", True, False, None, "c", True),      # ... or promoted within the settle window
+    ((A, B), "c", True, False, "b", "d", False),      # gone from the list, never this agent's replica source
+    ((B, A), "c", False, False, "c", None, False),    # this agent does not own the host
+    ((B, A), "b", False, False, None, None, False),   # the owner handing its own host to a backup
+    ((A, B), "a", False, False, None, None, False),   # from itself
+]
+
+
+@pytest.mark.parametrize("agents, sender, holds, settling, replica_owner, promoted_from, taken", HANDOVER)
+def test_handover_rule(agents, sender, holds, settling, replica_owner, promoted_from, taken):
+    why = handover_refusal("a", sender, route(*agents), holds=holds, settling=settling, replica_owner=replica_owner,
+                           promoted_from=promoted_from)
+    assert (why is None) == taken, why
+    assert handover_refusal("a", "b", None, holds=False, settling=True, replica_owner=None, promoted_from=None), \
+        "placement cannot say: refused (the sender keeps the host)"
+
+
+# (route, sender, drop, replica owner here) -> applied?
+REPLICATE = [
+    ((B, A), "b", False, None, True),      # the owner to its first backup
+    ((B, C, A), "b", False, "b", True),    # ... to a later backup
+    ((B, A), "c", False, "b", False),      # not the owner: would replace the owner's replica
+    ((C, A), "b", False, "b", False),      # the old owner after the host moved on
+    ((B, C), "b", False, None, False),     # this agent is not a backup
+    ((B, A), "b", True, "b", True),        # DELETE_BACKUP from the replica's owner
+    ((C, A), "b", True, "b", True),        # ... even after the host moved (the old owner tidies up)
+    ((B, A), "c", True, "b", False),       # a drop from anyone else
+    ((B, A), "c", True, None, True),       # nothing here to drop: harmless
+]
+
+
+@pytest.mark.parametrize("agents, sender, drop, replica_owner, applied", REPLICATE)
+def test_replicate_rule(agents, sender, drop, replica_owner, applied):
+    why = replicate_refusal("a", sender, route(*agents), drop=drop, replica_owner=replica_owner)
+    assert (why is None) == applied, why
+
+
+# -- a real node ---------------------------------------------------------------------------------
+class Placement:
+    """Fixed preference lists (host -> agents); counts the look-ups."""
+
+    def __init__(self, lists: dict[str, tuple]):
+        self.lists = lists
+        self.asked = 0
+
+    async def resolve(self, hosts):
+        self.asked += 1
+        return [HostRoute(h, self.lists[h], 300, 7) for h in hosts]
+
+    async def close(self) -> None:
+        pass
+
+
+def make_node(tmp_path, lists) -> AgentNode:
+    """A node that is not started, but commits (a handover is answered once durable)."""
+    s = load_settings(None, {"agent_id": "a", "data_dir": str(tmp_path / "a"), "storage_out.fsync": False})
+    node = AgentNode(s, placement=Placement(lists))  # type: ignore[arg-type]
+    node.tasks.append(asyncio.create_task(node.commit_log.run(0.01)))
+    return node
+
+
+def handover(sender: str, host: str, *, queue=(), seen=(), **fields):
+    st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=u) for u in queue], seen=list(seen), **fields)
+    return agent_pb2.HandOverRequest(sender_id=sender, epoch=7, host=st)
+
+
+async def stream(*msgs):
+    for m in msgs:
+        yield m
+
+
+URLS = [f"http://{H}/p{i}" for i in range(20)]
+
+
+def test_a_handover_from_an_agent_that_never_owned_the_host_is_refused(tmp_path, run):
+    """Attack 2: a live agent with no place in the host's list sends the owner the host's URLs
+    as seen, and a huge backoff and crawl delay. The owner keeps crawling every URL."""
+
+    async def go():
+        node = make_node(tmp_path, {H: (A, B)})
+        node.intake.accept_local([Item(u, H) for u in URLS])
+        node.commit_log.commit(force=True)
+        resp = await node.handoff.receive(stream(handover("c", H, seen=[fingerprint(u) for u in URLS],
+                                                          backoff_until=1e300, crawl_delay=1e6)))
+        node.commit_log.commit(force=True)
+        assert [n.host for n in resp.refused] == [H] and resp.hosts == 0
+        assert "c" in resp.refused[0].reason
+        # Independent reference: what the node would fetch next is every URL it was given.
+        popped = []
+        while (it := node.frontier.pop(H)) is not None:
+            popped.append(it.url)
+        assert sorted(popped) == sorted(URLS)
+        crawl = node.dispatcher.export_host(H)
+        assert crawl.backoff_until < 1e300 and (crawl.crawl_delay or 0) < 1e6
+
+    run(go())
+
+
+def test_a_handover_of_a_host_the_receiver_does_not_own_is_refused(tmp_path, run):
+    """Attack 2, third agent: a host's queue sent to an agent that does not own it would have two
+    agents fetch one host."""
+
+    async def go():
+        node = make_node(tmp_path, {H: (B, C)})
+        resp = await node.handoff.receive(stream(handover("b", H, queue=URLS)))
+        assert [n.host for n in resp.refused] == [H]
+        assert len(node.frontier) == 0 and node.frontier.pop(H) is None
+
+    run(go())
+
+
+def test_the_previous_owner_hands_over_and_is_taken(tmp_path, run):
+    """The legitimate case beside the attacks: after a join the old owner (now the first
+    backup) hands the host over whole, and the new owner queues it."""
+
+    async def go():
+        node = make_node(tmp_path, {H: (A, B), "o.lab": (A, C)})
+        resp = await node.handoff.receive(stream(handover("b", H, queue=URLS[:5], seen=[fingerprint(URLS[9])]),
+                                                 handover("b", "o.lab", queue=["http://o.lab/"])))
+        assert resp.hosts == 1 and resp.queued == 5 and [n.host for n in resp.refused] == ["o.lab"]
+        assert URLS[9] in node.seen and URLS[0] in node.seen
+
+    run(go())
+
+
+def test_replicate_from_a_non_owner_leaves_the_replica_as_the_owner_made_it(tmp_path, run):
+    """Attack 3: a non-owner's Replicate would replace the host's replica on its backup (the
+    newest sender won), and the backup would promote the attacker's copy when the owner dies."""
+
+    class Context:
+        pass
+
+    def batch(sender, *, drop=False, urls=()):
+        st = agent_pb2.HostState(host=H, queue=[agent_pb2.QueuedUrl(url=u, seq=i + 1) for i, u in enumerate(urls)])
+        return agent_pb2.ReplicateBatch(items=[agent_pb2.ReplicateRequest(sender_id=sender, epoch=7, host=H, reset=not drop,
+                                                                           drop=drop, state=st)])
+
+    async def go():
+        node = make_node(tmp_path, {H: (B, A)})
+        servicer = AgentServicer(node)
+        ok = await servicer.Replicate(stream(batch("b", urls=URLS[:3])), Context())
+        assert ok.applied == 1
+        for hostile in (batch("c", urls=URLS[10:11]), batch("c", drop=True)):
+            with pytest.raises(FailedPrecondition, match="c"):
+                await servicer.Replicate(stream(hostile), Context())
+        assert node.replicas is not None and node.replicas.owner(H) == "b"
+        assert [i.url for i in node.replicas.export(H).queue] == URLS[:3]
+
+    run(go())
