@@ -227,9 +227,10 @@ class StorageShipper:
                 retrying.update(c.record_id for c in again)
                 kept.add(p)
                 kept.add(path)
-        reasons = [r for _, _, _, r in ack.not_placed[:3]]
-        log.warning("storage refused %d captures as not placed (this agent is not on their hosts' preference lists "
-                    "now); kept in the spool and sent again later: %s", len(ack.not_placed), reasons)
+        if retrying:
+            reasons = [r for _, _, _, r in ack.not_placed[:3]]
+            log.warning("storage refused %d captures as not placed (this agent is not on their hosts' preference lists "
+                        "now); %d kept in the spool, sent again later: %s", len(ack.not_placed), len(retrying), reasons)
         return kept, retrying
 
     async def close(self) -> None:
