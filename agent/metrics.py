@@ -114,6 +114,8 @@ HELP = {
     "storage_failures": "Ingest calls that failed (storage unreachable; the spool keeps the batches)",
     "storage_batches_rejected": "batches storage refused as invalid (set aside in spool/rejected)",
     "storage_captures_rejected": "captures storage rejected in its answer (set aside in spool/rejected)",
+    "storage_captures_not_placed": "captures storage refused as not placed (agent not on their host's preference list); "
+                                   "kept in the spool and sent again, set aside after storage_out.not_placed_hold",
     # HandOff, Gate
     "hosts_handed_out": "hosts handed over to another agent",
     "hosts_handed_in": "hosts received in a handover",

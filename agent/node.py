@@ -103,7 +103,7 @@ class AgentNode:
         self.shipper = StorageShipper(self.spool, storage_client, retry_seconds=s.storage_out.retry_seconds,
                                       lease_left=(lambda: self.gate.lease_left(clock())) if check else None,
                                       lapsed_at=(lambda: self.gate.lapsed_at(clock())) if check else None,
-                                      transient=RETRY_STATUSES)
+                                      transient=RETRY_STATUSES, not_placed_hold=s.storage_out.not_placed_hold, clock=clock)
         # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
         self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
         scope = Scope(s.scope)

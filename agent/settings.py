@@ -144,10 +144,16 @@ class StorageOutSettings:
     fsync: bool = True            # spool files are fsynced before pages count as done
     retry_seconds: float = 1.0
     gzip_level: int = DEFAULT_LEVEL  # 4: ratio ~4.5 on the lab's pages at 2/3 the CPU of 6 (docs/agent.md)
+    # Captures storage refuses as not placed (this agent not on their host's preference list,
+    # e.g. declared dead during a pause until it registers again) are sent again for this long,
+    # then set aside in spool/rejected (agent/state/shipper.py).
+    not_placed_hold: float = 120.0
 
     def __post_init__(self) -> None:
         if self.batch_pages < 1 or not 1 <= self.gzip_level <= 9:
             raise ValueError("storage.batch_pages >= 1 and storage.gzip_level 1..9")
+        if self.not_placed_hold < 0:
+            raise ValueError("storage_out.not_placed_hold must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Register": {"agent": "agent_id"},
     "Heartbeat": {"agent": "agent_id"},
     "Deregister": {"agent": "agent_id", "operator": ""},
-    "Resolve": {"agent": "", "operator": ""},
+    # Storage (a service) resolves the hosts of the pages agents ingest: only owners and backups
+    # may store a host's pages (storage/placement.py).
+    "Resolve": {"agent": "", "operator": "", "service": ""},
     "Explain": {"operator": ""},
     "ListAgents": {"operator": ""},
     "SetOverride": {"operator": ""},

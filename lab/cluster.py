@@ -153,6 +153,7 @@ fallback = "geo"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"
 data_dir = "{run}/storage"
+consultant = "127.0.0.1:{cport}"
 [ingest]
 fsync = "os"
 {_pki(run, "service", "storage")}""")

@@ -164,9 +164,10 @@ def consultant_toml(plan: Plan, listen: str, tls: str) -> str:
             f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
 
 
-def storage_toml(plan: Plan, listen: str, tls: str) -> str:
+def storage_toml(plan: Plan, listen: str, consultant: str, tls: str) -> str:
+    # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
     return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(plan.out / 'storage'))}\n"
-            f"[ingest]\nfsync = \"always\"\n{tls}")
+            f"consultant = {_q(consultant)}\n[ingest]\nfsync = \"always\"\n{tls}")
 
 
 def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str) -> str:
@@ -245,7 +246,7 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
     run.consultant, run.storage = f"127.0.0.1:{procs.free_port()}", f"127.0.0.1:{procs.free_port()}"
     paths = {"consultant": cfg / "consultant.toml", "storage": cfg / "storage.toml"}
     paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
-    paths["storage"].write_text(storage_toml(plan, run.storage, tls("service", "storage")))
+    paths["storage"].write_text(storage_toml(plan, run.storage, run.consultant, tls("service", "storage")))
     consultant_settings(paths["consultant"])
     storage_config.load(paths["storage"])
     for a in plan.agents:

@@ -20,19 +20,27 @@ LOOKUP_BATCH = 5_000  # URLs per Lookup call (storage takes up to 10,000)
 
 @dataclass(frozen=True)
 class Ack:
-    """Storage's answer for what was sent. Everything sent and not in `rejected` is durable."""
+    """Storage's answer for what was sent. Everything sent and in neither `rejected` nor
+    `not_placed` is durable. Each refusal is (batch_id, index, record_id, reason):
+    `rejected`: malformed, refused the same way if sent again; `not_placed`: the sender is not on
+    the host's preference list by the consultant's answer now (storage/placement.py), which may
+    change back (an agent declared dead during a pause registers again)."""
 
     batches: int
     stored: int
     revisits: int
     duplicates: int
     bytes_written: int
-    rejected: list[tuple[str, int, str, str]] = field(default_factory=list)  # (batch_id, index, record_id, reason)
+    rejected: list[tuple[str, int, str, str]] = field(default_factory=list)
+    not_placed: list[tuple[str, int, str, str]] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, m: storage_pb2.IngestAck) -> "Ack":
-        return cls(m.batches, m.stored, m.revisits, m.duplicates, m.bytes_written,
-                   [(r.batch_id, r.index, r.record_id, r.reason) for r in m.rejected])
+        def of(not_placed: bool) -> list[tuple[str, int, str, str]]:
+            # A kind this client does not know counts as invalid: set aside, never stored twice.
+            return [(r.batch_id, r.index, r.record_id, r.reason) for r in m.rejected
+                    if (r.kind == storage_pb2.REJECTION_KIND_NOT_PLACED) == not_placed]
+        return cls(m.batches, m.stored, m.revisits, m.duplicates, m.bytes_written, of(False), of(True))
 
 
 def to_proto(c: Capture) -> storage_pb2.Capture:

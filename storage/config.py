@@ -54,10 +54,32 @@ class IngestSettings:
 
 
 @dataclass(frozen=True)
+class PlacementSettings:
+    """How storage checks that an ingesting agent is placed on each capture's host (used only
+    when `consultant` is set; docs/storage.md, docs/security.md)."""
+
+    # Resolve's deadline: an Ingest waits this long at most for the consultant before storage
+    # answers UNAVAILABLE (the agent keeps the batch in its spool and sends it again later).
+    timeout: float = 5.0
+    # Hosts whose route (preference list, epoch, TTL) storage keeps.
+    cache_size: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("placement.timeout must be > 0")
+        if self.cache_size < 1:
+            raise ValueError("placement.cache_size must be at least 1")
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     listen: str = "127.0.0.1:7400"
     data_dir: str = "data/storage"
     metrics_listen: str = ""  # host:port for Prometheus metrics ("" = off)
+    # host:port of the consultant. Set: a capture is stored only from an agent the consultant
+    # places on its host (owner or backup); "" = no such check (any agent may ingest any host).
+    consultant: str = ""
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     warc: WarcSettings = field(default_factory=WarcSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)

@@ -1,6 +1,7 @@
 """Storage's Prometheus metrics: `wancrawl_storage_*{listen=ADDRESS}` (docs/metrics.md).
 
-StorageServicer.counters counts what was received and acknowledged since start; GAUGES is the
+StorageServicer.counters counts what was received and acknowledged since start, PlacementCheck's
+counters the placement check (`placement_*`: only when a consultant is configured); GAUGES is the
 one list of levels, every other number is a counter (`<name>_total`).
 """
 
@@ -8,16 +9,22 @@ from __future__ import annotations
 
 from wancrawl.metrics import SERVER_HELP, SERVER_LABELLED, Schema
 
-GAUGES = frozenset({"ingest_queue"})
+GAUGES = frozenset({"ingest_queue", "placement_routes_cached"})
 
 HELP = {
     "ingest_calls": "Ingest streams acknowledged",
     "batches": "page batches acknowledged",
-    "captures_received": "captures received in acknowledged batches (stored, revisit, duplicate or rejected)",
+    "captures_received": "captures received in acknowledged batches (stored, revisit, duplicate, rejected or not placed)",
     "stored": "captures stored as new response records",
     "revisits": "captures stored as revisit records (payload seen before)",
     "duplicates": "captures already stored (a resent batch; idempotent ingest)",
     "rejected": "captures rejected as invalid",
+    "rejected_not_placed": "captures refused: their agent is neither owner nor backup of their host (consultant configured)",
+    "placement_resolves": "Resolve calls to the consultant for the placement check (one per ingest batch with a host to ask)",
+    "placement_resolve_failures": "of those, the ones the consultant did not answer",
+    "placement_stale_routes": "hosts decided by an expired cached route because the consultant did not answer",
+    "placement_unavailable": "Ingest calls answered UNAVAILABLE: the consultant did not answer and no cached route placed the sender",
+    "placement_routes_cached": "hosts whose placement storage holds in its route cache",
     "raw_bytes_received": "uncompressed size of the WARC records received (the agents' raw_length)",
     "bytes_received": "gzip WARC record bytes received",
     "bytes_written": "bytes appended to WARC files",

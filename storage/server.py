@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
+from consultant.client import ConsultantClient
 
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
@@ -16,6 +18,7 @@ from storage import validate
 from storage.config import StorageSettings
 from storage.index import Row
 from storage.metrics import SCHEMA as METRICS
+from storage.placement import PlacementCheck, Resolve, Route, RouteCache
 from storage.store import BatchResult, Store
 
 log = logging.getLogger(__name__)
@@ -23,7 +26,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["Storage"].full_name
 
 # Who may call what (docs/security.md): agents ingest pages captured as themselves (every
-# capture's agent_id), operators read.
+# capture's agent_id; with a consultant configured, only of hosts they own or back up:
+# storage/placement.py), operators read.
 AUTH_RULES = Rules(SERVICE_NAME, {
     "Ingest": {"agent": "captures.agent_id"},
     "Get": {"operator": ""},
@@ -113,41 +117,63 @@ def stats_message(s: dict) -> storage_pb2.StatsResponse:
 
 
 class StorageServicer(storage_pb2_grpc.StorageServicer):
-    def __init__(self, store: Store, committer: GroupCommitter):
+    def __init__(self, store: Store, committer: GroupCommitter, placement: PlacementCheck | None = None):
         self.store = store
         self.committer = committer
+        self.placement = placement  # None: no consultant configured, any agent may store any host
         # Since start, for Prometheus (storage/metrics.py): what was acknowledged.
         self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
-                         "rejected": 0, "bytes_written": 0, "captures_received": 0, "raw_bytes_received": 0,
-                         "bytes_received": 0}
+                         "rejected": 0, "rejected_not_placed": 0, "bytes_written": 0, "captures_received": 0,
+                         "raw_bytes_received": 0, "bytes_received": 0}
+
+    async def _placed(self, batch: storage_pb2.PageBatch) -> tuple[storage_pb2.PageBatch, dict[int, str], list[int] | None]:
+        """(what to store, index -> reason for the captures refused by placement, the stored
+        captures' indexes in `batch` when some were taken out)."""
+        refused = await self.placement.refused(batch.captures) if self.placement is not None else {}
+        if not refused:
+            return batch, {}, None
+        kept = [i for i in range(len(batch.captures)) if i not in refused]
+        return storage_pb2.PageBatch(batch_id=batch.batch_id, captures=[batch.captures[i] for i in kept]), refused, kept
 
     async def Ingest(self, request_iterator, context):
         # Batches are submitted as they arrive (pipelined); the ack waits for all of them.
         pending: list[asyncio.Future] = []
+        # Per batch: the captures placement refused (index -> (record id, reason)) and the
+        # positions of the stored ones in the batch as sent (None: all of them).
+        refusals: list[tuple[dict[int, tuple[str, str]], list[int] | None]] = []
         captures = raw = compressed = 0
         async for batch in request_iterator:
             validate.batch(batch)
-            pending.append(await self.committer.submit(batch))
+            kept, refused, positions = await self._placed(batch)
+            pending.append(await self.committer.submit(kept))
+            refusals.append(({i: (batch.captures[i].record_id, why) for i, why in refused.items()}, positions))
             captures += len(batch.captures)
             for cap in batch.captures:
                 raw += cap.raw_length
                 compressed += len(cap.response) + len(cap.request) + len(cap.metadata)
         ack = storage_pb2.IngestAck(batches=len(pending))
         results: list[BatchResult] = await asyncio.gather(*pending)
-        for r in results:
+        not_placed = 0
+        for r, (refused_here, positions) in zip(results, refusals):
             ack.stored += r.stored
             ack.revisits += r.revisits
             ack.duplicates += r.duplicates
             ack.bytes_written += r.bytes_written
             for i, rid, reason in r.rejected:
-                ack.rejected.add(batch_id=r.batch_id, index=i, record_id=rid, reason=reason)
+                ack.rejected.add(batch_id=r.batch_id, index=positions[i] if positions is not None else i, record_id=rid,
+                                 reason=reason, kind=storage_pb2.REJECTION_KIND_INVALID)
+            for i, (rid, reason) in sorted(refused_here.items()):
+                ack.rejected.add(batch_id=r.batch_id, index=i, record_id=rid, reason=reason,
+                                 kind=storage_pb2.REJECTION_KIND_NOT_PLACED)
+                not_placed += 1
         c = self.counters
         c["ingest_calls"] += 1
         c["batches"] += ack.batches
         c["stored"] += ack.stored
         c["revisits"] += ack.revisits
         c["duplicates"] += ack.duplicates
-        c["rejected"] += len(ack.rejected)
+        c["rejected"] += len(ack.rejected) - not_placed
+        c["rejected_not_placed"] += not_placed
         c["bytes_written"] += ack.bytes_written
         c["captures_received"] += captures
         c["raw_bytes_received"] += raw
@@ -174,8 +200,15 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         return stats_message(s)
 
 
+def consultant_resolve(client: ConsultantClient) -> Resolve:
+    """The consultant's Resolve as the placement check needs it: agent ids, no addresses."""
+    async def resolve(hosts: list[str]) -> list[Route]:
+        return [Route(r.host, tuple(a for a, _ in r.agents), r.epoch, r.ttl, r.error) for r in await client.resolve(hosts)]
+    return resolve
+
+
 class StorageService:
-    """Server plus the things that must stop with it (writer, store)."""
+    """Server plus the things that must stop with it (writer, store, the consultant's channel)."""
 
     def __init__(self, settings: StorageSettings):
         self.settings = settings
@@ -183,7 +216,15 @@ class StorageService:
         self.store = Store(settings)
         self.server, self.health, self.security = grpcutil.new_server(settings.tls, name="storage", rules=AUTH_RULES)
         self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
-        self.servicer = StorageServicer(self.store, self.committer)
+        # With a consultant: every capture checked against its host's placement (storage/placement.py),
+        # over mutual TLS with storage's own certificate (the consultant admits services to Resolve).
+        self.consultant: ConsultantClient | None = None
+        self.placement: PlacementCheck | None = None
+        if settings.consultant:
+            p = settings.placement
+            self.consultant = ConsultantClient(settings.consultant, timeout=p.timeout, tls=settings.tls)
+            self.placement = PlacementCheck(consultant_resolve(self.consultant), RouteCache(p.cache_size), time.monotonic)
+        self.servicer = StorageServicer(self.store, self.committer, self.placement)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
         self.metrics_server = None
         self.port = grpcutil.bind(self.server, settings.listen, self.security)
@@ -197,9 +238,16 @@ class StorageService:
         if self.settings.metrics_listen:
             self.metrics_server = serve_metrics(self.settings.metrics_listen, METRICS, self.address, self._metrics)
         log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
+        if self.placement is None:
+            log.warning("storage on %s: no consultant configured, so any agent may store pages of any host "
+                        "(set `consultant` to check placement: docs/storage.md)", self.address)
+        else:
+            log.info("storage on %s checks each capture's placement with the consultant at %s", self.address,
+                     self.settings.consultant)
 
     def _metrics(self) -> Sample:
-        return {**self.servicer.counters, "ingest_queue": self.committer.queue.qsize(), **self.security.metrics()}
+        placement = {**self.placement.counters, "placement_routes_cached": len(self.placement.cache)} if self.placement else {}
+        return {**self.servicer.counters, **placement, "ingest_queue": self.committer.queue.qsize(), **self.security.metrics()}
 
     async def stop(self, grace: float = 5.0) -> None:
         if self.metrics_server is not None:
@@ -209,6 +257,8 @@ class StorageService:
         await self.committer.stop()
         self.executor.shutdown(wait=True)
         self.store.close()
+        if self.consultant is not None:
+            await self.consultant.close()
 
 
 def create_server(settings: StorageSettings) -> tuple[StorageService, int]:

@@ -80,6 +80,17 @@ def capture(c: storage_pb2.Capture, full: bool = False) -> tuple[str, str]:
     return canonical, host
 
 
+def host(c: storage_pb2.Capture) -> str | None:
+    """The host `capture` indexes a capture under (the partition unit the consultant places), or
+    None for a URL `capture` refuses anyway."""
+    if not c.url or len(c.url) > checks.MAX_URL:
+        return None
+    try:
+        return urls.host_of_canonical(urls.canonicalize(c.url))
+    except InvalidArgument:
+        return None
+
+
 def batch(b: storage_pb2.PageBatch) -> None:
     """A batch as a whole (its captures are checked one by one at the group commit)."""
     checks.text("batch_id", b.batch_id, checks.MAX_ID)

@@ -69,6 +69,12 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
     log = checks.read_log(cl.web_log)
     assert checks.wrong_owner(log, owner_ip) == [], "every URL fetched by the agent owning its host"
     assert len({a for _, a in stored}) == 3, "all three agents crawled"
+    # Storage checked every page's placement with the consultant (over mutual TLS, as a service)
+    # and, each page coming from its host's owner, refused none and never had to answer UNAVAILABLE.
+    storage_log = (run / "logs" / "storage.log").read_text()
+    assert "checks each capture's placement with the consultant" in storage_log
+    assert "does not answer" not in storage_log
+    assert not any("not-placed" in p.name for p in run.glob("agents/*/spool/rejected/*")), "nothing refused"
 
 
 def manager(*args: str, consultant: str) -> subprocess.CompletedProcess:

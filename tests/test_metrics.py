@@ -87,14 +87,16 @@ def crawl(tmp_path_factory) -> Crawl:
         sites = topo.normal_sites[:4]
         seeds = [web.url(s, "/") for s in sites] + [web.url(sites[0], "/no-such-page-here"), f"http://{NX_HOST}/"]
         ports = {"consultant": free_port(), "storage": free_port()}
+        consultant_at = f"127.0.0.1:{free_port()}"
 
         async def go() -> None:
+            # Storage checks every capture's placement with the consultant, as in the lab.
             cfg = tmp / "storage.toml"
             cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp / "storage"}"\n'
-                           f'metrics_listen = "127.0.0.1:{ports["storage"]}"\n')
+                           f'metrics_listen = "127.0.0.1:{ports["storage"]}"\nconsultant = "{consultant_at}"\n')
             store, _ = create_storage(load_storage(cfg))
             await store.start()
-            cs = settings_for(tmp, strategy="hash", dns__hosts_file=str(hosts_file),
+            cs = settings_for(tmp, strategy="hash", dns__hosts_file=str(hosts_file), listen=consultant_at,
                               metrics_listen=f"127.0.0.1:{ports['consultant']}")
             agents = []
             try:
@@ -228,6 +230,11 @@ def test_values_match_the_lab_log_storage_and_each_other(crawl):
     assert v(stor, "wancrawl_storage_captures_received_total") == total("pages_total")
     assert v(stor, "wancrawl_storage_stored_total") + v(stor, "wancrawl_storage_revisits_total") == crawl.index_rows
     assert v(stor, "wancrawl_storage_duplicates_total") == 0 and v(stor, "wancrawl_storage_rejected_total") == 0
+    # Every page came from its host's owner: the placement check asked the consultant and refused nothing.
+    assert v(stor, "wancrawl_storage_rejected_not_placed_total") == 0 == total("storage_captures_not_placed_total")
+    assert 1 <= v(stor, "wancrawl_storage_placement_resolves_total") <= total("spool_batches_sent_total")
+    assert v(stor, "wancrawl_storage_placement_resolve_failures_total") == 0 == v(stor, "wancrawl_storage_placement_unavailable_total")
+    assert 1 <= v(stor, "wancrawl_storage_placement_routes_cached") <= v(cons, "wancrawl_consultant_hosts_resolved_total")
     assert v(stor, "wancrawl_storage_raw_bytes_received_total") > v(stor, "wancrawl_storage_bytes_received_total") > 0
     assert v(stor, "wancrawl_storage_bytes_written_total") >= v(stor, "wancrawl_storage_bytes_received_total")
     assert total("bytes_total") > 0

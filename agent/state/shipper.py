@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
+import uuid
 from collections.abc import Callable, Container
 from pathlib import Path
 
@@ -28,19 +30,36 @@ class StorageShipper:
     process resumes after its lease, and is checked like the rest.
     `lease_left()`: seconds the lease still holds (<= 0: lapsed); `lapsed_at()`: wall-clock time
     of its last lapse (agent.gate.Gate); `transient`: statuses that do not complete a URL
-    (agent.outcome.RETRY_STATUSES)."""
+    (agent.outcome.RETRY_STATUSES).
+
+    Captures storage refuses as *not placed* (this agent is not on their host's preference list
+    by the consultant's answer: storage/placement.py) are not malformed: an honest agent meets
+    that while the consultant counts it dead (a pause past its lease, until it registers again)
+    or while its placement moves. They stay in the spool, in their batch's file under its seq
+    (so the replicas' "done" still waits for them: spool.shipped_through), and are sent again
+    after a delay that grows with how long they have been refused (retry_seconds .. hold / 4);
+    refused for longer than `not_placed_hold` seconds, they are set aside in spool/rejected like
+    malformed ones (the host's owner fetches again what storage does not hold). So a refusal is
+    neither resent forever nor final while it can still change. The refusal times live in memory:
+    a restart gives the captures a new hold."""
 
     def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float,
                  lease_left: Callable[[], float] | None = None, lapsed_at: Callable[[], float] | None = None,
-                 transient: Container[int] = ()):
+                 transient: Container[int] = (), not_placed_hold: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic):
         self.spool = spool
         self.storage = storage
         self.retry_seconds = retry_seconds
         self.lease_left = lease_left
         self.lapsed_at = lapsed_at
         self.transient = transient
+        self.not_placed_hold = not_placed_hold
+        self.clock = clock
+        self._refused_since: dict[str, float] = {}  # record id -> when storage first refused it as not placed
+        self._not_before: dict[Path, float] = {}    # spool file -> clock time before which it is not sent again
         self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
                                            "storage_batches_rejected": 0, "storage_captures_rejected": 0,
+                                           "storage_captures_not_placed": 0,
                                            "captures_stored": 0, "captures_superseded": 0}
 
     def idle(self) -> bool:
@@ -67,7 +86,10 @@ class StorageShipper:
         """Send the oldest spooled batches; how many were acknowledged, or -1 if storage failed."""
         if self.storage is None:
             return 0
-        paths = self.spool.oldest(max_batches)
+        now = self.clock()
+        self._not_before = {p: t for p, t in self._not_before.items() if t > now}
+        # Files waiting to be sent again (not placed) are passed over; the rest go oldest first.
+        paths = [p for p in self.spool.oldest(max_batches + len(self._not_before)) if p not in self._not_before][:max_batches]
         if not paths:
             return 0
         left = self.lease_left() if self.lease_left is not None else math.inf
@@ -137,6 +159,7 @@ class StorageShipper:
         return 1
 
     def _acknowledged(self, paths: list[Path], batches: list[storage_pb2.PageBatch], ack: Ack) -> None:
+        held, retrying = self._not_placed(paths, batches, ack) if ack.not_placed else (set(), set())
         if ack.rejected:
             self.counters["storage_captures_rejected"] += len(ack.rejected)
             log.warning("storage rejected %d captures (kept in %s): %s", len(ack.rejected), self.spool.rejected_dir,
@@ -151,9 +174,64 @@ class StorageShipper:
                 p, b = by_id[batch_id]
                 kept = storage_pb2.PageBatch(batch_id=batch_id, captures=[b.captures[i] for i in idxs if i < len(b.captures)])
                 self.spool.keep_rejected(kept, f"{p.stem}-captures.batch")
-        self.spool.remove(paths)
+        self.spool.remove([p for p in paths if p not in held])
         self.counters["spool_batches_sent"] += len(paths)
-        self.counters["captures_stored"] += sum(len(b.captures) for b in batches) - len(ack.rejected)
+        self.counters["captures_stored"] += sum(len(b.captures) for b in batches) - len(ack.rejected) - len(ack.not_placed)
+        if self._refused_since:
+            for b in batches:  # stored (or set aside) now: their refusals are over
+                for c in b.captures:
+                    if c.record_id not in retrying:
+                        self._refused_since.pop(c.record_id, None)
+
+    def _not_placed(self, paths: list[Path], batches: list[storage_pb2.PageBatch], ack: Ack) -> tuple[set[Path], set[str]]:
+        """Keep the captures refused as not placed in their spool files, to be sent again later,
+        or set them aside once refused for longer than the hold. Returns the files kept and the
+        record ids to be sent again."""
+        now = self.clock()
+        self.counters["storage_captures_not_placed"] += len(ack.not_placed)
+        by_id = {b.batch_id: (p, b) for p, b in zip(paths, batches)}
+        refused: dict[str, list[int]] = {}
+        for batch_id, index, _rid, _reason in ack.not_placed:
+            refused.setdefault(batch_id, []).append(index)
+        kept: set[Path] = set()
+        retrying: set[str] = set()
+        for batch_id, idxs in refused.items():
+            if batch_id not in by_id:
+                continue
+            p, b = by_id[batch_id]
+            again: list[storage_pb2.Capture] = []
+            give_up: list[storage_pb2.Capture] = []
+            first = now
+            for i in sorted(set(idxs)):
+                if i >= len(b.captures):
+                    continue
+                c = b.captures[i]
+                since = self._refused_since.setdefault(c.record_id, now)
+                if now - since >= self.not_placed_hold:
+                    give_up.append(c)
+                    self._refused_since.pop(c.record_id, None)
+                else:
+                    again.append(c)
+                    first = min(first, since)
+            if give_up:
+                dest = self.spool.keep_rejected(storage_pb2.PageBatch(batch_id=batch_id, captures=give_up),
+                                                f"{p.stem}-not-placed-{uuid.uuid4().hex[:8]}.batch")
+                self.counters["storage_captures_rejected"] += len(give_up)
+                log.error("storage refused %d captures of %s as not placed for %.0f s: set aside in %s, not sent again "
+                          "(their hosts' owners fetch again what storage lacks)", len(give_up), p.name, self.not_placed_hold, dest)
+            if again:
+                # Wait as long as they have been refused (at least retry_seconds, at most a quarter of the hold).
+                delay = min(max(self.retry_seconds, now - first), max(self.retry_seconds, self.not_placed_hold / 4))
+                path = self.spool.replace(p, storage_pb2.PageBatch(batch_id=batch_id, captures=again))
+                self._not_before[path] = now + delay
+                retrying.update(c.record_id for c in again)
+                kept.add(p)
+                kept.add(path)
+        if retrying:
+            reasons = [r for _, _, _, r in ack.not_placed[:3]]
+            log.warning("storage refused %d captures as not placed (this agent is not on their hosts' preference lists "
+                        "now); %d kept in the spool, sent again later: %s", len(ack.not_placed), len(retrying), reasons)
+        return kept, retrying
 
     async def close(self) -> None:
         if self.storage is not None:

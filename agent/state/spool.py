@@ -24,12 +24,30 @@ class Spool:
         self._next = max((int(p.stem.split("-")[0]) for p in self._files), default=0) + 1
 
     def put(self, batch: storage_pb2.PageBatch) -> Path:
-        data = batch.SerializeToString()
-        name = f"{self._next:012d}-{len(batch.captures)}"
+        seq = self._next
         self._next += 1
+        final = self._write(seq, batch)
+        self._files[final] = len(batch.captures)
+        return final
+
+    def replace(self, path: Path, batch: storage_pb2.PageBatch) -> Path:
+        """Put `batch` in place of spooled `path` under the same seq (so it keeps its age: what
+        `shipped_through` says stays true for the captures it still holds); return its new path.
+        A crash between writing the new file and removing the old leaves both: sent again, the
+        captures they share are stored once (record ids)."""
+        seq = int(path.stem.split("-")[0])
+        final = self._write(seq, batch)
+        if final != path:
+            path.unlink(missing_ok=True)
+        self._files = {(final if p == path else p): (len(batch.captures) if p == path else n) for p, n in self._files.items()}
+        return final
+
+    def _write(self, seq: int, batch: storage_pb2.PageBatch) -> Path:
+        """Write a batch file whole (temp file, fsync, rename) and return its path."""
+        name = f"{seq:012d}-{len(batch.captures)}"
         tmp, final = self.dir / f"{name}.tmp", self.dir / f"{name}.batch"
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            fh.write(batch.SerializeToString())
             if self.fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -40,7 +58,6 @@ class Spool:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        self._files[final] = len(batch.captures)
         return final
 
     @property

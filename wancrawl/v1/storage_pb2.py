@@ -24,39 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19wancrawl/v1/storage.proto\x12\x0bwancrawl.v1\"\xb6\x02\n\x07\x43\x61pture\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nfetched_at\x18\x04 \x01(\x01\x12\x11\n\twarc_date\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x16\n\x0epayload_digest\x18\x08 \x01(\t\x12\x16\n\x0epayload_length\x18\t \x01(\x04\x12\n\n\x02ip\x18\n \x01(\t\x12\x11\n\ttruncated\x18\x0b \x01(\t\x12\x10\n\x08response\x18\x0c \x01(\x0c\x12\x0f\n\x07request\x18\r \x01(\x0c\x12\x10\n\x08metadata\x18\x0e \x01(\x0c\x12\x14\n\x0chttp_headers\x18\x0f \x01(\x0c\x12\x12\n\nraw_length\x18\x10 \x01(\x04\"E\n\tPageBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x08\x63\x61ptures\x18\x02 \x03(\x0b\x32\x14.wancrawl.v1.Capture\"O\n\tRejection\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\trecord_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x93\x01\n\tIngestAck\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0e\n\x06stored\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12(\n\x08rejected\x18\x05 \x03(\x0b\x32\x16.wancrawl.v1.Rejection\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\"H\n\nGetRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06has_at\x18\x02 \x01(\x08\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\trecord_id\x18\x04 \x01(\t\"\xb0\x02\n\x0b\x43\x61ptureInfo\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x15\n\rcanonical_url\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x12\n\nfetched_at\x18\x06 \x01(\x01\x12\x0e\n\x06status\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x08 \x01(\t\x12\x16\n\x0epayload_digest\x18\t \x01(\t\x12\x13\n\x0brecord_type\x18\n \x01(\t\x12\x11\n\trefers_to\x18\x0b \x01(\t\x12\x11\n\twarc_file\x18\x0c \x01(\t\x12\x0e\n\x06offset\x18\r \x01(\x04\x12\x0e\n\x06length\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\t\x12\n\n\x02ip\x18\x10 \x01(\t\"\\\n\x0bGetResponse\x12)\n\x07\x63\x61pture\x18\x01 \x01(\x0b\x32\x18.wancrawl.v1.CaptureInfo\x12\x14\n\x0chttp_headers\x18\x02 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"\x1d\n\rLookupRequest\x12\x0c\n\x04urls\x18\x01 \x03(\t\"&\n\x05\x46ound\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x10\n\x08statuses\x18\x02 \x03(\r\"3\n\x0eLookupResponse\x12!\n\x05\x66ound\x18\x01 \x03(\x0b\x32\x12.wancrawl.v1.Found\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03top\x18\x01 \x01(\r\"9\n\x05\x43ount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05pages\x18\x02 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x03 \x01(\x04\"\x87\x02\n\rStatsResponse\x12\r\n\x05pages\x18\x01 \x01(\x04\x12\x11\n\tresponses\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x11\n\traw_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x63ompression_ratio\x18\x06 \x01(\x01\x12\x12\n\nwarc_files\x18\x07 \x01(\x04\x12\r\n\x05hosts\x18\x08 \x01(\x04\x12\x0e\n\x06\x61gents\x18\t \x01(\x04\x12$\n\x08per_host\x18\n \x03(\x0b\x32\x12.wancrawl.v1.Count\x12%\n\tper_agent\x18\x0b \x03(\x0b\x32\x12.wancrawl.v1.Count2\x82\x02\n\x07Storage\x12:\n\x06Ingest\x12\x16.wancrawl.v1.PageBatch\x1a\x16.wancrawl.v1.IngestAck(\x01\x12\x38\n\x03Get\x12\x17.wancrawl.v1.GetRequest\x1a\x18.wancrawl.v1.GetResponse\x12>\n\x05Stats\x12\x19.wancrawl.v1.StatsRequest\x1a\x1a.wancrawl.v1.StatsResponse\x12\x41\n\x06Lookup\x12\x1a.wancrawl.v1.LookupRequest\x1a\x1b.wancrawl.v1.LookupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19wancrawl/v1/storage.proto\x12\x0bwancrawl.v1\"\xb6\x02\n\x07\x43\x61pture\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nfetched_at\x18\x04 \x01(\x01\x12\x11\n\twarc_date\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x16\n\x0epayload_digest\x18\x08 \x01(\t\x12\x16\n\x0epayload_length\x18\t \x01(\x04\x12\n\n\x02ip\x18\n \x01(\t\x12\x11\n\ttruncated\x18\x0b \x01(\t\x12\x10\n\x08response\x18\x0c \x01(\x0c\x12\x0f\n\x07request\x18\r \x01(\x0c\x12\x10\n\x08metadata\x18\x0e \x01(\x0c\x12\x14\n\x0chttp_headers\x18\x0f \x01(\x0c\x12\x12\n\nraw_length\x18\x10 \x01(\x04\"E\n\tPageBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x08\x63\x61ptures\x18\x02 \x03(\x0b\x32\x14.wancrawl.v1.Capture\"y\n\tRejection\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\trecord_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12(\n\x04kind\x18\x05 \x01(\x0e\x32\x1a.wancrawl.v1.RejectionKind\"\x93\x01\n\tIngestAck\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0e\n\x06stored\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12(\n\x08rejected\x18\x05 \x03(\x0b\x32\x16.wancrawl.v1.Rejection\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\"H\n\nGetRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06has_at\x18\x02 \x01(\x08\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\trecord_id\x18\x04 \x01(\t\"\xb0\x02\n\x0b\x43\x61ptureInfo\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x15\n\rcanonical_url\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x12\n\nfetched_at\x18\x06 \x01(\x01\x12\x0e\n\x06status\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x08 \x01(\t\x12\x16\n\x0epayload_digest\x18\t \x01(\t\x12\x13\n\x0brecord_type\x18\n \x01(\t\x12\x11\n\trefers_to\x18\x0b \x01(\t\x12\x11\n\twarc_file\x18\x0c \x01(\t\x12\x0e\n\x06offset\x18\r \x01(\x04\x12\x0e\n\x06length\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\t\x12\n\n\x02ip\x18\x10 \x01(\t\"\\\n\x0bGetResponse\x12)\n\x07\x63\x61pture\x18\x01 \x01(\x0b\x32\x18.wancrawl.v1.CaptureInfo\x12\x14\n\x0chttp_headers\x18\x02 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"\x1d\n\rLookupRequest\x12\x0c\n\x04urls\x18\x01 \x03(\t\"&\n\x05\x46ound\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x10\n\x08statuses\x18\x02 \x03(\r\"3\n\x0eLookupResponse\x12!\n\x05\x66ound\x18\x01 \x03(\x0b\x32\x12.wancrawl.v1.Found\"\x1b\n\x0cStatsRequest\x12\x0b\n\x03top\x18\x01 \x01(\r\"9\n\x05\x43ount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05pages\x18\x02 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x03 \x01(\x04\"\x87\x02\n\rStatsResponse\x12\r\n\x05pages\x18\x01 \x01(\x04\x12\x11\n\tresponses\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x11\n\traw_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x63ompression_ratio\x18\x06 \x01(\x01\x12\x12\n\nwarc_files\x18\x07 \x01(\x04\x12\r\n\x05hosts\x18\x08 \x01(\x04\x12\x0e\n\x06\x61gents\x18\t \x01(\x04\x12$\n\x08per_host\x18\n \x03(\x0b\x32\x12.wancrawl.v1.Count\x12%\n\tper_agent\x18\x0b \x03(\x0b\x32\x12.wancrawl.v1.Count*J\n\rRejectionKind\x12\x1a\n\x16REJECTION_KIND_INVALID\x10\x00\x12\x1d\n\x19REJECTION_KIND_NOT_PLACED\x10\x01\x32\x82\x02\n\x07Storage\x12:\n\x06Ingest\x12\x16.wancrawl.v1.PageBatch\x1a\x16.wancrawl.v1.IngestAck(\x01\x12\x38\n\x03Get\x12\x17.wancrawl.v1.GetRequest\x1a\x18.wancrawl.v1.GetResponse\x12>\n\x05Stats\x12\x19.wancrawl.v1.StatsRequest\x1a\x1a.wancrawl.v1.StatsResponse\x12\x41\n\x06Lookup\x12\x1a.wancrawl.v1.LookupRequest\x1a\x1b.wancrawl.v1.LookupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wancrawl.v1.storage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_REJECTIONKIND']._serialized_start=1652
+  _globals['_REJECTIONKIND']._serialized_end=1726
   _globals['_CAPTURE']._serialized_start=43
   _globals['_CAPTURE']._serialized_end=353
   _globals['_PAGEBATCH']._serialized_start=355
   _globals['_PAGEBATCH']._serialized_end=424
   _globals['_REJECTION']._serialized_start=426
-  _globals['_REJECTION']._serialized_end=505
-  _globals['_INGESTACK']._serialized_start=508
-  _globals['_INGESTACK']._serialized_end=655
-  _globals['_GETREQUEST']._serialized_start=657
-  _globals['_GETREQUEST']._serialized_end=729
-  _globals['_CAPTUREINFO']._serialized_start=732
-  _globals['_CAPTUREINFO']._serialized_end=1036
-  _globals['_GETRESPONSE']._serialized_start=1038
-  _globals['_GETRESPONSE']._serialized_end=1130
-  _globals['_LOOKUPREQUEST']._serialized_start=1132
-  _globals['_LOOKUPREQUEST']._serialized_end=1161
-  _globals['_FOUND']._serialized_start=1163
-  _globals['_FOUND']._serialized_end=1201
-  _globals['_LOOKUPRESPONSE']._serialized_start=1203
-  _globals['_LOOKUPRESPONSE']._serialized_end=1254
-  _globals['_STATSREQUEST']._serialized_start=1256
-  _globals['_STATSREQUEST']._serialized_end=1283
-  _globals['_COUNT']._serialized_start=1285
-  _globals['_COUNT']._serialized_end=1342
-  _globals['_STATSRESPONSE']._serialized_start=1345
-  _globals['_STATSRESPONSE']._serialized_end=1608
-  _globals['_STORAGE']._serialized_start=1611
-  _globals['_STORAGE']._serialized_end=1869
+  _globals['_REJECTION']._serialized_end=547
+  _globals['_INGESTACK']._serialized_start=550
+  _globals['_INGESTACK']._serialized_end=697
+  _globals['_GETREQUEST']._serialized_start=699
+  _globals['_GETREQUEST']._serialized_end=771
+  _globals['_CAPTUREINFO']._serialized_start=774
+  _globals['_CAPTUREINFO']._serialized_end=1078
+  _globals['_GETRESPONSE']._serialized_start=1080
+  _globals['_GETRESPONSE']._serialized_end=1172
+  _globals['_LOOKUPREQUEST']._serialized_start=1174
+  _globals['_LOOKUPREQUEST']._serialized_end=1203
+  _globals['_FOUND']._serialized_start=1205
+  _globals['_FOUND']._serialized_end=1243
+  _globals['_LOOKUPRESPONSE']._serialized_start=1245
+  _globals['_LOOKUPRESPONSE']._serialized_end=1296
+  _globals['_STATSREQUEST']._serialized_start=1298
+  _globals['_STATSREQUEST']._serialized_end=1325
+  _globals['_COUNT']._serialized_start=1327
+  _globals['_COUNT']._serialized_end=1384
+  _globals['_STATSRESPONSE']._serialized_start=1387
+  _globals['_STATSRESPONSE']._serialized_end=1650
+  _globals['_STORAGE']._serialized_start=1729
+  _globals['_STORAGE']._serialized_end=1987
 # @@protoc_insertion_point(module_scope)

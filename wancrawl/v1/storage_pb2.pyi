@@ -1,10 +1,18 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RejectionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REJECTION_KIND_INVALID: _ClassVar[RejectionKind]
+    REJECTION_KIND_NOT_PLACED: _ClassVar[RejectionKind]
+REJECTION_KIND_INVALID: RejectionKind
+REJECTION_KIND_NOT_PLACED: RejectionKind
 
 class Capture(_message.Message):
     __slots__ = ("record_id", "url", "agent_id", "fetched_at", "warc_date", "status", "content_type", "payload_digest", "payload_length", "ip", "truncated", "response", "request", "metadata", "http_headers", "raw_length")
@@ -51,16 +59,18 @@ class PageBatch(_message.Message):
     def __init__(self, batch_id: _Optional[str] = ..., captures: _Optional[_Iterable[_Union[Capture, _Mapping]]] = ...) -> None: ...
 
 class Rejection(_message.Message):
-    __slots__ = ("batch_id", "index", "record_id", "reason")
+    __slots__ = ("batch_id", "index", "record_id", "reason", "kind")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     index: int
     record_id: str
     reason: str
-    def __init__(self, batch_id: _Optional[str] = ..., index: _Optional[int] = ..., record_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    kind: RejectionKind
+    def __init__(self, batch_id: _Optional[str] = ..., index: _Optional[int] = ..., record_id: _Optional[str] = ..., reason: _Optional[str] = ..., kind: _Optional[_Union[RejectionKind, str]] = ...) -> None: ...
 
 class IngestAck(_message.Message):
     __slots__ = ("batches", "stored", "revisits", "duplicates", "rejected", "bytes_written")
