@@ -127,11 +127,11 @@ class AgentNode:
         self.replicator = Replicator(
             self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
             shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,
-            max_pending=rep.max_pending, clock=clock) if changes is not None else None
+            max_pending=rep.max_pending, clock=clock, backups=rep.backups) if changes is not None else None
         self.ownership = Ownership(
             self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
-            settle_seconds=rep.settle_seconds, wait_in_flight=s.fetch.total_timeout + 5,
+            settle_seconds=rep.settle_seconds, backups=rep.backups, wait_in_flight=s.fetch.total_timeout + 5,
             unshipped_grace=rep.unshipped_grace, clock=clock,
             may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
         replicas = self.replicas

@@ -158,8 +158,11 @@ class StorageOutSettings:
 
 @dataclass(frozen=True)
 class ReplicationSettings:
-    # Each owned host's committed state goes to its first backup (docs/replication.md).
+    # Each owned host's committed state goes to its first `backups` backups (docs/replication.md):
+    # r = 2 survives the owner and its first backup dying at once (the consultant names three
+    # agents per host; a shorter list replicates to as many as it names).
     enabled: bool = True
+    backups: int = 2
     interval: float = 0.2         # seconds between replication rounds (changes of each commit)
     retry_seconds: float = 2.0    # after a failed send, that backup's hosts wait this long
     max_pending: int = 500_000    # changes held for lagging backups before hosts go whole later
@@ -180,6 +183,8 @@ class ReplicationSettings:
     check_storage: bool = True
 
     def __post_init__(self) -> None:
+        if not 1 <= self.backups <= 8:
+            raise ValueError("replication.backups (r) must be 1..8")
         if (self.interval <= 0 or self.retry_seconds <= 0 or self.max_pending < 1 or self.settle_seconds < 0
                 or self.unshipped_grace < 0):
             raise ValueError("replication: interval and retry_seconds > 0, max_pending >= 1, settle_seconds and "

@@ -13,8 +13,9 @@ to core 1.
   last page counted; CPU (utime + stime of the measured agent process, from /proc) from the
   push until idle, so compressing and shipping the last batch is included.
   - replication off: the agent alone, `[replication] enabled = false` in its config.
-  - replication on: `enabled = true`, plus a second `agent run` (its own data dir, port and
-    source address) as the backup. Before seeding, every normal host is pinned to the measured
+  - replication on, r = 1, 2 (`--backups`; issue 21: r backups per host): `enabled = true`,
+    `backups = r`, plus r more `agent run`s (own data dirs, ports and source addresses) as the
+    backups. With r = 1: the backup. Before seeding, every normal host is pinned to the measured
     agent (consultant SetOverride), so it owns them all and the backup is the first backup of
     every host: the measured agent replicates every host to it. The run ends when the measured
     agent is idle and its replication has caught up (replica_lag_items = replica_unsynced = 0),
@@ -213,7 +214,7 @@ MEASURED_ID, BACKUP_ID = "bench-agent", "bench-backup"
 
 
 def agent_config(path: Path, topo, world: dict, args, *, agent_id: str, port: int, slot: int, data_dir: Path,
-                 consultant: str, storage: str, replication: bool) -> Path:
+                 consultant: str, storage: str, replication: bool, backups: int = 1) -> Path:
     """One agent's TOML; `slot`: which of the first block's agent source addresses it fetches from."""
     b = topo.blocks[0]
     src = topo.agent_address(b.isp, b.city, slot)
@@ -247,6 +248,7 @@ allowed_domains = {hosts}
 
 [replication]
 enabled = {"true" if replication else "false"}
+backups = {backups}
 """
     path.write_text(text)
     return path
@@ -296,25 +298,28 @@ async def wait_registered(stub: AgentClient, proc: subprocess.Popen, what: str, 
         await asyncio.sleep(0.1)
 
 
-async def pin_hosts(consultant: str, hosts: list[str], agent_id: str, backup_id: str) -> int:
+async def pin_hosts(consultant: str, hosts: list[str], agent_id: str, backup_ids: list[str]) -> int:
     """Pin every host to `agent_id` (operator overrides); check the consultant now answers
-    [agent_id, backup_id] for each. Returns the consultant's epoch after the last override."""
+    agent_id first and the backups after it, for each. Returns the consultant's epoch after the
+    last override."""
     async with ConsultantClient(consultant) as c:
         end = time.monotonic() + 20
-        while True:  # both agents alive in the consultant's eyes
+        while True:  # every agent alive in the consultant's eyes
             alive = {a.agent_id for a in (await c.list_agents()).agents}
-            if {agent_id, backup_id} <= alive:
+            if {agent_id, *backup_ids} <= alive:
                 break
             if time.monotonic() > end:
-                raise RuntimeError(f"consultant lists {sorted(alive)}, not both {agent_id} and {backup_id}")
+                raise RuntimeError(f"consultant lists {sorted(alive)}, not all of {agent_id}, {backup_ids}")
             await asyncio.sleep(0.1)
         epoch = 0
         for h in hosts:
             epoch = await c.set_override(h, agent_id)
         routes = await c.resolve(hosts)
-        wrong = [(r.host, [a for a, _ in r.agents]) for r in routes if [a for a, _ in r.agents][:2] != [agent_id, backup_id]]
+        n = 1 + len(backup_ids)
+        wrong = [(r.host, [a for a, _ in r.agents]) for r in routes
+                 if [a for a, _ in r.agents][:1] != [agent_id] or {a for a, _ in r.agents[1:n]} != set(backup_ids)]
         if wrong:
-            raise RuntimeError(f"{len(wrong)} hosts not routed [{agent_id}, {backup_id}] after the overrides, e.g. {wrong[:3]}")
+            raise RuntimeError(f"{len(wrong)} hosts not routed {agent_id} then {backup_ids} after the overrides, e.g. {wrong[:3]}")
         return epoch
 
 
@@ -358,17 +363,20 @@ def tls_table(agents: list[dict]) -> None:
                   f"pages/CPU-s ratio on/off {b / a:.3f}")
 
 
-async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None, tls: bool = False) -> dict:
-    """One crawl by the measured agent (with a backup agent when `replication`), in its own
-    consultant, storage and data dirs under `tmp`. Every process started here is stopped on return."""
+async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None, tls: bool = False,
+                    backups: int = 1) -> dict:
+    """One crawl by the measured agent (with `backups` backup agents, r, when `replication`), in
+    its own consultant, storage and data dirs under `tmp`. Every process started here is stopped
+    on return."""
     tmp.mkdir(parents=True)
     secure = tls_setup(tmp, tls)
     cport, sport, aport = free_port(), free_port(), free_port()
     procs: list[subprocess.Popen] = []
-    logs = {k: tmp / f"{k}.log" for k in ("consultant", "storage", "agent", "backup")}
+    logs = {k: tmp / f"{k}.log" for k in ("consultant", "storage", "agent", "backup", "backup2")}
     hosts = [s.host for s in topo.normal_sites]
     cons_addr, stor_addr, addr = f"127.0.0.1:{cport}", f"127.0.0.1:{sport}", f"127.0.0.1:{aport}"
     backup = None
+    more_backups: list[subprocess.Popen] = []  # the backups after the first (r > 1)
     try:
         cons = spawn([sys.executable, "-m", "consultant.cli", "serve", "--config", secure(consultant_config(tmp, world, cport), "service", "consultant")],
                      logs["consultant"], SERVICE_CORE)
@@ -379,28 +387,38 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         await wait_health(cons_addr, cons, "consultant", logs["consultant"])
         await wait_health(stor_addr, stor, "storage", logs["storage"])
         cfg = agent_config(tmp / "agent.toml", topo, world, args, agent_id=MEASURED_ID, port=aport, slot=0,
-                           data_dir=tmp / "agent-data", consultant=cons_addr, storage=stor_addr, replication=replication)
+                           data_dir=tmp / "agent-data", consultant=cons_addr, storage=stor_addr, replication=replication,
+                           backups=backups)
         cfg = secure(Path(cfg), "agent", MEASURED_ID)
         prefix = [sys.executable]
         if profile:
             prefix += ["-m", "cProfile", "-o", str(profile)]
         agent = spawn(prefix + ["-m", "agent.cli", "run", "--config", cfg], logs["agent"], CRAWLER_CORE)
         procs.append(agent)
+        backup_ids = [BACKUP_ID] + [f"{BACKUP_ID}{k}" for k in range(2, backups + 1)]
         if replication:
-            bport = free_port()
-            bcfg = agent_config(tmp / "backup.toml", topo, world, args, agent_id=BACKUP_ID, port=bport, slot=1,
-                                data_dir=tmp / "backup-data", consultant=cons_addr, storage=stor_addr, replication=True)
-            bcfg = secure(Path(bcfg), "agent", BACKUP_ID)
-            backup = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs["backup"], SERVICE_CORE)
-            procs.append(backup)
-            await wait_health(f"127.0.0.1:{bport}", backup, "backup agent", logs["backup"])
+            for k, bid in enumerate(backup_ids, 1):
+                key = "backup" if k == 1 else f"backup{k}"
+                logs.setdefault(key, tmp / f"{key}.log")
+                kport = free_port()
+                bcfg = agent_config(tmp / f"{key}.toml", topo, world, args, agent_id=bid, port=kport, slot=k,
+                                    data_dir=tmp / f"{key}-data", consultant=cons_addr, storage=stor_addr, replication=True,
+                                    backups=backups)
+                bcfg = secure(Path(bcfg), "agent", bid)
+                p = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs[key], SERVICE_CORE)
+                procs.append(p)
+                await wait_health(f"127.0.0.1:{kport}", p, f"backup agent {k}", logs[key])
+                if k == 1:
+                    backup, bport = p, kport
+                else:
+                    more_backups.append(p)
         await wait_health(addr, agent, "agent", logs["agent"])
         async with AgentClient(addr) as stub:
             await wait_registered(stub, agent, "agent", logs["agent"])
             if backup is not None:
                 async with AgentClient(f"127.0.0.1:{bport}") as bstub:
                     await wait_registered(bstub, backup, "backup agent", logs["backup"])
-                epoch = await pin_hosts(cons_addr, hosts, MEASURED_ID, BACKUP_ID)
+                epoch = await pin_hosts(cons_addr, hosts, MEASURED_ID, backup_ids)
                 # The measured agent learns the overrides' epoch at its next heartbeat (a third of the lease).
                 await wait_registered(stub, agent, "agent", logs["agent"], epoch=epoch)
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
@@ -414,7 +432,8 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
             deadline = t0 + args.timeout
             st: dict[str, float] = {}
             while True:
-                for p, what, log in ((agent, "agent", logs["agent"]), (backup, "backup agent", logs["backup"])):
+                for p, what, log in ((agent, "agent", logs["agent"]), (backup, "backup agent", logs["backup"]),
+                                     *((x, "backup agent", logs["backup2"]) for x in more_backups)):
                     if p is not None and p.poll() is not None:
                         raise RuntimeError(f"{what} exited ({p.returncode}) during the crawl:\n{tail(log)}")
                 st = await agent_status(stub)
@@ -449,8 +468,8 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 backup_cpu = cpu_seconds(backup.pid) - b0
                 async with AgentClient(f"127.0.0.1:{bport}") as bstub:
                     bst = await agent_status(bstub)
-        name = f"agent repl {'on' if replication else 'off'}{' tls' if tls else ''}"
-        return {"crawler": name, "replication": replication, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
+        name = f"agent repl {f'r={backups}' if replication else 'off'}{' tls' if tls else ''}"
+        return {"crawler": name, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
                 "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall}
     finally:
@@ -501,30 +520,33 @@ def ms_per_page(r: dict) -> float:
 
 
 def replication_table(agents: list[dict]) -> None:
-    """CPU per page of the measured agent, replication off and on, and the overhead."""
-    by = {m: [r for r in agents if r["replication"] is m] for m in (False, True)}
+    """CPU per page of the measured agent, replication off and on with r backups, and the overheads."""
+    levels = sorted({r.get("backups", 0) for r in agents})
+    by = {k: [r for r in agents if r.get("backups", 0) == k] for k in levels}
     print("\nReplication cost: the measured agent's CPU (utime + stime, /proc) per page, push to idle"
-          " (on: and replication caught up)")
+          " (on: and replication caught up); r = backups each host is replicated to")
     print(f"{'replication':<12} {'run':>3} {'pages':>7} {'CPU s':>7} {'CPU ms/page':>11} {'backup CPU s':>12} "
           f"{'sends':>6} {'full copies':>11} {'MB out':>7} {'backup msgs':>11}")
-    for on in (False, True):
-        for i, r in enumerate(by[on], 1):
+    for k in levels:
+        for i, r in enumerate(by[k], 1):
             c, b = r["counters"], r["backup_counters"]
             tail_cols = (f"{r['backup_cpu']:>12.2f} {c.get('replica_sends', 0):>6.0f} {c.get('replica_full_copies', 0):>11.0f} "
-                         f"{c.get('replica_bytes_out', 0) / 1e6:>7.2f} {b.get('replica_messages', 0):>11.0f}" if on else
+                         f"{c.get('replica_bytes_out', 0) / 1e6:>7.2f} {b.get('replica_messages', 0):>11.0f}" if k else
                          f"{'-':>12} {'-':>6} {'-':>11} {'-':>7} {'-':>11}")
-            print(f"{'on' if on else 'off':<12} {i:>3} {r['pages']:>7.0f} {r['cpu']:>7.2f} {ms_per_page(r):>11.3f} {tail_cols}")
-    med = {m: statistics.median(ms_per_page(r) for r in by[m]) for m in (False, True) if by[m]}
+            print(f"{f'on, r={k}' if k else 'off':<12} {i:>3} {r['pages']:>7.0f} {r['cpu']:>7.2f} {ms_per_page(r):>11.3f} {tail_cols}")
+    med = {k: statistics.median(ms_per_page(r) for r in by[k]) for k in levels}
     label = "median " if any(len(v) > 1 for v in by.values()) else ""
-    for m in (False, True):
-        if m in med:
-            print(f"  {label}CPU ms per page, replication {'on ' if m else 'off'}: {med[m]:.3f}")
-    if len(med) == 2:
-        over = (med[True] / med[False] - 1) * 100
-        verdict = "target met" if over <= REPLICATION_TARGET else "TARGET MISSED"
-        print(f"  replication overhead: {over:+.1f}% (target <= {REPLICATION_TARGET:.0f}%) -- {verdict}")
-        if max(len(by[False]), len(by[True])) == 1:
-            print("  (one run each: on a shared machine single runs vary by 10-15%; --repeat 3 compares medians)")
+    for k in levels:
+        print(f"  {label}CPU ms per page, replication {f'on, r={k}' if k else 'off'}: {med[k]:.3f}")
+    if 0 in med:
+        for k in levels[1:]:
+            over = (med[k] / med[0] - 1) * 100
+            verdict = "target met" if over <= REPLICATION_TARGET else "TARGET MISSED"
+            print(f"  replication overhead, r={k}: {over:+.1f}% (target <= {REPLICATION_TARGET:.0f}%) -- {verdict}")
+    if 1 in med and 2 in med:
+        print(f"  r=2 beside r=1: {(med[2] / med[1] - 1) * 100:+.1f}% CPU per page (issue 21: the cost of a second backup)")
+    if any(len(v) == 1 for v in by.values()) and len(levels) > 1:
+        print("  (one run each: on a shared machine single runs vary by 10-15%; --repeat 3 compares medians)")
 
 
 def show_profile(path: str) -> None:
@@ -541,6 +563,8 @@ def main() -> int:
                     help="the services with mutual TLS (docs/security.md), plaintext, or both with the ratio (default)")
     ap.add_argument("--replication", choices=("both", "on", "off"), default="both",
                     help="measure the agent with replication off (alone), on (with a backup agent), or both (default)")
+    ap.add_argument("--backups", default="1,2", help="with replication on: the r values measured, comma-separated "
+                    "(each host replicated to r backup agents; default 1,2)")
     ap.add_argument("--repeat", type=int, default=1, help="agent runs per replication setting, alternating off/on "
                     "(the overhead compares the medians)")
     ap.add_argument("--concurrency", type=int, default=64)
@@ -569,7 +593,11 @@ def main() -> int:
     # SIGTERM ends the bench like Ctrl-C, so the finally blocks stop every process it started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     py = None if args.skip_scrapy else scrapy_python()
-    modes = {"both": [False, True], "off": [False], "on": [True]}[args.replication] * args.repeat
+    rs = sorted({int(x) for x in args.backups.split(",") if x.strip()})
+    if not rs or min(rs) < 1:
+        ap.error("--backups: one or more r >= 1")
+    # 0: replication off; r: on, with r backups.
+    modes = {"both": [0, *rs], "off": [0], "on": rs}[args.replication] * args.repeat
     tls_modes = {"both": [False, True], "off": [False], "on": [True]}[args.tls]
 
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
@@ -590,17 +618,18 @@ def main() -> int:
 
         rows = []
         if not args.skip_agent:
-            for n, (on, tls) in enumerate(((o, t) for o in modes for t in tls_modes), 1):
-                mode = ("on" if on else "off") + ("-tls" if tls else "")
+            for n, (r_backups, tls) in enumerate(((o, t) for o in modes for t in tls_modes), 1):
+                on = r_backups > 0
+                mode = (f"on-r{r_backups}" if on else "off") + ("-tls" if tls else "")
                 profile = None
                 if args.profile:
                     pf = Path(args.profile).resolve()
                     profile = pf if len(modes) * len(tls_modes) == 1 else pf.with_name(f"{pf.stem}-{mode}{n}{pf.suffix}")
-                print(f"agent, replication {mode}{' (mutual TLS)' if tls else ''}{' (+ a backup agent on core 1, every host pinned to the measured agent)' if on else ''}: "
+                print(f"agent, replication {mode}{' (mutual TLS)' if tls else ''}{f' (+ {r_backups} backup agents on core 1, every host pinned to the measured agent)' if on else ''}: "
                       f"concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
                 a = None
                 try:
-                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls))
+                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls, r_backups or 1))
                 except RuntimeError as exc:
                     failed += 1
                     print(f"AGENT FAILED (replication {mode}): {exc}")

@@ -26,7 +26,7 @@ from wancrawl.v1 import agent_pb2
 
 from agent_helpers import cluster, lab_web, normal_hosts, seed, truth_urls, wait_idle
 
-A, B, C = ("a", "127.0.0.1:1"), ("b", "127.0.0.1:2"), ("c", "127.0.0.1:3")
+A, B, C, D = ("a", "127.0.0.1:1"), ("b", "127.0.0.1:2"), ("c", "127.0.0.1:3"), ("d", "127.0.0.1:4")
 
 
 def route(*agents):
@@ -48,6 +48,15 @@ def route(*agents):
 ])
 def test_settle_action_follows_the_rules(agents, holds, replica_of, settling, want):
     assert settle_action("a", route(*agents), holds=holds, replica_of=replica_of, settling=settling) == want
+
+
+@pytest.mark.parametrize("agents, want", [
+    ((B, C, A), Action("keep")),            # second backup with r = 2: keeps the owner's replica
+    ((B, C, D, A), Action("drop_replica")),  # third backup: beyond r
+    ((A, D), Action("promote")),            # owner and first backup dead: the second backup takes over
+])
+def test_settle_action_with_two_backups(agents, want):
+    assert settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=2) == want
 
 
 # -- the gate -----------------------------------------------------------------------------------
@@ -484,3 +493,42 @@ def test_the_balancer_moves_hosts_off_a_slow_agent_and_each_page_is_stored_once(
     assert counters[1]["load_level"] != 0 or counters[1]["work_area"] > 0, "it reported a load level"
     assert sum(c["hosts_handed_in"] for i, c in enumerate(counters) if i != 1) > 0
     assert moved_to and all(a in snap.agents for a in moved_to)
+
+
+def test_the_owner_and_its_first_backup_dying_at_once_lose_nothing_with_two_backups(run, tmp_path):
+    """Issue 21, fault 8: kill -9 of a host's owner and its first backup at the same moment.
+    With r = 2 (replication.backups, the default) the second backup holds a replica too and
+    promotes it: the crawl equals the lab's truth and nothing the victims stored is stored again.
+    (With r = 1 the hosts of both victims start from nothing: pages are lost or fetched again.)"""
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
+
+        async def go():
+            keys = {**_keys(hosts), "replication.backups": 2}
+            async with cluster(tmp_path, lab, 4, agent_keys=keys, consultant_keys=CONSULTANT) as (cs, client, agents, stores):
+                await seed(agents[0].node, seeds)
+                owner = agents[1].node
+                await _until(lambda: owner.status_counters()["pages"] >= 15)
+                await _until(lambda: all(a.node.replicator.gauges()["replica_unsynced"] == 0 for a in agents), 20)
+                # The victim's first backup for most of its hosts dies with it.
+                routes = await owner.directory.routes(owner.ledger.owned_hosts())
+                firsts = collections.Counter(r.agents[1][0] for r in routes.values() if len(r.agents) > 1)
+                second = next(i for i, a in enumerate(agents) if a.node.id == firsts.most_common(1)[0][0])
+                both = [1, second]
+                for i in both:  # their last moments made deterministic, as in _crawl_with_crashes
+                    n = agents[i].node
+                    await n.dispatcher.stop()
+                    n.commit_log.commit(force=True)
+                for i in both:
+                    n = agents[i].node
+                    await _until(lambda n=n: n.spool.pages == 0, 10)
+                    await n.replicator.round()
+                victims_stored = len(stored_urls([stores[i] for i in both]))
+                await asyncio.gather(*(crash(agents[i]) for i in both))
+                rest = [a.node for i, a in enumerate(agents) if i not in both]
+                await _until(lambda: sum(n.status_counters()["hosts_promoted"] for n in rest) > 0, 20)
+                await wait_idle(rest, timeout=120)
+                return stored_urls(stores), victims_stored
+
+        stored, victims_stored = run(go())
+    assert victims_stored >= 10
+    _check_no_loss_few_repeats(truth, stored, victims_stored)

@@ -1,13 +1,15 @@
-"""Replicator: each owned host's committed state, streamed to the host's first backup (STORE_BACKUP,
-DELETE_BACKUP; seed 001 §2.2, seed 000 §1.2). Off the fetch path: a slow or dead backup makes
-a replica lag (counted), never the crawl wait.
+"""Replicator: each owned host's committed state, streamed to the host's first r backups
+(STORE_BACKUP, DELETE_BACKUP; seed 001 §2.2, seed 000 §1.2). Off the fetch path: a slow or dead
+backup makes a replica lag (counted), never the crawl wait.
 
-The first backup of a host is the second agent of its preference list (the consultant's answer,
-cached by HostDirectory): the agent that owns the host if this one disappears. A host is synced
-to a backup once that backup acknowledged a full copy; after that only the changes of each
-group commit go (URLs queued with their seq, seqs done, the crawl state without robots.txt).
-When the backup changes, the send fails, or the host's queue was cleared, the host is copied
-whole again, and the old backup is told to drop it.
+The backups of a host are the agents after the owner in its preference list (the consultant's
+answer, cached by HostDirectory), the first r of them (`replication.backups`): the first owns
+the host if this one disappears, the second if both do, and so on, so r agents of a host's
+list may die at once and its state survives. A host is synced to a backup once that backup
+acknowledged a full copy; after that only the changes of each group commit go (URLs queued with
+their seq, seqs done, the crawl state without robots.txt). When a backup changes or a send to it
+fails, that backup gets the host whole again (the others go on with deltas); when the host's
+queue was cleared, every backup does; a backup no longer in the first r is told to drop it.
 
 One rule keeps a dead owner's pages from being lost: a URL's "done" goes to the backup only
 after storage acknowledged its capture (the spool shipped the batch). Until then the backup
@@ -49,15 +51,18 @@ class _Pending:
 
 
 class Replicator:
-    """Owns what each backup has of this agent's hosts. Invariants: a host is in `_synced` only
-    if that backup acknowledged a full copy and every change since is in `_pending[host]` or was
-    acknowledged; `_held_done[host]` are done items whose capture is not yet at storage (spool
-    batch seq in the tuple), which a full copy still sends as queued."""
+    """Owns what each backup has of this agent's hosts. Invariants: a backup is in
+    `_synced[host]` only if it acknowledged a full copy and every change since is in
+    `_pending[host]` or was acknowledged by it (a delta goes to every synced backup of the host
+    in the same round; a backup that misses one leaves `_synced[host]`); `_held_done[host]` are
+    done items whose capture is not yet at storage (spool batch seq in the tuple), which a full
+    copy still sends as queued."""
 
     def __init__(self, self_id: str, changes: ChangeLog, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  *, spooled: Callable[[], int], shipped: Callable[[], int], interval: float, retry_seconds: float,
-                 max_pending: int, clock: Callable[[], float]):
+                 max_pending: int, clock: Callable[[], float], backups: int = 1):
         self.self_id = self_id
+        self.backups = backups    # r
         self.changes = changes
         self.ledger = ledger
         self.directory = directory
@@ -68,7 +73,7 @@ class Replicator:
         self.retry_seconds = retry_seconds
         self.max_pending = max_pending
         self.clock = clock
-        self._synced: dict[str, Backup] = {}
+        self._synced: dict[str, set[Backup]] = {}
         self._pending: dict[str, _Pending] = {}
         self._held_done: dict[str, list[tuple[Item, int]]] = {}
         self._need_full: set[str] = set(ledger.owned_hosts())  # a restart does not know what its backups have
@@ -125,7 +130,7 @@ class Replicator:
                 self._pending.pop(h, None)
             for it in c.done:
                 self._held_done.setdefault(h, []).append((it, mark))
-            if h in self._synced and h not in self._need_full:
+            if self._synced.get(h) and h not in self._need_full:
                 if c.adds or c.done:
                     p = self._pending.setdefault(h, _Pending())
                     p.adds.extend(c.adds)
@@ -144,7 +149,7 @@ class Replicator:
                 self._held_done[h] = rest
             else:
                 del self._held_done[h]
-            if h in self._synced and h not in self._need_full:
+            if self._synced.get(h) and h not in self._need_full:
                 self._pending.setdefault(h, _Pending()).done.extend(it.seq for it in ready)
             self._dirty.add(h)
         if sum(len(p.adds) + len(p.done) for p in self._pending.values()) > self.max_pending:
@@ -193,34 +198,40 @@ class Replicator:
             if r is None:
                 self._dirty.add(h)  # placement cannot answer now: next round
                 continue
-            old = self._synced.get(h)
             mine = r.agents[0][0] == self.self_id
-            backup = r.agents[1] if mine and len(r.agents) > 1 else None
-            if old is not None and old != backup:
-                # DELETE_BACKUP: the old backup's copy is stale (the host moved, or its backup did).
+            want = set(r.agents[1:1 + self.backups]) if mine else set()
+            synced = self._synced.pop(h, set())
+            for old in synced - want:
+                # DELETE_BACKUP: that copy is stale (the host moved, or that backup left the first r).
                 by_backup.setdefault(old, []).append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True))
                 self.counters["replica_drops_sent"] += 1
-                del self._synced[h]
-            if backup is None:
+            synced &= want
+            if not want:
                 self._pending.pop(h, None)
                 self._need_full.discard(h)
                 if not mine:
                     self._held_done.pop(h, None)
                 continue
-            if self._backoff.get(backup[0], 0.0) > now:
-                self._need_full.add(h)
-                self._pending.pop(h, None)
+            for b in [b for b in want if self._backoff.get(b[0], 0.0) > now]:
+                want.discard(b)  # failed lately: it gets the host whole once it answers again
+                synced.discard(b)
                 self._dirty.add(h)
-                continue
-            if h in self._need_full or h not in self._synced:
-                by_backup.setdefault(backup, []).extend(self._full_copy(h, epoch))
-                fulls.setdefault(backup, []).append(h)
-                self._need_full.discard(h)
-                self._pending.pop(h, None)
-            else:
-                p = self._pending.pop(h, None)
-                if p is not None and (p.adds or p.done or p.unshipped):
-                    by_backup.setdefault(backup, []).append(self._delta(h, p, epoch))
+            if h in self._need_full:
+                synced = set()
+            if synced:
+                self._synced[h] = synced
+            p = self._pending.pop(h, None)
+            full = want - synced
+            if full:
+                msgs = self._full_copy(h, epoch)
+                for b in full:
+                    by_backup.setdefault(b, []).extend(msgs)
+                    fulls.setdefault(b, []).append(h)
+            self._need_full.discard(h)
+            if synced and p is not None and (p.adds or p.done or p.unshipped):
+                delta = self._delta(h, p, epoch)
+                for b in synced:
+                    by_backup.setdefault(b, []).append(delta)
         if by_backup:
             await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items()))
 
@@ -265,17 +276,19 @@ class Replicator:
             self.counters["replica_send_failures"] += 1
             self._backoff[backup[0]] = self.clock() + self.retry_seconds
             hosts = {m.host for m in msgs if not m.drop}
-            # What that backup has of these hosts is unknown now: copy them whole later.
+            # What that backup has of these hosts is unknown now: it gets them whole later.
             for h in hosts:
-                if self._synced.get(h) == backup:
-                    del self._synced[h]
-            self._need_full.update(hosts)
+                synced = self._synced.get(h)
+                if synced is not None:
+                    synced.discard(backup)
+                    if not synced:
+                        del self._synced[h]
             self._dirty.update(hosts)
             log.warning("replication to %s failed (%s): %d hosts lag", backup[0], exc, len(hosts))
             return
         self._backoff.pop(backup[0], None)
         for h in fulls:
-            self._synced[h] = backup
+            self._synced.setdefault(h, set()).add(backup)
         self.counters["replica_sends"] += 1
         self.counters["replica_bytes_out"] += sum(m.ByteSize() for m in msgs)
 

@@ -51,18 +51,20 @@ class Action:
     peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out: the new owner
 
 
-def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool) -> Action:
+def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool,
+                  backups: int = 1) -> Action:
     """What to do with one host given its current preference list (live agents, owner first).
 
     holds: this agent has state of the host (queue or history); replica_of: the agent whose
     replica of the host this agent keeps (None: none); settling: the host's state may be on
-    another agent (shortly after an epoch change, or after this agent registered again)."""
+    another agent (shortly after an epoch change, or after this agent registered again);
+    backups: r, how many agents after the owner keep a replica."""
     owner = route.agents[0]
     others = tuple(a for a in route.agents if a[0] != self_id)
     if owner[0] != self_id:
         if holds:
             return Action("hand_out", (owner,))
-        if replica_of is not None and self_id not in (a[0] for a in route.agents[:2]):
+        if replica_of is not None and self_id not in (a[0] for a in route.agents[:1 + backups]):
             return Action("drop_replica")
         return Action("keep")
     if replica_of is not None:
@@ -83,6 +85,7 @@ class Ownership:
                  directory: HostDirectory, handoff: HandOff, peers: AgentPool, gate: Gate, replicator: Replicator | None,
                  membership: Membership, *, in_flight: Callable[[str], int], durable: Durable,
                  settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float],
+                 backups: int = 1,
                  may_be_stored: Callable[[list[str]], None] | None = None):
         self.self_id = self_id
         self.address = address
@@ -97,6 +100,7 @@ class Ownership:
         self.in_flight = in_flight
         self.durable = durable
         self.settle_seconds = settle_seconds
+        self.backups = backups  # r: agents after the owner that keep a replica
         self.wait_in_flight = wait_in_flight
         self.unshipped_grace = unshipped_grace
         self.clock = clock
@@ -209,7 +213,7 @@ class Ownership:
         now = self.clock()
         for h, r in routes.items():
             a = settle_action(self.self_id, r, holds=h in held or self.ledger.holds(h), replica_of=rep.get(h),
-                              settling=claim_all)
+                              settling=claim_all, backups=self.backups)
             if a.kind == "hand_out":
                 out.setdefault(a.peers[0], []).append(h)
             elif a.kind == "drop_replica":
@@ -235,7 +239,8 @@ class Ownership:
                 self._new.add(h)  # placement cannot answer now: next step
                 continue
             a = settle_action(self.self_id, r, holds=self.ledger.holds(h),
-                              replica_of=self.replicas.owner(h) if self.replicas is not None else None, settling=True)
+                              replica_of=self.replicas.owner(h) if self.replicas is not None else None, settling=True,
+                              backups=self.backups)
             if a.kind == "promote":
                 promote.append(h)
             elif a.kind == "claim":
