@@ -64,7 +64,11 @@ class Placement:
 
 def make_node(tmp_path, clock=None, placement: Placement | None = None, **keys) -> AgentNode:
     s = load_settings(None, {"agent_id": "b", "data_dir": str(tmp_path / "b"), "storage_out.fsync": False, **keys})
-    return AgentNode(s, placement=placement or Placement(), **({"clock": clock} if clock else {}))  # type: ignore[arg-type]
+    node = AgentNode(s, placement=placement or Placement(), **({"clock": clock} if clock else {}))  # type: ignore[arg-type]
+    # These tests are of the disk's defences, behind the edge: the peer guard (who may hand a
+    # host over, tests/test_peer_guard.py) is not what they exercise.
+    node.handoff.admit = None
+    return node
 
 
 def on_disk(tmp_path) -> list[str]:
