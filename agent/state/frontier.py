@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+MAX_PAGES = 2**63 - 1  # a host's page count: SQLite's INTEGER is signed 64-bit
+
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
 
@@ -329,7 +331,9 @@ class Frontier:
         """Count pages fetched (at once, so the budget holds between commits; durable at the next
         flush: a crash before it can only count a refetched page twice, never let one through)."""
         if n:
-            self._pages[host] = self._pages.get(host, 0) + n
+            # Saturates at what the SQLite INTEGER column holds: handed-over counts add up here
+            # (each is bounded at the edge, agent/validate.py, but not their sum).
+            self._pages[host] = min(self._pages.get(host, 0) + n, MAX_PAGES)
             self._pages_dirty.add(host)
 
     def done(self, item: Item) -> bool:
