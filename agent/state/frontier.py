@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-MAX_PAGES = 2**63 - 1  # a host's page count: SQLite's INTEGER is signed 64-bit
+from wancrawl.checks import MAX_COUNT
+
+# A host's page count saturates at what the edge accepts in a HandOver or Replicate
+# (agent/validate.py), so a count this agent hands on is always taken; far below SQLite's
+# signed 64-bit INTEGER.
+MAX_PAGES = MAX_COUNT
 
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
@@ -331,8 +336,7 @@ class Frontier:
         """Count pages fetched (at once, so the budget holds between commits; durable at the next
         flush: a crash before it can only count a refetched page twice, never let one through)."""
         if n:
-            # Saturates at what the SQLite INTEGER column holds: handed-over counts add up here
-            # (each is bounded at the edge, agent/validate.py, but not their sum).
+            # Handed-over counts add up here: each is bounded at the edge, their sum is not.
             self._pages[host] = min(self._pages.get(host, 0) + n, MAX_PAGES)
             self._pages_dirty.add(host)
 
