@@ -70,8 +70,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         applied = 0
         sender = ""
         async for batch in request_iterator:
+            validate.replicate_batch(batch)
             for m in batch.items:
-                validate.replicate(m)
                 if not m.host:
                     raise InvalidArgument("Replicate: a message without a host")
                 if sender and m.sender_id != sender:
@@ -100,6 +100,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.DrainResponse(handed_over=handed, remaining=remaining)
 
     async def Status(self, request, context):
+        validate.status(request)
         d = self.node.dispatcher
         parked = d.parked(self.node.clock())  # a scan of the waiting hosts: once per Status
         return agent_pb2.StatusResponse(

@@ -129,6 +129,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         )
 
     async def ListAgents(self, request, context):
+        validate.list_agents(request)
         snap = await self.service.snapshot()
         d = self.service.directory
         views = {v.agent_id: v for v in d.views}

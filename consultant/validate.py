@@ -1,6 +1,7 @@
-"""Validation at the edge of the consultant (issue 13): one function per RPC, called by the
-servicer before anything else looks at the request. A bad field is INVALID_ARGUMENT naming it
-(values cut, see wancrawl/checks.py), never a database error."""
+"""Validation at the edge of the consultant (issues 13 and 21): one function per RPC, called by
+the servicer before anything else looks at the request. A bad field is INVALID_ARGUMENT naming
+it (values cut, see wancrawl/checks.py), never a database error. Every field of every request
+message has its bound here (docs/security.md, "Validation at the edge")."""
 
 from __future__ import annotations
 
@@ -26,17 +27,28 @@ def location(loc: common_pb2.Location) -> None:
     checks.text("location.isp", loc.isp, checks.MAX_TEXT)
     checks.finite("location.lat", loc.lat, low=-90.0, high=90.0)
     checks.finite("location.lon", loc.lon, low=-180.0, high=180.0)
+    # location.asn: any 32-bit value is an AS number (RFC 6793), used only as a lookup key.
+
+
+# Load report counters (URLs, fetches, errors, hosts, pages) are kept as JSON and used in float
+# arithmetic by the balancer: at most checks.MAX_COUNT (2^53, exact as a float).
+_LOAD_COUNTS = ("queue_length", "in_flight", "errors", "hosts_owned", "pages_fetched", "spool_pages")
 
 
 def load(report: common_pb2.LoadReport) -> None:
+    for name in _LOAD_COUNTS:
+        checks.integer(f"load.{name}", getattr(report, name))
     checks.finite("load.pages_per_second", report.pages_per_second, low=0.0, high=MAX_RATE)
     checks.finite("load.capacity", report.capacity, low=0.0, high=MAX_CAPACITY)
-    checks.finite("load.load_level", report.load_level)
-    checks.finite("load.work_area", report.work_area, low=0.0)
+    # L = (Q - W) / H (docs/balance.md): a queue and a work area of at most 2^53 URLs each.
+    checks.finite("load.load_level", report.load_level, low=-float(checks.MAX_COUNT), high=float(checks.MAX_COUNT))
+    checks.finite("load.work_area", report.work_area, low=0.0, high=float(checks.MAX_COUNT))
     checks.finite("load.peak_pages_per_second", report.peak_pages_per_second, low=0.0, high=MAX_RATE)
     checks.count("load.heavy_hosts", report.heavy_hosts, MAX_HEAVY_HOSTS)
     for i, h in enumerate(report.heavy_hosts):
-        host(checks.indexed("load.heavy_hosts", i) + ".host", h.host)
+        f = checks.indexed("load.heavy_hosts", i)
+        host(f + ".host", h.host)
+        checks.integer(f + ".queue_length", h.queue_length)
 
 
 def host(field: str, value: str) -> str:
@@ -74,6 +86,10 @@ def resolve(r: pb.ResolveRequest, max_batch: int) -> None:
 
 def explain(r: pb.ExplainRequest) -> None:
     host("host", r.host)
+
+
+def list_agents(r: pb.ListAgentsRequest) -> None:
+    """include_dead only: a bool."""
 
 
 def set_override(r: pb.SetOverrideRequest) -> None:

@@ -1,5 +1,6 @@
-"""Validation at the edge of storage (issue 13): the one place that says what a capture, a batch
-and a read request may hold.
+"""Validation at the edge of storage (issues 13 and 21): the one place that says what a capture,
+a batch and a read request may hold; every field of every request message has its bound here
+(docs/security.md, "Validation at the edge").
 
 A bad capture is rejected alone: `capture` runs on every capture of every batch before the group
 commit that stores them (Store.ingest), and a capture it refuses is listed in the ack's
@@ -17,9 +18,9 @@ from wancrawl.errors import InvalidArgument
 from wancrawl.v1 import storage_pb2
 
 MAX_CAPTURES = 10_000              # captures in one PageBatch (agents send a few hundred)
-MAX_RECORD_BYTES = 256 * 1024 * 1024  # one gzip member (the gRPC message limit is lower anyway)
-MAX_LENGTH = 2**53                 # payload/raw lengths: SQL BIGINT and exact as a float
-MAX_FETCHED_AT = 1e11              # unix seconds: year 5138; NaN and infinities are refused
+MAX_RECORD_BYTES = checks.MAX_BLOB  # one gzip member, or the raw HTTP head: 32 MiB
+MAX_LENGTH = checks.MAX_COUNT      # payload/raw lengths: SQL BIGINT and exact as a float
+MAX_FETCHED_AT = checks.MAX_TIME   # unix seconds: year 5138; NaN and infinities are refused
 MAX_TOP = 10_000                   # hosts/agents listed by Stats
 MAX_LOOKUP = 10_000                # URLs asked in one Lookup
 
@@ -61,14 +62,12 @@ def capture(c: storage_pb2.Capture, full: bool = False) -> tuple[str, str]:
     if not c.warc_date:
         raise InvalidArgument("warc_date is empty")
     checks.text("warc_date", c.warc_date, 64)
-    if not 100 <= c.status <= 999:
-        raise InvalidArgument(f"status {c.status} out of range")
+    checks.integer("status", c.status, low=100, high=999)
     checks.text("content_type", c.content_type, checks.MAX_TEXT)
     checks.text("ip", c.ip, 64)
     checks.text("truncated", c.truncated, 32)
-    for name, n in (("payload_length", c.payload_length), ("raw_length", c.raw_length)):
-        if n > MAX_LENGTH:
-            raise InvalidArgument(f"{name} = {n} is above {MAX_LENGTH}")
+    checks.integer("payload_length", c.payload_length, high=MAX_LENGTH)
+    checks.integer("raw_length", c.raw_length, high=MAX_LENGTH)
     checks.size("http_headers", c.http_headers, MAX_RECORD_BYTES)
     if not c.response:
         raise InvalidArgument("response record is empty")
@@ -103,16 +102,14 @@ def get(r: storage_pb2.GetRequest) -> None:
         raise InvalidArgument("Get needs url or record_id")
     checks.text("url", r.url, checks.MAX_URL)
     checks.text("record_id", r.record_id, 100)
-    if r.has_at:
-        checks.finite("at", r.at)
+    checks.unix_time("at", r.at)  # checked even without has_at: a client sending it means something
 
 
 def lookup(r: storage_pb2.LookupRequest) -> None:
     checks.count("urls", r.urls, MAX_LOOKUP)
-    for u in r.urls:
-        checks.text("url", u, checks.MAX_URL)
+    for i, u in enumerate(r.urls):
+        checks.text(checks.indexed("urls", i), u, checks.MAX_URL)
 
 
 def stats(r: storage_pb2.StatsRequest) -> None:
-    if r.top > MAX_TOP:
-        raise InvalidArgument(f"top = {r.top}; at most {MAX_TOP}")
+    checks.integer("top", r.top, high=MAX_TOP)

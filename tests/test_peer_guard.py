@@ -105,6 +105,12 @@ def handover(sender: str, host: str, *, queue=(), seen=(), **fields):
     return agent_pb2.HandOverRequest(sender_id=sender, epoch=7, host=st)
 
 
+async def done(node: AgentNode) -> None:
+    for task in node.tasks:
+        task.cancel()
+    await asyncio.gather(*node.tasks, return_exceptions=True)
+
+
 async def stream(*msgs):
     for m in msgs:
         yield m
@@ -133,6 +139,7 @@ def test_a_handover_from_an_agent_that_never_owned_the_host_is_refused(tmp_path,
         assert sorted(popped) == sorted(URLS)
         crawl = node.dispatcher.export_host(H)
         assert crawl.backoff_until < 1e300 and (crawl.crawl_delay or 0) < 1e6
+        await done(node)
 
     run(go())
 
@@ -146,6 +153,7 @@ def test_a_handover_of_a_host_the_receiver_does_not_own_is_refused(tmp_path, run
         resp = await node.handoff.receive(stream(handover("b", H, queue=URLS)))
         assert [n.host for n in resp.refused] == [H]
         assert len(node.frontier) == 0 and node.frontier.pop(H) is None
+        await done(node)
 
     run(go())
 
@@ -160,6 +168,7 @@ def test_the_previous_owner_hands_over_and_is_taken(tmp_path, run):
                                                  handover("b", "o.lab", queue=["http://o.lab/"])))
         assert resp.hosts == 1 and resp.queued == 5 and [n.host for n in resp.refused] == ["o.lab"]
         assert URLS[9] in node.seen and URLS[0] in node.seen
+        await done(node)
 
     run(go())
 
@@ -186,5 +195,6 @@ def test_replicate_from_a_non_owner_leaves_the_replica_as_the_owner_made_it(tmp_
                 await servicer.Replicate(stream(hostile), Context())
         assert node.replicas is not None and node.replicas.owner(H) == "b"
         assert [i.url for i in node.replicas.export(H).queue] == URLS[:3]
+        await done(node)
 
     run(go())

@@ -346,3 +346,49 @@ def test_operator_flags_only_from_operators(certs, tmp_path):
     got = asyncio.run(main())
     assert got["agent route"] == got["agent force"] == grpc.StatusCode.PERMISSION_DENIED, got
     assert got["agent plain"] not in REFUSED and got["operator route+force"] not in REFUSED, got
+
+
+def test_a_request_that_does_not_parse_is_invalid_argument_past_authorization(certs, tmp_path, caplog):
+    """A string that is not UTF-8 (issue 21): the caller's role is checked first (a certificate
+    without an identity stays UNAUTHENTICATED), then the request is refused by name. Before, the
+    authorizer read fields of what did not parse (unary: UNKNOWN and a traceback)."""
+    d, _ = certs
+    who = {"agent a2": tls_of(d, "agent", "a2"), "nobody": no_identity_cert(d)}
+    mark = "~not-utf-8~"
+    requests = {"PushUrls": agent_pb2.PushUrlsRequest(sender_id=mark),
+                "HandOver": agent_pb2.HandOverRequest(sender_id=mark, host=agent_pb2.HostState(host="h.cn"))}
+
+    async def main():
+        csrv, ssrv, asrv = await _serving(tmp_path, d)
+        out = {}
+        try:
+            for name, tls in who.items():
+                async with grpcutil.channel(asrv.address, tls) as ch:
+                    for method, req in requests.items():
+                        raw = req.SerializeToString().replace(mark.encode(), b"\xff" * len(mark))
+                        path = f"/wancrawl.v1.Agent/{method}"
+                        try:
+                            if method == "HandOver":
+                                async def one():
+                                    yield raw
+
+                                await ch.stream_unary(path, request_serializer=bytes, response_deserializer=bytes)(
+                                    one(), timeout=10)
+                            else:
+                                await ch.unary_unary(path, request_serializer=bytes, response_deserializer=bytes)(
+                                    raw, timeout=10)
+                            out[name, method] = (grpc.StatusCode.OK, "")
+                        except grpc.aio.AioRpcError as exc:
+                            out[name, method] = (exc.code(), exc.details())
+        finally:
+            await asrv.stop(0)
+            await ssrv.stop(0)
+            await csrv.stop(0)
+        return out
+
+    out = asyncio.run(main())
+    for method in requests:
+        code, details = out["agent a2", method]
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "sender_id is not valid UTF-8" in details, (method, code, details)
+        assert out["nobody", method][0] == grpc.StatusCode.UNAUTHENTICATED, method
+    assert not [r for r in caplog.records if r.exc_info and (r.name.startswith("grpc") or r.name == "wancrawl.grpcutil")]

@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from wancrawl.checks import Malformed
 from wancrawl.pki import Identity, identity_of_pem, parse_uri, source_ips_of_pem, source_ips_of_uris
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,9 @@ def _values(message: Any, path: str) -> list[Any]:
 
 
 def check_fields(ident: Identity, path: str, message: Any, method: str) -> None:
-    if not path:
+    # A request that did not parse has no fields: the error interceptor, next in line, refuses
+    # it with INVALID_ARGUMENT (the caller was admitted by role already).
+    if not path or isinstance(message, Malformed):
         return
     for v in _values(message, path):
         if v != ident.name:
@@ -118,6 +121,8 @@ def check_fields(ident: Identity, path: str, message: Any, method: str) -> None:
 
 def check_flags(ident: Identity, flags: Mapping[str, frozenset[str]], message: Any, method: str) -> None:
     """Refuse a flag set by a role that may not set it (Rules.flags)."""
+    if isinstance(message, Malformed):
+        return  # no fields: refused as INVALID_ARGUMENT next (check_fields says why)
     for path, roles in flags.items():
         if ident.role not in roles and any(_values(message, path)):
             raise Refused(grpc.StatusCode.PERMISSION_DENIED,

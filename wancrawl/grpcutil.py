@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from wancrawl import errors
+from wancrawl import checks, errors
 from wancrawl.checks import clip_message
 
 if TYPE_CHECKING:
@@ -66,9 +66,41 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def checked_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """A request deserializer that never raises: bytes that do not parse (a string field that
+    is not UTF-8, a truncated message) become a `checks.Malformed` saying which field, which
+    ErrorInterceptor answers with INVALID_ARGUMENT. Raised from the deserializer, grpc.aio would
+    answer UNKNOWN and log a traceback (unary) or hand the exception to the servicer (streams)."""
+    if deserialize is None:
+        return None
+    # The generated code registers `RequestType.FromString`: its class names the message type.
+    descriptor = getattr(getattr(deserialize, "__self__", None), "DESCRIPTOR", None)
+
+    def deserializer(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # noqa: BLE001 - any failure to parse is the client's malformed request
+            return checks.malformed(descriptor, data, exc)
+
+    return deserializer
+
+
+def refuse_malformed(request: Any) -> None:
+    if isinstance(request, checks.Malformed):
+        raise errors.InvalidArgument(request.reason)
+
+
+async def parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A request stream in which a message that did not parse ends the call (INVALID_ARGUMENT)."""
+    async for m in requests:
+        refuse_malformed(m)
+        yield m
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Turns WancrawlError (and unexpected exceptions) into gRPC statuses with clear messages;
-    counts them per status code in `errors` (the `rpc_errors` metric of every service)."""
+    counts them per status code in `errors` (the `rpc_errors` metric of every service). Requests
+    that do not parse are INVALID_ARGUMENT naming the field (`checked_deserializer`)."""
 
     def __init__(self, errors: dict[str, float] | None = None):
         self.errors: dict[str, float] = {} if errors is None else errors
@@ -84,10 +116,16 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             return None
         method = handler_call_details.method
 
-        def wrap_unary(fn: Callable[..., Awaitable[Any]]):
+        def arguments(request_or_iter: Any, stream_in: bool) -> Any:
+            if stream_in:
+                return parsed(request_or_iter)
+            refuse_malformed(request_or_iter)
+            return request_or_iter
+
+        def wrap_unary(fn: Callable[..., Awaitable[Any]], stream_in: bool):
             async def wrapper(request_or_iter, context):
                 try:
-                    return await fn(request_or_iter, context)
+                    return await fn(arguments(request_or_iter, stream_in), context)
                 except errors.WancrawlError as exc:
                     await context.abort(self._count(status_for(exc)), clip_message(str(exc)))
                 except (grpc.aio.AbortError, asyncio.CancelledError):
@@ -98,10 +136,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
             return wrapper
 
-        def wrap_stream(fn: Callable[..., Any]):
+        def wrap_stream(fn: Callable[..., Any], stream_in: bool):
             async def wrapper(request, context):
                 try:
-                    async for item in fn(request, context):
+                    async for item in fn(arguments(request, stream_in), context):
                         yield item
                 except errors.WancrawlError as exc:
                     await context.abort(self._count(status_for(exc)), clip_message(str(exc)))
@@ -113,22 +151,15 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
             return wrapper
 
+        de, se = checked_deserializer(handler.request_deserializer), handler.response_serializer
         if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                wrap_unary(handler.unary_unary), handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.unary_unary_rpc_method_handler(wrap_unary(handler.unary_unary, False), de, se)
         if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                wrap_unary(handler.stream_unary), handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.stream_unary_rpc_method_handler(wrap_unary(handler.stream_unary, True), de, se)
         if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                wrap_stream(handler.unary_stream), handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.unary_stream_rpc_method_handler(wrap_stream(handler.unary_stream, False), de, se)
         if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                wrap_stream(handler.stream_stream), handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.stream_stream_rpc_method_handler(wrap_stream(handler.stream_stream, True), de, se)
         return handler
 
 

@@ -12,7 +12,14 @@ from typing import Protocol
 
 from agent.state.storable import INT64_MAX, ROW_ERRORS, Unstorable, text_ok, write_each
 
+from wancrawl.checks import MAX_COUNT
+
 log = logging.getLogger("agent")
+
+# A host's page count saturates at what the edge accepts in a HandOver or Replicate
+# (agent/validate.py), so a count this agent hands on is always taken; far below SQLite's
+# signed 64-bit INTEGER.
+MAX_PAGES = MAX_COUNT
 
 # A key lower than any real (depth, seq): "everything of this host is on disk only".
 _MIN_KEY = (-(1 << 62), 0)
@@ -280,9 +287,10 @@ class Frontier:
 
     def check_pages(self, host: str, n: int) -> None:
         """Raise Unstorable if add_pages(host, n) would be refused."""
-        if not 0 <= n <= INT64_MAX - self._pages.get(host, 0):
-            raise Unstorable(f"pages {n} of {host[:80]!r}: the host's page count must stay within 0..2^63-1 "
-                             f"(it is {self._pages.get(host, 0)})")
+        # A count SQLite cannot hold is refused; a host's sum saturates at MAX_PAGES (add_pages),
+        # so adding never overflows either.
+        if not 0 <= n <= INT64_MAX:
+            raise Unstorable(f"pages {n} of {host[:80]!r}: a page count must be within 0..2^63-1")
 
     def _page_in(self, host: str, q: _HostQ) -> None:
         # Rows of this host's cold items may still be buffered: then make the table the truth first.
@@ -380,7 +388,8 @@ class Frontier:
         A count the table could not hold (beyond 2^63-1, or negative) is refused (Unstorable)."""
         self.check_pages(host, n)
         if n:
-            self._pages[host] = self._pages.get(host, 0) + n
+            # Handed-over counts add up here: each is bounded at the edge, their sum is not.
+            self._pages[host] = min(self._pages.get(host, 0) + n, MAX_PAGES)
             self._pages_dirty.add(host)
 
     def done(self, item: Item) -> bool:
