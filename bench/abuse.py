@@ -94,7 +94,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -481,6 +481,10 @@ async def attacks(att: Attacker, world: World) -> list[Outcome]:
         Need("C", "other-owned", 1, work),
     ]
     tg = pick_targets(att.id, routes, world.agents, needs)
+    # Pushed with route=true to one other agent; ingested at storage: the receiver the table names.
+    push_to = next(a for a in world.agents if a != att.id)
+    tg["4b"] = [replace(t, receiver=push_to) for t in tg["4b"]]
+    tg["6"] = [replace(t, receiver="storage") for t in tg["6"]]
     truth = world.truth_by_host
     done = lambda h: [u for u in truth[h] if u in world.requested]  # noqa: E731
     todo = lambda h: [u for u in truth[h] if u not in world.requested]  # noqa: E731
@@ -525,8 +529,7 @@ async def attacks(att: Attacker, world: World) -> list[Outcome]:
                lambda x: att.push(x.receiver, (done(x.host) or truth[x.host])[:50], force=True))
     o = Outcome("4b", "PushUrls route=true (others' hosts' URLs), to another agent", tg.get("4b", []))
     if o.targets:
-        to = next(a for a in world.agents if a != att.id)
-        o.answers.append(await att.push(to, [u for x in o.targets for u in truth[x.host][:25]], route=True))
+        o.answers.append(await att.push(push_to, [u for x in o.targets for u in truth[x.host][:25]], route=True))
     outs.append(o)
     # 5: where the attacker stands.
     src = att.cl.agent_sources[world.other]
@@ -586,6 +589,7 @@ class Run:
     attack_at: float | None = None     # share of truth requested at the attacks
     attack_after_s: float | None = None
     outcomes: list[Outcome] = field(default_factory=list)
+    truth: set[str] = field(default_factory=set)                    # this run's truth URLs (with its web port)
     captures: list[tuple[str, str]] = field(default_factory=list)   # (canonical URL, record type), for per-host counts
     requested: list[str] = field(default_factory=list)
 
@@ -605,7 +609,7 @@ def _pick_other(attacker: str, agents: Sequence[str]) -> str:
     return next((a for a in others if city(a) != city(attacker)), others[0])
 
 
-def run_crawl(name: str, base: Path, args: argparse.Namespace, truth_cache: dict) -> Run:
+def run_crawl(name: str, base: Path, args: argparse.Namespace) -> Run:
     run = chaos.fresh_run_dir(base / name)
     res = Run(name)
     try:
@@ -617,9 +621,8 @@ def run_crawl(name: str, base: Path, args: argparse.Namespace, truth_cache: dict
     t_end = time.time()
     truth: set[str] = set()
     try:
-        if "truth" not in truth_cache:  # the same seed and topology: one truth for both runs
-            truth_cache["truth"] = chaos.compute_truth(cl)
-        truth = truth_cache["truth"]
+        # Each run's own: truth URLs carry the run's web port (the hosts are the same in both runs).
+        truth = res.truth = chaos.compute_truth(cl)
         if name == "attacked" and args.attacker not in cl.agents:
             raise ValueError(f"attacker {args.attacker!r} is not one of the agents {sorted(cl.agents)}")
         by_host: dict[str, list[str]] = {}
@@ -688,37 +691,36 @@ async def _attack_run(cl: cluster.Cluster, args: argparse.Namespace, by_host: di
 # --- counting and output ------------------------------------------------------------------------------
 
 
-def on_hosts(truth: Collection[str], hosts: Collection[str], r: Run) -> tuple[int, int] | None:
+def on_hosts(hosts: Collection[str], r: Run) -> tuple[int, int] | None:
     """(lost, stored twice) among the truth URLs of `hosts` in run `r` (None: not counted)."""
     if r.metrics is None or not hosts:
         return None
     hs = set(hosts)
-    sub = {u for u in truth if host_of_canonical(u) in hs}
+    sub = {u for u in r.truth if host_of_canonical(u) in hs}
     m = chaos.compare(sub, r.captures, r.requested)
     return m.lost, m.stored_twice
 
 
-def count_outcomes(truth: Collection[str], attacked: Run, baseline: Run | None) -> None:
+def count_outcomes(attacked: Run, baseline: Run | None) -> None:
     for o in attacked.outcomes:
         o.decide()
         hosts = {t.host for t in o.targets}
-        got = on_hosts(truth, hosts, attacked)
+        got = on_hosts(hosts, attacked)
         if got is not None:
             o.lost, o.twice = got
-        base = on_hosts(truth, hosts, baseline) if baseline is not None else None
+        base = on_hosts(hosts, baseline) if baseline is not None else None
         if base is not None:
             o.base_lost, o.base_twice = base
 
 
-def beyond_baseline(truth: Collection[str], attacked: Run, baseline: Run | None, exclude: Collection[str]) -> tuple[int, int] | None:
+def beyond_baseline(attacked: Run, baseline: Run | None, exclude: Collection[str]) -> tuple[int, int] | None:
     """(lost, stored twice) of the attacked run beyond the baseline's, on truth hosts not in
     `exclude` (the residual's); None without both counts."""
     if attacked.metrics is None or baseline is None or baseline.metrics is None:
         return None
     ex = set(exclude)
-    sub = {u for u in truth if host_of_canonical(u) not in ex}
-    a = chaos.compare(sub, attacked.captures, attacked.requested)
-    b = chaos.compare(sub, baseline.captures, baseline.requested)
+    a = chaos.compare({u for u in attacked.truth if host_of_canonical(u) not in ex}, attacked.captures, attacked.requested)
+    b = chaos.compare({u for u in baseline.truth if host_of_canonical(u) not in ex}, baseline.captures, baseline.requested)
     return a.lost - b.lost, a.stored_twice - b.stored_twice
 
 
@@ -760,13 +762,13 @@ def run_rows(runs: Sequence[Run]) -> list[list[str]]:
     return out
 
 
-def verdict_lines(truth: Collection[str], attacked: Run, baseline: Run | None) -> list[str]:
+def verdict_lines(attacked: Run, baseline: Run | None) -> list[str]:
     outs = [o for o in attacked.outcomes if not o.residual]
     res = [o for o in attacked.outcomes if o.residual]
     lines = [f"attacks refused: {sum(o.refused for o in outs)} of {len(outs)}"]
     lines += [f"  NOT refused: {o.key} {o.attack}: {o.why}" for o in outs if not o.refused]
     ex = {t.host for o in res for t in o.targets}
-    got = beyond_baseline(truth, attacked, baseline, ex)
+    got = beyond_baseline(attacked, baseline, ex)
     if got is None:
         lines.append("beyond the baseline: n/a (no baseline run)")
     else:
@@ -826,13 +828,12 @@ def main(argv: list[str] | None = None) -> int:
         f"of truth requested{'' if args.no_residual else ', residual right after seeding'}",
         f"runs under {base}",
     ]
-    truth_cache: dict = {}
     runs: list[Run] = []
     try:
         for name in (["attacked"] if args.skip_baseline else ["baseline", "attacked"]):
             if not args.json:
                 print(f"abuse: {name} ...", file=sys.stderr, flush=True)
-            runs.append(run_crawl(name, base, args, truth_cache))
+            runs.append(run_crawl(name, base, args))
     except KeyboardInterrupt:
         print("abuse: interrupted (the running cluster was stopped)", file=sys.stderr)
         return 130
@@ -841,13 +842,12 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     baseline = next((r for r in runs if r.name == "baseline"), None)
     attacked = runs[-1]
-    truth = truth_cache.get("truth", set())
-    count_outcomes(truth, attacked, baseline)
-    lines = verdict_lines(truth, attacked, baseline)
+    count_outcomes(attacked, baseline)
+    lines = verdict_lines(attacked, baseline)
     if args.json:
         def run_json(r: Run) -> dict:
             d = asdict(r)
-            for k in ("captures", "requested"):
+            for k in ("truth", "captures", "requested"):
                 d.pop(k)
             if d["metrics"] is not None:
                 d["metrics"]["lost_urls"] = d["metrics"]["lost_urls"][:50]
