@@ -135,8 +135,7 @@ class AgentNode:
             unshipped_grace=rep.unshipped_grace, clock=clock,
             may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
         replicas = self.replicas
-        self.guard = PeerGuard(self.id, self.directory.routes, self.directory.forget, holds=self.ledger.holds,
-                               settling=self.ownership.settling,
+        self.guard = PeerGuard(self.id, self.directory.routes, self.directory.forget, settling=self.ownership.settling,
                                replica_owner=replicas.owner if replicas is not None else (lambda h: None),
                                promoted_from=self.ownership.promoted_from)
         self.tasks: list[asyncio.Task] = []

@@ -31,28 +31,27 @@ def route(*agents):
 
 
 # -- the rules -----------------------------------------------------------------------------------
-# (route, sender, holds here, settling here, replica owner here, promoted from) -> taken?
+# (route, sender, settling here, replica owner here, promoted from) -> taken?
 HANDOVER = [
-    ((A, B), "b", False, False, None, None, True),    # a join: the old owner (now first backup) hands over
-    ((A, B), "b", True, True, None, None, True),      # ... while this agent settles the host
-    ((A, B), "b", True, False, None, None, False),    # this agent crawls it steadily: no handover expected
-    ((A, B, C), "c", False, False, None, None, True),  # a balancer's move: the natural owner is lower in the list
-    ((A, B), "c", False, False, None, None, False),   # a live agent of no place in the list
-    ((A, B), "c", False, False, "c", None, True),     # a drain: the leaver whose replica this agent keeps
-    ((A, B), "c", True, False, None, "c", True),      # ... or promoted within the settle window
-    ((A, B), "c", True, False, "b", "d", False),      # gone from the list, never this agent's replica source
-    ((B, A), "c", False, False, "c", None, False),    # this agent does not own the host
-    ((B, A), "b", False, False, None, None, False),   # the owner handing its own host to a backup
-    ((A, B), "a", False, False, None, None, False),   # from itself
+    ((A, B), "b", True, None, None, True),      # a join: the old owner (now first backup) hands over while this agent settles
+    ((A, B), "b", False, None, None, False),    # no epoch change lately, nothing held: no handover expected
+    ((A, B, C), "c", True, None, None, True),   # a balancer's move: the natural owner is lower in the list
+    ((A, B), "c", True, None, None, False),     # a live agent of no place in the list, even while settling
+    ((A, B), "c", False, "c", None, True),      # a drain: the leaver whose replica this agent keeps
+    ((A, B), "c", False, None, "c", True),      # ... or promoted within the settle window
+    ((A, B), "c", True, "b", "d", False),       # gone from the list, never this agent's replica source
+    ((B, A), "c", True, "c", None, False),      # this agent does not own the host
+    ((B, A), "b", True, None, None, False),     # the owner handing its own host to a backup
+    ((A, B), "a", True, None, None, False),     # from itself
 ]
 
 
-@pytest.mark.parametrize("agents, sender, holds, settling, replica_owner, promoted_from, taken", HANDOVER)
-def test_handover_rule(agents, sender, holds, settling, replica_owner, promoted_from, taken):
-    why = handover_refusal("a", sender, route(*agents), holds=holds, settling=settling, replica_owner=replica_owner,
+@pytest.mark.parametrize("agents, sender, settling, replica_owner, promoted_from, taken", HANDOVER)
+def test_handover_rule(agents, sender, settling, replica_owner, promoted_from, taken):
+    why = handover_refusal("a", sender, route(*agents), settling=settling, replica_owner=replica_owner,
                            promoted_from=promoted_from)
     assert (why is None) == taken, why
-    assert handover_refusal("a", "b", None, holds=False, settling=True, replica_owner=None, promoted_from=None), \
+    assert handover_refusal("a", "b", None, settling=True, replica_owner=None, promoted_from=None), \
         "placement cannot say: refused (the sender keeps the host)"
 
 
@@ -160,10 +159,15 @@ def test_a_handover_of_a_host_the_receiver_does_not_own_is_refused(tmp_path, run
 
 def test_the_previous_owner_hands_over_and_is_taken(tmp_path, run):
     """The legitimate case beside the attacks: after a join the old owner (now the first
-    backup) hands the host over whole, and the new owner queues it."""
+    backup) hands the host over whole while the new owner takes it over, and is queued."""
 
     async def go():
-        node = make_node(tmp_path, {H: (A, B), "o.lab": (A, C)})
+        node = make_node(tmp_path, {H: (A, B), "o.lab": (A, C), "q.lab": (A, B)})
+        # No epoch change lately and nothing held: even the first backup's handover is refused
+        # (a compromised backup cannot feed a host's history to its owner in steady state).
+        resp = await node.handoff.receive(stream(handover("b", "q.lab", seen=[fingerprint("http://q.lab/")])))
+        assert [n.host for n in resp.refused] == ["q.lab"] and "http://q.lab/" not in node.seen
+        node.gate.hold([H, "o.lab"])  # taking them over: claims under way (Ownership holds them so)
         resp = await node.handoff.receive(stream(handover("b", H, queue=URLS[:5], seen=[fingerprint(URLS[9])]),
                                                  handover("b", "o.lab", queue=["http://o.lab/"])))
         assert resp.hosts == 1 and resp.queued == 5 and [n.host for n in resp.refused] == ["o.lab"]

@@ -12,7 +12,8 @@ be older than the sender's) and feeds them what this agent knows locally.
 * HandOver of h from S: this agent owns h now, and S is a holder it expects state from:
   - S is in h's preference list below this agent (the owner before a join, or before a
     balancer's or operator's move, moves down the list), while this agent is still taking h
-    over: h is held here (claims under way) or this agent has nothing of h yet;
+    over: h is held here (claims under way), or this agent's last epoch change or registration
+    is less than a settle window old (2 x lease by default);
   - or S is gone from the list (a drain, a crash) and this agent keeps, or promoted within the
     settle window, S's replica of h: it was S's backup, so S owned h.
   A HandOver of a host this agent crawls steadily, or from an agent that holds no such place,
@@ -26,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from agent.placement.port import HostRoute
 
 
-def handover_refusal(self_id: str, sender: str, route: HostRoute | None, *, holds: bool, settling: bool,
+def handover_refusal(self_id: str, sender: str, route: HostRoute | None, *, settling: bool,
                      replica_owner: str | None, promoted_from: str | None) -> str | None:
     """Why a HandOver of route.host from `sender` is refused, or None to take it."""
     if route is None or not route.agents:
@@ -37,9 +38,9 @@ def handover_refusal(self_id: str, sender: str, route: HostRoute | None, *, hold
     if sender == self_id:
         return "a handover from this agent itself"
     if sender in ids:
-        if settling or not holds:
+        if settling:
             return None
-        return f"{sender} is not its previous owner: this agent crawls it and expects no handover"
+        return f"{sender} may not hand it over now: this agent is not taking it over (no epoch change lately)"
     if sender in (replica_owner, promoted_from):
         return None
     return f"{sender} is not in its preference list and this agent was not its backup"
@@ -65,15 +66,14 @@ Routes = Callable[[list[str]], Awaitable[dict[str, HostRoute]]]
 
 class PeerGuard:
     """Applies the rules with fresh routes. Owns nothing but its counters; what it knows of a
-    host locally comes through the callables (the ledger, ownership's settling, the replicas)."""
+    host locally comes through the callables (ownership's settling, the replicas)."""
 
-    def __init__(self, self_id: str, routes: Routes, forget: Callable[[str], None], *, holds: Callable[[str], bool],
+    def __init__(self, self_id: str, routes: Routes, forget: Callable[[str], None], *,
                  settling: Callable[[str], bool], replica_owner: Callable[[str], str | None],
                  promoted_from: Callable[[str], str | None]):
         self.self_id = self_id
         self.routes = routes      # HostDirectory.routes: cached, asked in batches
         self.forget = forget      # HostDirectory.forget: drop a cached answer
-        self.holds = holds
         self.settling = settling
         self.replica_owner = replica_owner
         self.promoted_from = promoted_from
@@ -93,7 +93,7 @@ class PeerGuard:
     async def handover(self, sender: str, hosts: list[str]) -> dict[str, str]:
         """host -> reason, for the hosts of a HandOver from `sender` that are refused."""
         out = await self._decide(hosts, lambda h, r: handover_refusal(
-            self.self_id, sender, r, holds=self.holds(h), settling=self.settling(h),
+            self.self_id, sender, r, settling=self.settling(h),
             replica_owner=self.replica_owner(h), promoted_from=self.promoted_from(h)))
         self.counters["handover_hosts_refused"] += len(out)
         return out

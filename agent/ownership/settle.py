@@ -132,8 +132,10 @@ class Ownership:
 
     # -- what the peer guard asks (agent/ownership/guard.py) ----------------------------------------
     def settling(self, host: str) -> bool:
-        """The host is held here while its state is on its way (claims, a promotion, a handover)."""
-        return self.gate.held(host)
+        """The host's state may be on its way here: it is held (claims, a promotion, a handover),
+        or an epoch change or a registration of this agent is less than a settle window old (the
+        previous owner hands its hosts over as soon as it learns the new epoch)."""
+        return self.gate.held(host) or self.clock() < self._settle_until
 
     def promoted_from(self, host: str) -> str | None:
         """The owner whose replica of the host this agent promoted within the settle window."""
