@@ -143,6 +143,7 @@ class ConsultantService:
         # Counts since start (consultant/metrics.py says what each means).
         self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
                          "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
+        self._last_sweep: float | None = None  # clock time of the last lease sweep
         self._refusals_logged: set[str] = set()  # Register refusals already logged (agents retry each heartbeat)
 
     @staticmethod
@@ -212,13 +213,28 @@ class ConsultantService:
         while True:
             await asyncio.sleep(self.settings.sweep_interval)
             try:
-                expired, epoch = await self._run(self.store.expire, self.clock())
-                if expired:
-                    self.counters["leases_expired"] += len(expired)
-                    log.warning("lease expired: %s are dead (epoch %d)", ", ".join(expired), epoch)
-                    await self.refresh()
+                await self.sweep()
             except Exception:  # noqa: BLE001 - keep sweeping after a DB hiccup
                 log.exception("lease sweep failed")
+
+    async def sweep(self) -> None:
+        """Declare dead the agents whose lease ran out. A sweep that comes long after the last
+        one means this consultant was not running (SIGSTOP, a stalled VM): nobody could
+        heartbeat it meanwhile, so every lease is first extended by one lease period, as after a
+        restart, instead of declaring every agent dead at once (issue 21: the agents came back
+        one by one and hosts moved to whoever came first, then back)."""
+        now = self.clock()
+        last, self._last_sweep = self._last_sweep, now
+        if last is not None and now - last > max(self.settings.lease_seconds / 2, 10 * self.settings.sweep_interval):
+            log.warning("no lease sweep for %.1f s (this consultant was stopped?): every lease extended by %.0f s",
+                        now - last, self.settings.lease_seconds)
+            await self._run(self.store.extend_leases, now + self.settings.lease_seconds)
+            return
+        expired, epoch = await self._run(self.store.expire, now)
+        if expired:
+            self.counters["leases_expired"] += len(expired)
+            log.warning("lease expired: %s are dead (epoch %d)", ", ".join(expired), epoch)
+            await self.refresh()
 
     async def _sync_loop(self) -> None:
         while True:

@@ -251,3 +251,48 @@ def test_prometheus_metrics_of_the_consultant(run, tmp_path):
     assert "wancrawl_consultant_agents_alive" in text and "wancrawl_consultant_hosts_resolved_total" in text
     line = next(x for x in text.splitlines() if x.startswith("wancrawl_consultant_hosts_resolved_total{"))
     assert float(line.rsplit(" ", 1)[1]) == 3.0
+
+
+def test_a_consultant_stopped_past_the_lease_does_not_declare_every_agent_dead(tmp_path, run):
+    """Issue 21, consultant-stop: SIGSTOP for three leases, then SIGCONT. Nobody could heartbeat
+    a stopped consultant, so its first sweep extends every lease instead of declaring all agents
+    dead at once (they came back one by one, and hosts moved to whoever came first, then back);
+    an agent that stays silent a lease after that is declared dead as ever."""
+    from consultant.server import ConsultantServer
+    from consultant.service import ConsultantService
+    from wancrawl.v1 import common_pb2
+
+    class Clock:
+        now = 1000.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+
+    async def go():
+        s = settings_for(tmp_path)  # background sweeps too: they read the same fake clock
+        svc = ConsultantService(s, clock=clock)
+        server = ConsultantServer(s, svc)
+        await server.start()
+        client = ConsultantClient(server.address)
+        try:
+            await register_n(client, 2)
+            lease = s.lease_seconds
+            await svc.sweep()
+            epoch = await client.heartbeat("agent-0", common_pb2.LoadReport())
+            clock.now += 3 * lease          # stopped: no sweep, no heartbeat
+            await svc.sweep()
+            alive = {a.agent_id for a in (await client.list_agents()).agents}
+            assert alive == {"agent-0", "agent-1"} and svc.directory.epoch == epoch
+            for _ in range(int(lease) + 2):  # running again: agent-0 heartbeats, agent-1 is gone
+                clock.now += 1.0
+                await client.heartbeat("agent-0", common_pb2.LoadReport())
+                await svc.sweep()
+            alive = {a.agent_id for a in (await client.list_agents()).agents}
+            assert alive == {"agent-0"}, alive
+        finally:
+            await client.close()
+            await server.stop(0)
+
+    run(go())

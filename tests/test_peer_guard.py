@@ -202,3 +202,26 @@ def test_replicate_from_a_non_owner_leaves_the_replica_as_the_owner_made_it(tmp_
         await done(node)
 
     run(go())
+
+
+def test_a_host_its_owner_refuses_leaves_as_plain_urls_and_is_not_left_held(tmp_path, run):
+    """The sender's side of a refusal (seen in bench/chaos.py's consultant-stop: a host handed
+    out and refused stayed held for ever, never fetched, the agent never idle). The host leaves
+    this agent, its queued URLs go to the owner as pushes, and the gate holds nothing."""
+
+    async def go():
+        node = make_node(tmp_path, {H: (B, A)})  # b owns the host now; this agent ("a") holds it
+        node.intake.accept_local([Item(u, H) for u in URLS[:4]])
+        node.commit_log.commit(force=True)
+        assert node.ledger.holds(H)
+
+        async def refuse(address, states):
+            return agent_pb2.HandOverResponse(refused=[agent_pb2.HostNote(host=st.host, reason="not now") for st in states])
+
+        node.handoff.send = refuse  # type: ignore[method-assign]
+        assert await node.ownership.hand_out(B, [H]) == []
+        assert not node.ledger.holds(H) and not node.gate.held(H)
+        assert node.routing.pending() == 4, "the host's URLs are owed to its owner"
+        await done(node)
+
+    run(go())

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
 from agent.placement.directory import HostDirectory
+from agent.state.frontier import Item
 from agent.state.commit import Durable
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
@@ -21,6 +22,8 @@ STREAM_URLS = 200_000
 
 # (sender, hosts) -> {host: why it is refused}: agent/ownership/guard.py's PeerGuard.handover.
 Admit = Callable[[str, list[str]], Awaitable[dict[str, str]]]
+# URLs to send on their way as if found here (the routing service's `route`).
+Reroute = Callable[[list[Item]], None]
 
 
 @dataclass
@@ -37,13 +40,14 @@ class HandOff:
     (a failed handover loses nothing: the host is simply still ours)."""
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
-                 durable: Durable, admit: Admit | None = None):
+                 durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
         self.peers = peers
         self.durable = durable  # returns after the next group commit
         self.admit = admit      # None: every host taken (a test without placement rules)
+        self.reroute = reroute  # None: a refused host stays here whole
         self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
                                            "handover_bytes_out": 0, "handover_dropped_done": 0,
                                            "handover_refused_out": 0}
@@ -99,12 +103,21 @@ class HandOff:
         log.info("handed %d hosts (%d queued URLs) to %s", len(states), urls, agent_id)
 
     def taken(self, agent_id: str, states: Iterable[HostState], resp: agent_pb2.HandOverResponse) -> list[HostState]:
-        """The states the receiver took; those it refused stay here whole (logged once a call)."""
+        """The states the receiver took. A host it refused (it does not own it, or does not take
+        it from this agent now: agent/ownership/guard.py) leaves this agent anyway, its queued
+        URLs routed to their owner as plain URLs (outbox, PushUrls: the owner's seen set decides),
+        since this agent does not own it: kept here it would be fetched by nobody or by two."""
         refused = {n.host: n.reason for n in resp.refused}
         if refused:
             self.counters["handover_refused_out"] += len(refused)
             host, why = next(iter(refused.items()))
-            log.warning("%s refused %d of the hosts handed to it (%s: %s)", agent_id, len(refused), host, why)
+            log.warning("%s refused %d of the hosts handed to it (%s: %s); their URLs go to it as pushes",
+                        agent_id, len(refused), host, why)
+            if self.reroute is not None:
+                for h in refused:
+                    queue = self.ledger.export(h).queue
+                    self.reroute([Item(i.url, h, i.depth, i.via) for i in queue])
+                    self.ledger.drop(h)
         return [st for st in states if st.host not in refused]
 
     async def send(self, address: str, states: list[HostState]) -> agent_pb2.HandOverResponse:

@@ -364,17 +364,21 @@ class Ownership:
                 self.handoff.counters["handover_failures"] += 1
                 log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
                 return []
+            # Refused hosts leave too, as plain URLs to their owner (HandOff.taken); either way
+            # the replicator tells their backups to drop them.
             states = self.handoff.taken(peer[0], states, resp)
-            hosts = [st.host for st in states]
             for st in states:
                 self.ledger.release(st)
-                if self.replicator is not None:
-                    self.replicator.forget(st.host)
+            if self.replicator is not None:
+                for h in hosts:
+                    self.replicator.forget(h)
             self.handoff.counters["hosts_handed_out"] += len(states)
             self.counters["hosts_moved_out"] += len(states)
             log.info("handed %d hosts to %s (epoch %d)", len(states), peer[0], self.directory.epoch)
-            return hosts
+            return [st.host for st in states]
         finally:
+            # Every host held above is opened again (the refused ones too: a host left held for
+            # good would keep this agent from ever being idle).
             self._moving.difference_update(hosts)
             self.gate.release(hosts)
 
