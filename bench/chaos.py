@@ -10,8 +10,8 @@ politeness delay) in its own run dir, injects the seeds with the manager's code,
 waits for the crawl to end (`manager wait`'s logic against the consultant, bounded by --timeout;
 a timeout is reported in the row), stops the cluster (always, also on Ctrl-C), then compares.
 
-Scenarios (the fault comes when the lab's request log shows --fault-at (40%) of the truth URLs
-requested at least once, polled every 0.2 s; baseline has none):
+Scenarios (the fault comes when the lab's request log shows --fault-at (40%; consultant-stop 5%,
+see FAULT_AT) of the truth URLs requested at least once, polled every 0.2 s; baseline has none):
   baseline    no fault.
   restart     kill -9 the victim agent, start it again 10 s later from its recorded command
               (same config, same data dir).
@@ -31,6 +31,27 @@ requested at least once, polled every 0.2 s; baseline has none):
               the consultant declares it dead and its hosts go to their backups; it comes back
               and registers again, and must not fetch the hosts it lost until they are handed
               back.
+  kill-owner-and-backup
+              kill -9 the victim and, at the same moment (lab.cluster.kill_all), the agent the
+              consultant names first backup of most of the victim's hosts (first_backup over
+              its preference lists just before). Both stay dead: the hosts both held go on from
+              the replica on their second backup, so the agents run with replication.backups
+              = --backups (r, default 2) when they know the setting.
+  storage-kill9
+              kill -9 storage while it writes (its WARC files grew within the last 5 ms poll,
+              waited for at most 10 s), start it again 3 s later on the same data dir. The note
+              says how many batches the agents' spools held just after and how many bytes of
+              WARC tail storage's recovery cut (records written but never acknowledged).
+  consultant-stop
+              SIGSTOP the consultant for 3 leases (45 s), then SIGCONT it: no agent's lease is
+              renewed meanwhile, so every agent's fence must stop its fetching within the lease.
+              The notes say the page requests while it was stopped (the last one's delay after
+              the stop) and the consultant's epoch before and at the end.
+  cluster-kill9
+              kill -9 every process but the lab web (consultant, storage, every agent) at the
+              same moment, start them all again 3 s later from their recorded commands (same
+              configs, data dirs, addresses; lab.cluster.restart_all: consultant and storage
+              first, then the agents).
 
 Columns (pure functions `compare` and `recovery` below; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
@@ -50,7 +71,9 @@ rows (canonical URL, record type), the lab's request log):
                  left at the fault (a truth URL of the host not requested before the fault)
                  and, for agent faults (restart, drain, kill, kill2, flap), owned by the
                  victim in the consultant's answer just before the fault.
-                 For consultant and storage faults: every host with work left. "(+N never)":
+                 For consultant and storage faults (consultant, storage, storage-kill9,
+                 consultant-stop, cluster-kill9): every host with work left.
+                 kill-owner-and-backup: the hosts of either victim, neither's requests counted. "(+N never)":
                  N affected hosts were not requested again at all (their rest is lost).
                  kill2: the first victim's hosts from the first kill (its own requests
                  ignored) and the second victim's hosts (the first's it took included) from
@@ -148,6 +171,13 @@ OUTAGE_S = {"restart": 10.0, "consultant": 20.0, "storage": 30.0,
 # consultant-stop: the consultant stays stopped this many leases (45 s at the default 15 s), so
 # every agent's lease runs out while it is stopped: the agents' fence must stop their fetching.
 CONSULTANT_STOP_LEASES = 3.0
+# When the fault comes (share of truth requested), unless --fault-at says: 40%, except for
+# consultant-stop, whose fence is only exercised if more than a lease of fetching is left at the
+# stop. A seed-9 crawl fetches ~18 s, its largest host's pages one after another to the end: at
+# 40% (~3 s) about a lease is left and the crawl can end before any fence closes; at 5% (~1 s)
+# the largest host is still being fetched when every lease has run out.
+DEFAULT_FAULT_AT = 0.4
+FAULT_AT = {"consultant-stop": 0.05}
 # storage-kill9: the kill waits (at most this long) until storage's WARC files grow between two
 # polls WARC_POLL_S apart, i.e. storage is writing an Ingest's records right then.
 WARC_GROWTH_WAIT_S = 10.0
@@ -711,6 +741,11 @@ def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], 
     notes.append(f"then killed {victim2} (owner of {k} of {victim}'s {len(owners)} hosts) {ctx.second_t - t:.1f}s after the first kill")
 
 
+def fault_share(name: str, given: float | None) -> float:
+    """The share of truth requested at which the scenario's fault comes: --fault-at if given."""
+    return given if given is not None else FAULT_AT.get(name, DEFAULT_FAULT_AT)
+
+
 def agent_backups_known() -> bool:
     """Whether this checkout's agent has the setting `replication.backups` (r): an agent refuses
     a config key it does not know."""
@@ -933,8 +968,9 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         deadline = t0 + args.timeout
         asyncio.run(inject_seeds(cl))
         seen: set[str] = set()
-        if name != "baseline" and not _wait_progress(tail, truth, cl.web_port, args.fault_at, deadline, seen):
-            row.notes.append(f"TIMEOUT before {args.fault_at:.0%} of truth was requested (no fault injected)")
+        share = fault_share(name, args.fault_at)
+        if name != "baseline" and not _wait_progress(tail, truth, cl.web_port, share, deadline, seen):
+            row.notes.append(f"TIMEOUT before {share:.0%} of truth was requested (no fault injected)")
         else:
             if name != "baseline":
                 row.fault_at = len(seen) / len(truth)
@@ -1029,8 +1065,10 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                     row.notes.append("hosts_handed_in not reported")
             if name == "consultant-stop" and ctx.resume_t is not None:
                 last, first, n = fence_gap(pages, fault_t, ctx.resume_t)
+                left = len(truth - {u for t, _, _, u in requests if t < ctx.resume_t})
                 row.notes.append(f"{n} page requests while it was stopped, the last {_secs(last)}s after the stop; "
-                                 f"first after SIGCONT {_secs(first)}s after it")
+                                 f"{left} truth URLs not yet requested at the SIGCONT, first request after it "
+                                 f"{_secs(first)}s after")
     return row
 
 
@@ -1156,7 +1194,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--victim", default=DEFAULT_VICTIM,
                    help="the agent that restart, drain, kill, kill2 (first), flap and kill-owner-and-backup (the owner) hit")
     p.add_argument("--join", default=DEFAULT_JOIN, help=f"join: the ISP-city group of the agent that joins (default {DEFAULT_JOIN})")
-    p.add_argument("--fault-at", type=float, default=0.4, help="share of truth requested when the fault comes")
+    p.add_argument("--fault-at", type=float, default=None,
+                   help=f"share of truth requested when the fault comes (default {DEFAULT_FAULT_AT:.0%}; consultant-stop "
+                        f"{FAULT_AT['consultant-stop']:.0%})")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds from seeding to the end of the crawl")
     p.add_argument("--stable", type=float, default=2.0, help="seconds every live agent must stay idle to call the crawl finished")
     p.add_argument("--time-scale", type=float, default=60.0)
@@ -1178,7 +1218,9 @@ def main(argv: list[str] | None = None) -> int:
         f"lab seed {args.seed}, topology {args.topology or 'default (seed 002)'}, strategy {args.strategy}, "
         f"time scale {args.time_scale:g}{', zero latency' if args.zero_latency else ''}, politeness delay {args.delay:g}s, "
         f"concurrency {args.concurrency}",
-        f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at {args.fault_at:.0%} of truth requested",
+        f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at "
+        + (f"{args.fault_at:.0%}" if args.fault_at is not None else
+           f"{DEFAULT_FAULT_AT:.0%} ({', '.join(f'{n} {v:.0%}' for n, v in FAULT_AT.items())})") + " of truth requested",
         f"lease {args.lease:g}s; outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s, "
         f"flap {args.lease + FLAP_EXTRA_S:g}s (lease + {FLAP_EXTRA_S:g}s), storage-kill9 {OUTAGE_S['storage-kill9']:g}s, "
         f"cluster-kill9 {OUTAGE_S['cluster-kill9']:g}s, consultant-stop {CONSULTANT_STOP_LEASES * args.lease:g}s "

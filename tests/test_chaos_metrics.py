@@ -210,3 +210,8 @@ def test_rows_with_the_new_figures_serialise_to_json():
     d = json.loads(json.dumps(chaos._row_json(row)))
     assert d["handover"]["moved_per_host"] == 333.333 and d["handover"]["held_per_host"] == 2333.333
     assert d["flap"]["handback_s"] == 0.25 and d["flap"]["before_handback"] == 0 and d["fault2_after_s"] == 12.346
+
+
+def test_consultant_stop_comes_early_unless_the_share_is_given():
+    assert chaos.fault_share("consultant-stop", None) == 0.05 and chaos.fault_share("kill", None) == 0.4
+    assert chaos.fault_share("consultant-stop", 0.3) == 0.3 and chaos.fault_share("kill", 0.2) == 0.2
