@@ -10,8 +10,8 @@ politeness delay) in its own run dir, injects the seeds with the manager's code,
 waits for the crawl to end (`manager wait`'s logic against the consultant, bounded by --timeout;
 a timeout is reported in the row), stops the cluster (always, also on Ctrl-C), then compares.
 
-Scenarios (the fault comes when the lab's request log shows --fault-at (40%) of the truth URLs
-requested at least once, polled every 0.2 s; baseline has none):
+Scenarios (the fault comes when the lab's request log shows --fault-at (40%; consultant-stop 5%,
+see FAULT_AT) of the truth URLs requested at least once, polled every 0.2 s; baseline has none):
   baseline    no fault.
   restart     kill -9 the victim agent, start it again 10 s later from its recorded command
               (same config, same data dir).
@@ -31,6 +31,27 @@ requested at least once, polled every 0.2 s; baseline has none):
               the consultant declares it dead and its hosts go to their backups; it comes back
               and registers again, and must not fetch the hosts it lost until they are handed
               back.
+  kill-owner-and-backup
+              kill -9 the victim and, at the same moment (lab.cluster.kill_all), the agent the
+              consultant names first backup of most of the victim's hosts (first_backup over
+              its preference lists just before). Both stay dead: the hosts both held go on from
+              the replica on their second backup, so the agents run with replication.backups
+              = --backups (r, default 2) when they know the setting.
+  storage-kill9
+              kill -9 storage while it writes (its WARC files grew within the last 5 ms poll,
+              waited for at most 10 s), start it again 3 s later on the same data dir. The note
+              says how many batches the agents' spools held just after and how many bytes of
+              WARC tail storage's recovery cut (records written but never acknowledged).
+  consultant-stop
+              SIGSTOP the consultant for 3 leases (45 s), then SIGCONT it: no agent's lease is
+              renewed meanwhile, so every agent's fence must stop its fetching within the lease.
+              The notes say the page requests while it was stopped (the last one's delay after
+              the stop) and the consultant's epoch before and at the end.
+  cluster-kill9
+              kill -9 every process but the lab web (consultant, storage, every agent) at the
+              same moment, start them all again 3 s later from their recorded commands (same
+              configs, data dirs, addresses; lab.cluster.restart_all: consultant and storage
+              first, then the agents).
 
 Columns (pure functions `compare` and `recovery` below; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
@@ -50,7 +71,9 @@ rows (canonical URL, record type), the lab's request log):
                  left at the fault (a truth URL of the host not requested before the fault)
                  and, for agent faults (restart, drain, kill, kill2, flap), owned by the
                  victim in the consultant's answer just before the fault.
-                 For consultant and storage faults: every host with work left. "(+N never)":
+                 For consultant and storage faults (consultant, storage, storage-kill9,
+                 consultant-stop, cluster-kill9): every host with work left.
+                 kill-owner-and-backup: the hosts of either victim, neither's requests counted. "(+N never)":
                  N affected hosts were not requested again at all (their rest is lost).
                  kill2: the first victim's hosts from the first kill (its own requests
                  ignored) and the second victim's hosts (the first's it took included) from
@@ -108,7 +131,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -120,8 +143,11 @@ from lab import cluster  # noqa: E402
 from lab.server import LogEntry  # noqa: E402
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical  # noqa: E402
 
-SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap")
-AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap")  # the ones with a victim
+SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
+             "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9")
+AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup")  # the ones with a victim
+# Victims that stay gone: not expected running at the end, their requests are no recovery.
+GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup")
 # Four agents: seed 002's scheme B (one agent per ISP, three cities) plus a second China Telecom
 # agent, so the victim's hosts have a same-ISP agent to fail over to.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou", "telecom-beijing")
@@ -139,7 +165,26 @@ FLAP_EXTRA_S = 5.0  # flap: the victim stays stopped for lease + this
 # Lab seed 0 gives 1,497 truth URLs (< 1,500); seed 9 gives 1,831 over 72 sites with a largest
 # host of 278 pages, so a crawl under politeness still ends in ~20-30 s.
 DEFAULT_SEED = 9
-OUTAGE_S = {"restart": 10.0, "consultant": 20.0, "storage": 30.0}
+OUTAGE_S = {"restart": 10.0, "consultant": 20.0, "storage": 30.0,
+            # A crash and an ordinary restart (a supervisor's), not an outage to ride out.
+            "storage-kill9": 3.0, "cluster-kill9": 3.0}
+# consultant-stop: the consultant stays stopped this many leases (45 s at the default 15 s), so
+# every agent's lease runs out while it is stopped: the agents' fence must stop their fetching.
+CONSULTANT_STOP_LEASES = 3.0
+# When the fault comes (share of truth requested), unless --fault-at says: 40%, except for
+# consultant-stop, whose fence is only exercised if more than a lease of fetching is left at the
+# stop. A seed-9 crawl fetches ~18 s, its largest host's pages one after another to the end: at
+# 40% (~3 s) about a lease is left and the crawl can end before any fence closes; at 5% (~1 s)
+# the largest host is still being fetched when every lease has run out.
+DEFAULT_FAULT_AT = 0.4
+FAULT_AT = {"consultant-stop": 0.05}
+# storage-kill9: the kill waits (at most this long) until storage's WARC files grow between two
+# polls WARC_POLL_S apart, i.e. storage is writing an Ingest's records right then.
+WARC_GROWTH_WAIT_S = 10.0
+WARC_POLL_S = 0.005
+# kill-owner-and-backup: replication.backups (r) in the agents' config, when the agents know the
+# key (an older agent refuses unknown keys; it keeps one replica, on the first backup).
+DEFAULT_BACKUPS = 2
 
 
 # --- the comparison: pure ---------------------------------------------------------------------------
@@ -327,6 +372,44 @@ def worst(rows: Iterable["Row"]) -> tuple[int, float]:
     return lost, pct
 
 
+def first_backup(routes: Iterable[tuple[str, Sequence[str]]], owner: str) -> tuple[str, int, int] | None:
+    """kill-owner-and-backup's second victim, from the consultant's preference lists (`routes`:
+    (host, agent ids, owner first) per host): the agent named first backup (second in the list)
+    of most of the hosts `owner` owns. Returns (that agent, of how many of them, how many hosts
+    `owner` owns); a tie goes to the first name in sorted order (the same pick every run). None:
+    no host of `owner` names a backup."""
+    owned = [list(agents) for _, agents in routes if agents and agents[0] == owner]
+    counts = collections.Counter(a[1] for a in owned if len(a) > 1 and a[1] != owner)
+    if not counts:
+        return None
+    agent, k = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return agent, k, len(owned)
+
+
+def warc_sizes(directory: str | Path) -> dict[str, int]:
+    """File name -> size of every WARC file in storage's WARC directory ({} if it is absent)."""
+    try:
+        return {p.name: p.stat().st_size for p in Path(directory).iterdir() if p.name.endswith(".warc.gz")}
+    except OSError:
+        return {}
+
+
+def warc_cut(before: dict[str, int], after: dict[str, int]) -> int:
+    """Bytes cut from WARC files between two `warc_sizes` readings (storage's recovery truncates a
+    tail the index never acknowledged: a kill mid-write). A file gone since is not a cut."""
+    return sum(before[n] - after[n] for n in before if n in after and after[n] < before[n])
+
+
+def fence_gap(page_times: Iterable[float], stop_t: float, resume_t: float) -> tuple[float | None, float | None, int]:
+    """consultant-stop: (seconds from the stop to the last page request before the resume, seconds
+    from the resume to the first page request at or after it, page requests in [stop, resume)).
+    With the consultant stopped the agents' leases are not renewed, so the first figure is at
+    most the lease (plus a heartbeat interval and a fetch under way); None: no such request."""
+    during = [t for t in page_times if stop_t <= t < resume_t]
+    after = [t for t in page_times if t >= resume_t]
+    return (max(during) - stop_t if during else None, min(after) - resume_t if after else None, len(during))
+
+
 # --- I/O: the lab run --------------------------------------------------------------------------------
 
 
@@ -457,6 +540,21 @@ async def _owners(cl: cluster.Cluster, hosts: list[str]) -> dict[str, str]:
 
     async with ConsultantClient(cl.consultant) as c:
         return {r.host: (r.owner[0] if r.owner else "") for r in await c.resolve(hosts)}
+
+
+async def _routes(cl: cluster.Cluster, hosts: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(host, its preference list: agent ids, owner first) per host in the consultant's answer."""
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(cl.consultant) as c:
+        return [(r.host, tuple(a for a, _ in r.agents)) for r in await c.resolve(hosts)]
+
+
+async def _epoch(cl: cluster.Cluster) -> int:
+    from consultant.client import ConsultantClient
+
+    async with ConsultantClient(cl.consultant) as c:
+        return (await c.list_agents()).epoch
 
 
 async def _live_agents(cl: cluster.Cluster) -> dict[str, str]:
@@ -610,6 +708,7 @@ class FaultContext:
     joined_hosts: set[str] | None = None       # join: the hosts it owns once it answers
     counters_before: dict[str, dict[str, float]] | None = None  # join, flap: Status counters at the fault
     held_bytes: int = 0                        # join, flap: per-host state on disk at the fault
+    epoch_before: int | None = None            # consultant-stop: the consultant's epoch before the stop
 
 
 def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], ctx: FaultContext) -> None:
@@ -640,6 +739,85 @@ def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], 
     cluster.kill(cl.run_dir, f"agent-{victim2}")
     ctx.second_t = time.time()
     notes.append(f"then killed {victim2} (owner of {k} of {victim}'s {len(owners)} hosts) {ctx.second_t - t:.1f}s after the first kill")
+
+
+def fault_share(name: str, given: float | None) -> float:
+    """The share of truth requested at which the scenario's fault comes: --fault-at if given."""
+    return given if given is not None else FAULT_AT.get(name, DEFAULT_FAULT_AT)
+
+
+def agent_backups_known() -> bool:
+    """Whether this checkout's agent has the setting `replication.backups` (r): an agent refuses
+    a config key it does not know."""
+    import dataclasses
+
+    from agent.settings import ReplicationSettings
+
+    return any(f.name == "backups" for f in dataclasses.fields(ReplicationSettings))
+
+
+def agent_tables(name: str, args: argparse.Namespace) -> str:
+    """TOML tables appended to every agent's config for the scenario (lab.cluster.up's
+    agent_tables): kill-owner-and-backup sets replication.backups (r) when the agent knows it."""
+    if name == "kill-owner-and-backup" and agent_backups_known():
+        return f"[replication]\nbackups = {args.backups}\n"
+    return ""
+
+
+def _kill_owner_and_backup(cl: cluster.Cluster, victim: str, notes: list[str],
+                           ctx: FaultContext) -> tuple[float, Callable[[], None]]:
+    """kill -9 the victim and the first backup of most of its hosts (the consultant's preference
+    lists just before) at the same moment; both stay dead. With r backups per host, the hosts
+    both held go on from the replica on their second backup."""
+    routes = asyncio.run(_routes(cl, sorted(ctx.candidates or ())))
+    pick = first_backup(routes, victim)
+    if pick is None:
+        raise RuntimeError(f"no host of {victim} names a backup in the consultant's answer: nothing to kill with it")
+    backup, k, n = pick
+    ctx.second_victim = backup
+    ctx.second_candidates = asyncio.run(_owned_by(cl, ctx.truth_hosts, backup))
+    second = collections.Counter(a[2] for _, a in routes if a and a[0] == victim and a[1] == backup and len(a) > 2)
+    cluster.kill_all(cl.run_dir, [f"agent-{victim}", f"agent-{backup}"])
+    t = time.time()
+    r = f"r = {ctx.args.backups}" if agent_backups_known() else "r = 1 (this agent has no replication.backups)"
+    then = ", ".join(f"{a} {c}" for a, c in second.most_common()) or "none"
+    notes.append(f"killed with {backup} at once (first backup of {k} of {victim}'s {n} hosts; their second backups: "
+                 f"{then}); {r}")
+    return t, lambda: None
+
+
+def _storage_kill9(cl: cluster.Cluster, notes: list[str]) -> tuple[float, Callable[[], None]]:
+    """kill -9 storage while it writes an Ingest's records (its WARC files grew within the last
+    poll), restart it on the same data dir OUTAGE_S later; the note says how many bytes of WARC
+    tail its recovery cut (records written but never acknowledged: the kill caught a write)."""
+    from storage import config as storage_config
+
+    warcs = storage_config.load(Path(cl.run_dir) / "storage.toml").warc_dir()
+    end = time.monotonic() + WARC_GROWTH_WAIT_S
+    last = sum(warc_sizes(warcs).values())
+    growing = False
+    while time.monotonic() < end:
+        time.sleep(WARC_POLL_S)
+        now = sum(warc_sizes(warcs).values())
+        if now > last:
+            growing = True
+            break
+        last = now
+    cluster.kill(cl.run_dir, "storage")
+    t = time.time()
+    at_kill = warc_sizes(warcs)
+    spooled = sum(c.get("spool_batches", 0.0) for c in agent_counters(cl).values())
+    notes.append(("killed while its WARC files grew" if growing else
+                  f"WARC files did not grow for {WARC_GROWTH_WAIT_S:g}s: killed anyway")
+                 + f"; {spooled:.0f} batches in the agents' spools just after")
+
+    def come_back() -> None:
+        time.sleep(max(0.0, t + OUTAGE_S["storage-kill9"] - time.time()))
+        cluster.restart(cl.run_dir, "storage")
+        cut = warc_cut(at_kill, warc_sizes(warcs))
+        notes.append(f"restarted at {OUTAGE_S['storage-kill9']:g}s; recovery cut {cut:,} B of unacknowledged WARC tail")
+
+    return t, come_back
 
 
 def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
@@ -680,6 +858,36 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
                 ctx.poller.start()
 
         return t, resume
+    if name == "kill-owner-and-backup":
+        return _kill_owner_and_backup(cl, victim, notes, ctx)
+    if name == "storage-kill9":
+        return _storage_kill9(cl, notes)
+    if name == "consultant-stop":
+        ctx.epoch_before = asyncio.run(_epoch(cl))
+        cluster.pause(run, "consultant")
+        t = time.time()
+        stop_s = CONSULTANT_STOP_LEASES * ctx.args.lease
+
+        def cont() -> None:
+            time.sleep(max(0.0, t + stop_s - time.time()))
+            cluster.resume(run, "consultant")
+            ctx.resume_t = time.time()
+            notes.append(f"consultant stopped {ctx.resume_t - t:.1f}s (lease {ctx.args.lease:g}s)")
+
+        return t, cont
+    if name == "cluster-kill9":
+        # Every process of the cluster but the lab web (the Internet does not crash with it).
+        names = [p.name for p in cl.procs if p.name != "web"]
+        cluster.kill_all(run, names)
+        t = time.time()
+
+        def come_back_all() -> None:
+            time.sleep(max(0.0, t + OUTAGE_S[name] - time.time()))
+            cluster.restart_all(run, names)
+            notes.append(f"killed {len(names)} processes at once ({', '.join(names)}); all answering again "
+                         f"{time.time() - t:.1f}s after (restarted at {OUTAGE_S[name]:g}s)")
+
+        return t, come_back_all
     if name in ("restart", "kill"):
         cluster.kill(run, f"agent-{victim}")
         t = time.time()
@@ -740,7 +948,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     try:
         cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=args.topology, seed=args.seed,
                         time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay,
-                        concurrency=args.concurrency, lease=args.lease)
+                        concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args))
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -760,8 +968,9 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         deadline = t0 + args.timeout
         asyncio.run(inject_seeds(cl))
         seen: set[str] = set()
-        if name != "baseline" and not _wait_progress(tail, truth, cl.web_port, args.fault_at, deadline, seen):
-            row.notes.append(f"TIMEOUT before {args.fault_at:.0%} of truth was requested (no fault injected)")
+        share = fault_share(name, args.fault_at)
+        if name != "baseline" and not _wait_progress(tail, truth, cl.web_port, share, deadline, seen):
+            row.notes.append(f"TIMEOUT before {share:.0%} of truth was requested (no fault injected)")
         else:
             if name != "baseline":
                 row.fault_at = len(seen) / len(truth)
@@ -773,11 +982,17 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                 if ctx.second_t is not None:
                     row.victim2, row.fault2_after_s = ctx.second_victim, ctx.second_t - seeded_at
                 row.joined = ctx.joined
+                if name == "kill-owner-and-backup":
+                    row.victim2 = ctx.second_victim
             row.finished = asyncio.run(wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
             if not row.finished:
                 row.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
             if ctx.poller is not None:
                 ctx.poller.stop()
+            if ctx.epoch_before is not None:
+                # An epoch change means the consultant moved hosts: it declared agents dead.
+                after = asyncio.run(_epoch(cl))
+                row.notes.append(f"epoch {ctx.epoch_before} before the stop, {after} at the end")
             if ctx.counters_before is not None:
                 # Before `down`: stopping agents deregister and hand their hosts over.
                 counters_after = agent_counters(cl)
@@ -798,7 +1013,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
             stopped = cluster.down(run)
     # A process that died by itself (not the victim of kill or drain) makes the row meaningless:
     # say so rather than blame the crawler (the web once died of SIGPIPE when an agent was killed).
-    gone_by_design = {f"agent-{victim}"} if name in ("kill", "drain", "kill2") and fault_t is not None else set()
+    gone_by_design = {f"agent-{victim}"} if name in GONE_VICTIMS and fault_t is not None else set()
     if ctx is not None and ctx.second_victim:
         gone_by_design.add(f"agent-{ctx.second_victim}")
     for p in cluster.Cluster.load(run).procs:
@@ -824,7 +1039,11 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                 row.recovery = recovery(fault_t, requests, truth, ctx.joined_hosts, others)
             else:
                 # Only a restarted (or resumed) victim recovers its own hosts; a drained or killed one does not.
-                ignore = [cl.agent_sources[victim]] if name in ("drain", "kill", "kill2") else []
+                ignore = [cl.agent_sources[victim]] if name in GONE_VICTIMS else []
+                if name == "kill-owner-and-backup" and ctx.second_victim:
+                    # Both victims' hosts, and neither victim's requests.
+                    candidates = (candidates or set()) | (ctx.second_candidates or set())
+                    ignore.append(cl.agent_sources[ctx.second_victim])
                 row.recovery = recovery(fault_t, requests, truth, candidates, ignore)
             if name == "kill2" and ctx.second_t is not None:
                 # The second victim's hosts (the first's it took included), from the second kill.
@@ -844,6 +1063,12 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                     row.notes.append(f"{victim}'s Status did not answer after the resume")
                 elif all(v is None for _, v in samples):
                     row.notes.append("hosts_handed_in not reported")
+            if name == "consultant-stop" and ctx.resume_t is not None:
+                last, first, n = fence_gap(pages, fault_t, ctx.resume_t)
+                left = len(truth - {u for t, _, _, u in requests if t < ctx.resume_t})
+                row.notes.append(f"{n} page requests while it was stopped, the last {_secs(last)}s after the stop; "
+                                 f"{left} truth URLs not yet requested at the SIGCONT, first request after it "
+                                 f"{_secs(first)}s after")
     return row
 
 
@@ -966,9 +1191,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topology", help="lab topology TOML (default: seed 002's world)")
     p.add_argument("--strategy", default="asn")
     p.add_argument("--groups", default=",".join(DEFAULT_GROUPS), help="four ISP-city agent groups")
-    p.add_argument("--victim", default=DEFAULT_VICTIM, help="the agent that restart, drain, kill, kill2 (first) and flap hit")
+    p.add_argument("--victim", default=DEFAULT_VICTIM,
+                   help="the agent that restart, drain, kill, kill2 (first), flap and kill-owner-and-backup (the owner) hit")
     p.add_argument("--join", default=DEFAULT_JOIN, help=f"join: the ISP-city group of the agent that joins (default {DEFAULT_JOIN})")
-    p.add_argument("--fault-at", type=float, default=0.4, help="share of truth requested when the fault comes")
+    p.add_argument("--fault-at", type=float, default=None,
+                   help=f"share of truth requested when the fault comes (default {DEFAULT_FAULT_AT:.0%}; consultant-stop "
+                        f"{FAULT_AT['consultant-stop']:.0%})")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds from seeding to the end of the crawl")
     p.add_argument("--stable", type=float, default=2.0, help="seconds every live agent must stay idle to call the crawl finished")
     p.add_argument("--time-scale", type=float, default=60.0)
@@ -977,6 +1205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--lease", type=float, default=15.0,
                    help="the consultant's agent lease (its default, 15 s): restart comes back within it, kill outlives it")
+    p.add_argument("--backups", type=int, default=DEFAULT_BACKUPS,
+                   help=f"kill-owner-and-backup: the agents' replication.backups (r; default {DEFAULT_BACKUPS}), when the agent knows the setting")
     args = p.parse_args(argv)
     args.groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     names = parse_scenarios(args.scenario)
@@ -988,9 +1218,14 @@ def main(argv: list[str] | None = None) -> int:
         f"lab seed {args.seed}, topology {args.topology or 'default (seed 002)'}, strategy {args.strategy}, "
         f"time scale {args.time_scale:g}{', zero latency' if args.zero_latency else ''}, politeness delay {args.delay:g}s, "
         f"concurrency {args.concurrency}",
-        f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at {args.fault_at:.0%} of truth requested",
+        f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at "
+        + (f"{args.fault_at:.0%}" if args.fault_at is not None else
+           f"{DEFAULT_FAULT_AT:.0%} ({', '.join(f'{n} {v:.0%}' for n, v in FAULT_AT.items())})") + " of truth requested",
         f"lease {args.lease:g}s; outages: restart {OUTAGE_S['restart']:g}s, consultant {OUTAGE_S['consultant']:g}s, storage {OUTAGE_S['storage']:g}s, "
-        f"flap {args.lease + FLAP_EXTRA_S:g}s (lease + {FLAP_EXTRA_S:g}s); "
+        f"flap {args.lease + FLAP_EXTRA_S:g}s (lease + {FLAP_EXTRA_S:g}s), storage-kill9 {OUTAGE_S['storage-kill9']:g}s, "
+        f"cluster-kill9 {OUTAGE_S['cluster-kill9']:g}s, consultant-stop {CONSULTANT_STOP_LEASES * args.lease:g}s "
+        f"({CONSULTANT_STOP_LEASES:g} leases); kill-owner-and-backup r = "
+        f"{args.backups if agent_backups_known() else '1 (no replication.backups)'}; "
         f"end: every live agent idle for {args.stable:g}s, timeout {args.timeout:g}s after seeding",
         f"runs under {base}",
     ]

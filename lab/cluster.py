@@ -5,7 +5,7 @@ the consultant, storage and one agent per chosen ISP/city group (each bound to i
 until they answer, and records them in RUN_DIR/cluster.json. `down` stops exactly those
 processes (it checks each pid still runs the command it started, so a reused pid is left alone).
 `kill` and `restart` crash one of them and start it again from its recorded command (the fault
-harness, bench/chaos.py); `pause` and `resume` stop and continue one (SIGSTOP/SIGCONT: a process
+harness, bench/chaos.py), `kill_all` and `restart_all` several at the same moment (a whole cluster); `pause` and `resume` stop and continue one (SIGSTOP/SIGCONT: a process
 that hangs, then comes back); `add_agent` starts one more agent in a running cluster (a join).
 """
 
@@ -29,7 +29,8 @@ from wancrawl.procs import Proc, free_port
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
 REPO = procs.REPO
-__all__ = ["Cluster", "Proc", "add_agent", "down", "free_port", "kill", "pause", "restart", "resume", "up"]
+__all__ = ["Cluster", "Proc", "add_agent", "down", "free_port", "kill", "kill_all", "pause", "restart", "restart_all",
+           "resume", "up"]
 
 
 @dataclass
@@ -287,18 +288,29 @@ def kill(run_dir: str | Path, name: str, sig: int = signal.SIGKILL, timeout: flo
     """Send `sig` to one process of the run (SIGKILL by default: a crash, nothing flushed, no
     deregistration) and return once it no longer runs. Its record stays in cluster.json: `down`
     skips a process that is gone, and `restart` starts it again from the record."""
+    return kill_all(run_dir, [name], sig, timeout)[0]
+
+
+def kill_all(run_dir: str | Path, names: list[str], sig: int = signal.SIGKILL, timeout: float = 10.0) -> list[Proc]:
+    """`kill` for several processes at the same moment: every one is checked running first (none
+    is signalled if one is not), then each is sent `sig` in one loop with nothing waited on in
+    between (a few microseconds apart: no survivor can notice the others' deaths and act first),
+    then this returns once all of them are gone."""
     cl = Cluster.load(run_dir)
-    p = cl.procs[_find(cl, name)]
-    if not _alive(p):
-        raise FailedPrecondition(f"{name} (pid {p.pid}) is not running")
-    os.kill(p.pid, sig)
+    targets = [cl.procs[_find(cl, n)] for n in names]
+    for p in targets:
+        if not _alive(p):
+            raise FailedPrecondition(f"{p.name} (pid {p.pid}) is not running")
+    for p in targets:
+        os.kill(p.pid, sig)
     end = time.monotonic() + timeout
-    # Until it has exited (gone, or a zombie of ours): its sockets are closed only then.
-    while not procs.exited(p):
-        if time.monotonic() > end:
-            raise Unavailable(f"{name} (pid {p.pid}) still runs {timeout:.0f}s after signal {sig}")
-        time.sleep(0.01)
-    return p
+    for p in targets:
+        # Until it has exited (gone, or a zombie of ours): its sockets are closed only then.
+        while not procs.exited(p):
+            if time.monotonic() > end:
+                raise Unavailable(f"{p.name} (pid {p.pid}) still runs {timeout:.0f}s after signal {sig}")
+            time.sleep(0.01)
+    return targets
 
 
 def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
@@ -306,26 +318,42 @@ def restart(run_dir: str | Path, name: str, timeout: float = 60.0) -> Proc:
     arguments, so the same config, data dir and address; run by this interpreter, as `up` does),
     record the new pid in cluster.json, and return once it answers. Blocking: not from a running
     event loop."""
+    return restart_all(run_dir, [name], timeout)[0]
+
+
+def restart_all(run_dir: str | Path, names: list[str], timeout: float = 60.0) -> list[Proc]:
+    """`restart` for several stopped processes (a whole cluster after `kill_all`), in `up`'s
+    order: the services that are not agents (the consultant, storage, the web) are started
+    together and waited for, then the agents together (an agent needs its consultant and
+    storage). Every one is checked stopped first (none is started if one still runs). Returns
+    the new records, in the order of `names`, once each answers."""
     cl = Cluster.load(run_dir)
-    i = _find(cl, name)
-    old = cl.procs[i]
-    if _alive(old):
-        raise FailedPrecondition(f"{name} (pid {old.pid}) is still running: kill it first")
-    if old.cmd[1:2] != ["-m"]:
-        raise ConfigError(f"{name}: recorded command {old.cmd!r} is not `python -m MODULE ...`")
+    idx = [_find(cl, n) for n in names]
+    for i in idx:
+        old = cl.procs[i]
+        if _alive(old):
+            raise FailedPrecondition(f"{old.name} (pid {old.pid}) is still running: kill it first")
+        if old.cmd[1:2] != ["-m"]:
+            raise ConfigError(f"{old.name}: recorded command {old.cmd!r} is not `python -m MODULE ...`")
     run = Path(cl.run_dir)
-    new = _start(name, old.cmd[2:], run)
-    new.address = old.address
-    cl.procs[i] = new
-    cl.save()
-    if new.address:
-        ok = asyncio.run(_healthy(new.address, timeout))
-    else:  # the web: no gRPC health, a TCP connect to a site answers instead
-        ok = _web_up(topology.load(cl.topology or None).normal_sites[0].ip, cl.web_port, timeout)
-    # Answering is not enough: another process may have taken the freed port meanwhile.
-    if not ok or not _alive(new):
-        raise Unavailable(f"{name} did not come back: see {new.log}")
-    return new
+    for group in ([i for i in idx if not cl.procs[i].name.startswith(procs.AGENT_PREFIX)],
+                  [i for i in idx if cl.procs[i].name.startswith(procs.AGENT_PREFIX)]):
+        for i in group:
+            old = cl.procs[i]
+            new = _start(old.name, old.cmd[2:], run)
+            new.address = old.address
+            cl.procs[i] = new
+            cl.save()
+        for i in group:
+            new = cl.procs[i]
+            if new.address:
+                ok = asyncio.run(_healthy(new.address, timeout))
+            else:  # the web: no gRPC health, a TCP connect to a site answers instead
+                ok = _web_up(topology.load(cl.topology or None).normal_sites[0].ip, cl.web_port, timeout)
+            # Answering is not enough: another process may have taken the freed port meanwhile.
+            if not ok or not _alive(new):
+                raise Unavailable(f"{new.name} did not come back: see {new.log}")
+    return [cl.procs[i] for i in idx]
 
 
 _state = procs.state

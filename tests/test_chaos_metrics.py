@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -75,7 +76,59 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
 
 
 def test_scenarios_run_in_the_documented_order():
-    assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap")
+    assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
+                               "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9")
+
+
+def test_the_backup_killed_with_the_owner_is_first_backup_of_most_of_its_hosts():
+    routes = [
+        ("a.lab", ("v", "x", "y")), ("b.lab", ("v", "x", "z")), ("c.lab", ("v", "y", "x")),
+        ("d.lab", ("x", "v", "y")),   # v is only a backup here: not counted
+        ("e.lab", ("y", "x", "v")),
+        ("f.lab", ("v",)),            # owned by v, no backup named: counted among v's hosts only
+        ("g.lab", ()),                # no answer
+    ]
+    assert chaos.first_backup(routes, "v") == ("x", 2, 4)
+    assert chaos.first_backup(routes, "x") == ("v", 1, 1)
+    assert chaos.first_backup(routes, "nobody") is None
+    assert chaos.first_backup([("f.lab", ("v",))], "v") is None
+    # A tie goes to the first name in sorted order, whatever the order of the answer.
+    tie = [("a.lab", ("v", "z", "x")), ("b.lab", ("v", "y", "x"))]
+    assert chaos.first_backup(tie, "v") == chaos.first_backup(tie[::-1], "v") == ("y", 1, 2)
+
+
+def test_warc_cut_is_the_tail_recovery_removed(tmp_path):
+    (tmp_path / "a.warc.gz").write_bytes(b"x" * 10)
+    (tmp_path / "b.warc.gz").write_bytes(b"y" * 5)
+    (tmp_path / "index.sqlite").write_bytes(b"z" * 99)   # not a WARC file
+    before = chaos.warc_sizes(tmp_path)
+    assert before == {"a.warc.gz": 10, "b.warc.gz": 5}
+    assert chaos.warc_sizes(tmp_path / "absent") == {}
+    os.truncate(tmp_path / "a.warc.gz", 4)                # 6 bytes cut
+    (tmp_path / "b.warc.gz").write_bytes(b"y" * 8)        # grew: not a cut
+    (tmp_path / "c.warc.gz").write_bytes(b"w")            # new file: not a cut
+    assert chaos.warc_cut(before, chaos.warc_sizes(tmp_path)) == 6
+    assert chaos.warc_cut(before, {"b.warc.gz": 5}) == 0  # a file gone is not a cut
+
+
+def test_fence_gap_measures_fetching_around_a_consultant_stop():
+    pages = [5.0, 10.5, 12.0, 24.0, 56.0, 57.0, 3.0]
+    # Stopped at 10, continued at 55: requests at 10.5, 12, 24 while stopped; the last 14 s after.
+    assert chaos.fence_gap(pages, 10.0, 55.0) == (14.0, 1.0, 3)
+    assert chaos.fence_gap([1.0, 2.0], 10.0, 55.0) == (None, None, 0)
+    assert chaos.fence_gap([55.0], 10.0, 55.0) == (None, 0.0, 0)   # at the resume: after it
+
+
+def test_only_kill_owner_and_backup_sets_the_replication_factor():
+    args = chaos.argparse.Namespace(backups=2)
+    tables = chaos.agent_tables("kill-owner-and-backup", args)
+    if chaos.agent_backups_known():
+        import tomllib
+
+        assert tomllib.loads(tables) == {"replication": {"backups": 2}}
+    else:  # an agent without the setting refuses the key: none is written
+        assert tables == ""
+    assert all(chaos.agent_tables(n, args) == "" for n in chaos.SCENARIOS if n != "kill-owner-and-backup")
 
 
 def test_two_kills_recovery_merges_per_host():
@@ -157,3 +210,8 @@ def test_rows_with_the_new_figures_serialise_to_json():
     d = json.loads(json.dumps(chaos._row_json(row)))
     assert d["handover"]["moved_per_host"] == 333.333 and d["handover"]["held_per_host"] == 2333.333
     assert d["flap"]["handback_s"] == 0.25 and d["flap"]["before_handback"] == 0 and d["fault2_after_s"] == 12.346
+
+
+def test_consultant_stop_comes_early_unless_the_share_is_given():
+    assert chaos.fault_share("consultant-stop", None) == 0.05 and chaos.fault_share("kill", None) == 0.4
+    assert chaos.fault_share("consultant-stop", 0.3) == 0.3 and chaos.fault_share("kill", 0.2) == 0.2

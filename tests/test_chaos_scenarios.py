@@ -108,3 +108,72 @@ def test_add_agent_copies_the_first_agents_settings_and_records_it(tmp_path, mon
     finally:
         if cluster._alive(p):
             cluster.kill(tmp_path, "agent-unicom-harbin")
+
+
+def test_kill_all_signals_every_process_before_waiting_and_restart_all_starts_services_first(tmp_path, monkeypatch):
+    # cluster-kill9's helpers: a web (left alone), a consultant, storage and two agents.
+    cl = cluster.Cluster(str(tmp_path), "asn", 0, "", "")
+    for name in ("web", "consultant", "storage", "agent-a", "agent-b"):
+        p = cluster._start(name, IDLE, tmp_path)
+        p.address = "" if name == "web" else f"127.0.0.1:{len(cl.procs) + 1}"
+        cl.procs.append(p)
+    cl.save()
+    for p in cl.procs:
+        _wait_alive(p)
+    victims = ["agent-a", "consultant", "agent-b", "storage"]
+    old = {p.name: p for p in cl.procs}
+    calls: list[tuple[str, int]] = []
+    real_kill, real_exited = cluster.os.kill, cluster.procs.exited
+
+    def kill(pid, sig):
+        calls.append(("kill", pid))
+        real_kill(pid, sig)
+
+    def exited(p):
+        calls.append(("wait", p.pid))
+        return real_exited(p)
+
+    monkeypatch.setattr(cluster.os, "kill", kill)
+    monkeypatch.setattr(cluster.procs, "exited", exited)
+    try:
+        gone = cluster.kill_all(tmp_path, victims)
+        monkeypatch.setattr(cluster.os, "kill", real_kill)
+        monkeypatch.setattr(cluster.procs, "exited", real_exited)
+        assert [p.name for p in gone] == victims
+        # At the same moment: every signal sent before any victim is waited for.
+        kills = [pid for what, pid in calls if what == "kill"]
+        assert kills == [old[n].pid for n in victims] and calls[:len(kills)] == [("kill", pid) for pid in kills]
+        assert all(cluster.procs.exited(old[n]) for n in victims) and cluster._alive(old["web"])
+        with pytest.raises(cluster.FailedPrecondition):  # one already dead: nothing signalled
+            cluster.kill_all(tmp_path, ["web", "agent-a"])
+        assert cluster._alive(old["web"])
+
+        events: list[tuple[str, str]] = []
+        real_start = cluster._start
+
+        def start(name, args, run, cpu=None):
+            events.append(("start", name))
+            return real_start(name, args, run)
+
+        async def healthy(address, timeout):
+            events.append(("health", address))
+            return True
+
+        monkeypatch.setattr(cluster, "_start", start)
+        monkeypatch.setattr(cluster, "_healthy", healthy)
+        back = cluster.restart_all(tmp_path, victims)
+        for p in back:
+            _wait_alive(p)
+        assert [p.name for p in back] == victims and all(p.pid != old[p.name].pid for p in back)
+        assert [p.address for p in back] == [old[n].address for n in victims]  # same addresses
+        # The consultant and storage are started and answer before any agent starts.
+        addr = {n: old[n].address for n in victims}
+        assert events == [("start", "consultant"), ("start", "storage"), ("health", addr["consultant"]), ("health", addr["storage"]),
+                          ("start", "agent-a"), ("start", "agent-b"), ("health", addr["agent-a"]), ("health", addr["agent-b"])]
+        saved = {p.name: p.pid for p in cluster.Cluster.load(tmp_path).procs}
+        assert saved == {"web": old["web"].pid, **{p.name: p.pid for p in back}}
+        with pytest.raises(cluster.FailedPrecondition):  # running: not started twice
+            cluster.restart_all(tmp_path, ["storage"])
+    finally:
+        monkeypatch.undo()
+        cluster.down(tmp_path)
