@@ -73,6 +73,10 @@ REPLICATE = [
 def test_replicate_rule(agents, sender, drop, replica_owner, applied):
     why = replicate_refusal("a", sender, route(*agents), drop=drop, replica_owner=replica_owner)
     assert (why is None) == applied, why
+    # Placement unreachable: the replica's own owner goes on, nobody else starts.
+    assert replicate_refusal("a", "b", None, drop=False, replica_owner="b") is None
+    assert replicate_refusal("a", "c", None, drop=False, replica_owner="b") is not None
+    assert replicate_refusal("a", "c", None, drop=False, replica_owner=None) is not None
 
 
 # -- a real node ---------------------------------------------------------------------------------
@@ -163,6 +167,8 @@ def test_the_previous_owner_hands_over_and_is_taken(tmp_path, run):
 
     async def go():
         node = make_node(tmp_path, {H: (A, B), "o.lab": (A, C), "q.lab": (A, B)})
+        await node.directory.routes([H])             # placement's epoch learnt...
+        await node.ownership.reconcile(claim_all=False)  # ... and settled: a steady state
         # No epoch change lately and nothing held: even the first backup's handover is refused
         # (a compromised backup cannot feed a host's history to its owner in steady state).
         resp = await node.handoff.receive(stream(handover("b", "q.lab", seen=[fingerprint("http://q.lab/")])))

@@ -6,8 +6,9 @@ with its own certificate. The decisions are the pure functions below; PeerGuard 
 for the host's current preference list (once more, fresh, before a refusal: a cached answer may
 be older than the sender's) and feeds them what this agent knows locally.
 
-* Replicate of host h from S: S is h's owner now and this agent one of its backups. A drop
-  (DELETE_BACKUP) only from the agent whose replica this is. Otherwise a non-owner could
+* Replicate of host h from S: S is h's owner now and this agent one of its backups (while
+  placement cannot answer, only the agent whose replica it already is). A drop (DELETE_BACKUP)
+  only from the agent whose replica this is. Otherwise a non-owner could
   replace or erase the replica a backup promotes when the owner dies.
 * HandOver of h from S: this agent owns h now, and S is a holder it expects state from:
   - S is in h's preference list below this agent (the owner before a join, or before a
@@ -52,7 +53,9 @@ def replicate_refusal(self_id: str, sender: str, route: HostRoute | None, *, dro
     if drop:
         return None if replica_owner in (None, sender) else f"the replica here is {replica_owner}'s, not {sender}'s"
     if route is None or not route.agents:
-        return "placement cannot say who owns it now"
+        # Placement unreachable: the agent whose replica this is goes on replicating it (no one
+        # else may replace it); a new sender waits until placement answers.
+        return None if replica_owner == sender else "placement cannot say who owns it now"
     ids = [a[0] for a in route.agents]
     if ids[0] != sender:
         return f"{sender} does not own it (owner {ids[0]} at epoch {route.epoch})"

@@ -134,8 +134,10 @@ class Ownership:
     def settling(self, host: str) -> bool:
         """The host's state may be on its way here: it is held (claims, a promotion, a handover),
         or an epoch change or a registration of this agent is less than a settle window old (the
-        previous owner hands its hosts over as soon as it learns the new epoch)."""
-        return self.gate.held(host) or self.clock() < self._settle_until
+        previous owner hands its hosts over as soon as it learns the new epoch), or this agent has
+        learnt an epoch it has not settled yet (the previous owner may learn it first: its
+        handover then brings the news, through the guard's own look-up)."""
+        return self.gate.held(host) or self.clock() < self._settle_until or self.directory.epoch != self._epoch
 
     def promoted_from(self, host: str) -> str | None:
         """The owner whose replica of the host this agent promoted within the settle window."""
