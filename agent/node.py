@@ -202,6 +202,7 @@ class AgentNode:
             self.commit_log.commit(force=True)
             await self.replicator.round()
             await self.replicator.round()
+            self.replicator.stop()
         await self.membership.leave()
         total = Handed()
         last = Handed()

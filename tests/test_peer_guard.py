@@ -231,3 +231,36 @@ def test_a_host_its_owner_refuses_leaves_as_plain_urls_and_is_not_left_held(tmp_
         await done(node)
 
     run(go())
+
+
+def test_a_leaving_agent_does_not_take_its_backups_replicas_away(tmp_path, run):
+    """A drain replicates, deregisters, then hands its hosts over. A replication round after
+    the deregistration sees routes that no longer name it and would tell its backups to drop
+    their replicas (DELETE_BACKUP); the new owner would then refuse the leaver's handover (it
+    keeps no replica of the leaver: chaos drain stored 213 pages twice). Stopped, it sends none."""
+
+    async def go():
+        lists = {H: (A, B, C)}
+        node = make_node(tmp_path, lists)
+        node.intake.accept_local([Item(u, H) for u in URLS[:3]])
+        node.commit_log.commit(force=True)
+        sent: list[tuple[str, list]] = []
+
+        async def record(backup, msgs, fulls):
+            sent.append((backup[0], msgs))
+            for h in fulls:
+                node.replicator._synced.setdefault(h, set()).add(backup)
+
+        node.replicator._send = record  # type: ignore[method-assign]
+        await node.replicator.round()
+        assert sorted(b for b, _ in sent) == ["b", "c"], "a full copy to each of r = 2 backups"
+        lists[H] = (B, C)                    # this agent deregistered: not in the list any more
+        node.directory.forget(H)
+        node.replicator.stop()
+        node.replicator.sync([H])
+        sent.clear()
+        await node.replicator.round()
+        assert sent == [], "no DELETE_BACKUP from a leaving agent"
+        await done(node)
+
+    run(go())

@@ -81,6 +81,7 @@ class Replicator:
         self._backoff: dict[str, float] = {}  # backup id -> no sends before
         self._epoch = directory.epoch
         self._lock = asyncio.Lock()  # one round at a time: a backup gets each host's changes in order
+        self._stopped = False         # a leaving agent replicates no more (see stop)
         self._waiters: list[asyncio.Future[None]] = []  # answered at the end of the next round
         self.waker = Waker()
         self.counters: dict[str, float] = {
@@ -177,7 +178,16 @@ class Replicator:
         self.waker.set()
         await fut
 
+    def stop(self) -> None:
+        """No more rounds: this agent is leaving (a drain, after its last rounds). Its backups
+        keep the replicas they have: the new owner promotes its own, and takes the leaver's
+        handover on the strength of it (agent/ownership/guard.py). A round after the leave would
+        send them DELETE_BACKUP (the routes no longer name this agent) and take that away."""
+        self._stopped = True
+
     async def _round(self) -> None:
+        if self._stopped:
+            return
         self._collect()
         if self.directory.epoch != self._epoch:
             # Backups may have changed for any host: look at all of them again.
