@@ -77,6 +77,8 @@ TARGET = 4.0  # issue 10: the rebuilt agent keeps at least 4x Scrapy (the first 
 REPLICATION_TARGET = 15.0  # issue 12: replication costs the agent at most 15% more CPU per page
 SCRAPY_VENV = ROOT / "bench" / ".venv-scrapy"
 SPIDER = ROOT / "bench" / "scrapy_lab_spider.py"
+FLOOR = ROOT / "bench" / "floor.py"  # the bare crawler (issue 24)
+FLOOR_TARGET = 1.3  # issue 24: the agent's CPU per page at most 1.3x the floor's
 CRAWLER_CORE, SERVICE_CORE = {0}, {1}  # the backup agent runs on the service core
 POLL = 0.05
 
@@ -484,6 +486,24 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
 # --- Scrapy ------------------------------------------------------------------------------------------
 
 
+def run_floor(tmp: Path, world: dict, args) -> dict:
+    """bench/floor.py, the bare crawler (issue 24), on the crawler's core, in this venv."""
+    out = tmp / "floor.json"
+    log = tmp / "floor.log"
+    cmd = [sys.executable, FLOOR, "--hosts-file", world["hosts_file"], "--seeds-file", tmp / "seeds.txt",
+           "--allowed", tmp / "allowed.txt", "--concurrency", args.concurrency, "--per-host", args.per_host,
+           "--pages-limit", args.pages_limit, "--out", out]
+    proc = spawn(cmd, log, CRAWLER_CORE)
+    try:
+        rc = proc.wait(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        raise RuntimeError(f"floor did not finish in {args.timeout} s:\n{tail(log)}")
+    if rc != 0 or not out.exists():
+        raise RuntimeError(f"floor exited {rc}:\n{tail(log)}")
+    return json.loads(out.read_text())
+
+
 def run_scrapy(tmp: Path, world: dict, args, py: Path) -> dict:
     out = tmp / "scrapy.json"
     log = tmp / "scrapy.log"
@@ -572,6 +592,7 @@ def main() -> int:
     ap.add_argument("--pages-limit", type=int, default=0, help="stop each crawler after this many pages (0: crawl it all)")
     ap.add_argument("--skip-scrapy", action="store_true")
     ap.add_argument("--skip-agent", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true", help="do not run bench/floor.py, the bare crawler")
     ap.add_argument("--scrapy-follow", choices=("css", "css-unique", "linkextractor"), default="css",
                     help="how the spider follows links: every a[href] (default), deduplicated per page, or LinkExtractor")
     ap.add_argument("--scrapy-reactor", help="TWISTED_REACTOR for Scrapy, e.g. twisted.internet.epollreactor.EPollReactor "
@@ -638,6 +659,15 @@ def main() -> int:
                 if a is not None:
                     a["requests"] = reqs
                     rows.append(a)
+        if not args.skip_floor:
+            print(f"floor (bench/floor.py: aiohttp + Lexbor + a set): concurrency {args.concurrency}, per host {args.per_host} ...",
+                  flush=True)
+            try:
+                f = run_floor(tmp, world, args)
+                f["requests"], offset = requests_since(reqlog, offset, world["port"])
+                rows.append(f)
+            except RuntimeError as exc:
+                print(f"FLOOR FAILED: {exc}")
         if py is not None:
             print(f"scrapy: CONCURRENT_REQUESTS {args.concurrency}, PER_DOMAIN {args.per_host} ...", flush=True)
             try:
@@ -675,15 +705,29 @@ def main() -> int:
                 print("  replication: " + ", ".join(f"{k} {c.get(k, 0):g}" for k in (
                     "replica_synced_hosts", "replica_sends", "replica_send_failures", "replica_full_copies",
                     "replica_overflows", "claims_timed_out")))
+        elif r["crawler"].startswith("floor"):
+            print(f"  floor: errors {r.get('errors')}, links {r.get('links')}, seen {r.get('seen')}")
         else:
             print(f"  scrapy: follow {r.get('follow')}, reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
                   f"offsite {r.get('offsite_filtered')}, errors {r.get('errors')}")
     agents = [r for r in rows if "idle_wall" in r]
-    scrapy = [r for r in rows if "idle_wall" not in r]
+    floors = [r for r in rows if r["crawler"].startswith("floor")]
+    scrapy = [r for r in rows if "idle_wall" not in r and not r["crawler"].startswith("floor")]
     if agents:
         plain = [r for r in agents if not r.get("tls")]
         replication_table(plain or agents)
         tls_table(agents)
+    if agents and floors:
+        f = floors[0]
+        for m in (False, True):
+            mine = [r for r in agents if r["replication"] is m and not r.get("tls")] or [r for r in agents if r["replication"] is m]
+            if not mine:
+                continue
+            a = sorted(mine, key=ms_per_page)[len(mine) // 2]  # the median run
+            ratio = ms_per_page(a) / ms_per_page(f)
+            verdict = "target met" if ratio <= FLOOR_TARGET else "TARGET MISSED"
+            print(f"\nratio {a['crawler']}/floor CPU per page: {ratio:.2f} ({ms_per_page(a):.3f} / {ms_per_page(f):.3f} ms; "
+                  f"target <= {FLOOR_TARGET:.1f}, issue 24) -- {verdict}")
     if agents and scrapy:
         s = scrapy[0]
         for m in (False, True):
