@@ -143,7 +143,7 @@ class StorageOutSettings:
     flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
     fsync: bool = True            # spool files are fsynced before pages count as done
     retry_seconds: float = 1.0
-    gzip_level: int = DEFAULT_LEVEL  # 4: ratio ~4.5 on the lab's pages at 2/3 the CPU of 6 (docs/agent.md)
+    gzip_level: int = DEFAULT_LEVEL  # zlib scale 1..9, deflated by ISA-L (1-5: its level 1; wancrawl/warcrecords.py)
     # Captures storage refuses as not placed (this agent not on their host's preference list,
     # e.g. declared dead during a pause until it registers again) are sent again for this long,
     # then set aside in spool/rejected (agent/state/shipper.py).

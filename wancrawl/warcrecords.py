@@ -6,11 +6,12 @@ import base64
 import hashlib
 import time
 import uuid
-import zlib
-from urllib.parse import quote, urlsplit
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from urllib.parse import quote, urlsplit
+
+from isal import isal_zlib
 
 from wancrawl.errors import InvalidArgument
 
@@ -78,8 +79,16 @@ def warc_date(ts: float) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def isal_level(level: int) -> int:
+    """zlib's 1..9 (the `gzip_level` setting) on ISA-L's 0..3: ISA-L's level 1 compresses the lab's
+    pages a little better than zlib's 4 at a quarter of its CPU (issue 24; docs/benchmarks.md)."""
+    return 1 if level <= 5 else 2 if level <= 8 else 3
+
+
 def gzip_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
-    comp = zlib.compressobj(level, zlib.DEFLATED, 31)
+    """One gzip member (wbits 31: the gzip header and trailer WARC readers expect), deflated by
+    ISA-L (python-isal): the same format as zlib's, byte-valid for warcio, cdxj-indexer, pywb."""
+    comp = isal_zlib.compressobj(isal_level(level), isal_zlib.DEFLATED, 31)
     return comp.compress(data) + comp.flush()
 
 
