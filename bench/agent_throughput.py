@@ -486,42 +486,33 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
 # --- Scrapy ------------------------------------------------------------------------------------------
 
 
-def run_floor(tmp: Path, world: dict, args) -> dict:
-    """bench/floor.py, the bare crawler (issue 24), on the crawler's core, in this venv."""
-    out = tmp / "floor.json"
-    log = tmp / "floor.log"
-    cmd = [sys.executable, FLOOR, "--hosts-file", world["hosts_file"], "--seeds-file", tmp / "seeds.txt",
+def run_crawler(name: str, python: Path | str, script: Path, tmp: Path, world: dict, args, extra: list) -> dict:
+    """One baseline crawler (bench/floor.py, bench/scrapy_lab_spider.py) on the crawler's core,
+    over the lab's normal sites: its JSON result."""
+    out = tmp / f"{name}.json"
+    log = tmp / f"{name}.log"
+    cmd = [python, script, "--hosts-file", world["hosts_file"], "--seeds-file", tmp / "seeds.txt",
            "--allowed", tmp / "allowed.txt", "--concurrency", args.concurrency, "--per-host", args.per_host,
-           "--pages-limit", args.pages_limit, "--out", out]
+           "--pages-limit", args.pages_limit, "--out", out, *extra]
     proc = spawn(cmd, log, CRAWLER_CORE)
     try:
         rc = proc.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
         stop(proc)
-        raise RuntimeError(f"floor did not finish in {args.timeout} s:\n{tail(log)}")
+        raise RuntimeError(f"{name} did not finish in {args.timeout} s:\n{tail(log)}")
     if rc != 0 or not out.exists():
-        raise RuntimeError(f"floor exited {rc}:\n{tail(log)}")
+        raise RuntimeError(f"{name} exited {rc}:\n{tail(log)}")
     return json.loads(out.read_text())
 
 
+def run_floor(tmp: Path, world: dict, args) -> dict:
+    """bench/floor.py, the bare crawler (issue 24), in this venv."""
+    return run_crawler("floor", sys.executable, FLOOR, tmp, world, args, [])
+
+
 def run_scrapy(tmp: Path, world: dict, args, py: Path) -> dict:
-    out = tmp / "scrapy.json"
-    log = tmp / "scrapy.log"
-    cmd = [py, SPIDER, "--hosts-file", world["hosts_file"], "--seeds-file", tmp / "seeds.txt",
-           "--allowed", tmp / "allowed.txt", "--concurrency", args.concurrency, "--per-host", args.per_host,
-           "--pages-limit", args.pages_limit, "--out", out]
-    cmd += ["--follow", args.scrapy_follow]
-    if args.scrapy_reactor:
-        cmd += ["--reactor", args.scrapy_reactor]
-    proc = spawn(cmd, log, CRAWLER_CORE)
-    try:
-        rc = proc.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        stop(proc)
-        raise RuntimeError(f"scrapy did not finish in {args.timeout} s:\n{tail(log)}")
-    if rc != 0 or not out.exists():
-        raise RuntimeError(f"scrapy exited {rc}:\n{tail(log)}")
-    r = json.loads(out.read_text())
+    extra = ["--follow", args.scrapy_follow] + (["--reactor", args.scrapy_reactor] if args.scrapy_reactor else [])
+    r = run_crawler("scrapy", py, SPIDER, tmp, world, args, extra)
     r["crawler"] = f"scrapy {r['scrapy']}"
     return r
 

@@ -29,14 +29,8 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from selectolax.lexbor import LexborHTMLParser
 
-
-def read_hosts(path: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in Path(path).read_text().splitlines():
-        parts = line.split("#", 1)[0].split()
-        for name in parts[1:]:
-            out.setdefault(name.lower(), parts[0])
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from wancrawl.hostres import parse_hosts_file  # noqa: E402
 
 
 class HostsResolver(AbstractResolver):
@@ -138,7 +132,7 @@ def main() -> int:
     seeds = [u.strip() for u in Path(args.seeds_file).read_text().splitlines() if u.strip()]
     allowed = {h.strip().lower() for h in Path(args.allowed).read_text().splitlines() if h.strip()}
     floor = Floor(allowed, args.concurrency, args.pages_limit)
-    asyncio.run(floor.run(seeds, read_hosts(args.hosts_file), args.per_host))
+    asyncio.run(floor.run(seeds, parse_hosts_file(args.hosts_file), args.per_host))
     Path(args.out).write_text(json.dumps({
         "crawler": "floor (aiohttp+lexbor)", "pages": floor.pages, "wall": floor.t_last - floor.t0,
         "cpu": floor.c_last - floor.c0, "errors": floor.errors, "links": floor.links, "seen": len(floor.seen),
