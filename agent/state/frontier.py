@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent.state.storable import INT64_MAX, ROW_ERRORS, Unstorable, text_ok, write_each
+from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 
 from wancrawl.checks import MAX_COUNT
 
@@ -497,20 +497,8 @@ class Frontier:
             adds.sort()  # key order: inserts walk each host's B-tree range once
         stmts: list[tuple[str, list[tuple]]] = [
             (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)])]
-        bad = None
         try:
-            try:
-                db.execute("BEGIN")
-                for sql, rows in stmts:
-                    if rows:
-                        db.executemany(sql, rows)
-                db.execute("COMMIT")
-            except BaseException as exc:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                if not isinstance(exc, ROW_ERRORS):
-                    raise
-                bad = write_each(db, stmts)
+            bad = write_all(db, stmts)
         except BaseException:
             # Put the changes back so a later flush can retry them; every host counts as dirty.
             self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
@@ -518,7 +506,7 @@ class Frontier:
             for q in self._hosts.values():
                 q.dirty = self._epoch
             raise
-        if bad is not None and any(bad):
+        if any(bad):
             adds = self._reject(stmts, bad)
         self._deleted.clear()
         if self.changes is not None:

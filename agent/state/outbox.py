@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from agent.state.frontier import Item
-from agent.state.storable import ROW_ERRORS, write_each
+from agent.state.storable import write_all
 
 log = logging.getLogger("agent")
 
@@ -54,25 +54,11 @@ class Outbox:
         if not self._adds and not self._dels:
             return
         stmts = [(_ADD, list(self._adds.values())), (_DEL, self._dels)]
-        db = self.db
-        try:
-            db.execute("BEGIN")
-            for sql, rows in stmts:
-                if rows:
-                    db.executemany(sql, rows)
-            db.execute("COMMIT")
-        except ROW_ERRORS:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            bad = write_each(db, stmts)
-            if any(bad):
-                first = next(e for b in bad for _, e in b)
-                log.error("outbox: %d row(s) could not be written and were left out (%s: %s)", sum(map(len, bad)),
-                          type(first).__name__, str(first)[:200])
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+        bad = write_all(self.db, stmts)
+        if any(bad):
+            first = next(e for b in bad for _, e in b)
+            log.error("outbox: %d row(s) could not be written and were left out (%s: %s)", sum(map(len, bad)),
+                      type(first).__name__, str(first)[:200])
         self._adds.clear()
         self._dels.clear()
 

@@ -45,6 +45,27 @@ def text_ok(s: str) -> bool:
     return True
 
 
+def write_all(db: sqlite3.Connection,
+              statements: Sequence[tuple[str, Sequence[tuple]]]) -> list[list[tuple[int, BaseException]]]:
+    """Write every (sql, rows) in one transaction; when that fails because of a row's own values
+    (a ROW_ERROR), roll back and write them row by row (write_each), leaving those rows out.
+    Returns what write_each left out, per statement (all empty when the batch went through).
+    Any other error rolls back and is raised: the caller keeps its buffers for the next try."""
+    try:
+        db.execute("BEGIN")
+        for sql, rows in statements:
+            if rows:
+                db.executemany(sql, rows)
+        db.execute("COMMIT")
+        return [[] for _ in statements]
+    except BaseException as exc:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        if not isinstance(exc, ROW_ERRORS):
+            raise
+    return write_each(db, statements)
+
+
 def write_each(db: sqlite3.Connection,
                statements: Sequence[tuple[str, Sequence[tuple]]]) -> list[list[tuple[int, BaseException]]]:
     """Write every row of every (sql, rows) on its own, all in ONE transaction, leaving out the
