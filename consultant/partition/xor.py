@@ -8,6 +8,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from wancrawl import xorspace
 from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, register
 
 ID_BITS = 160  # SHA-1 sized ids, as in Kademlia
@@ -29,8 +30,7 @@ def node_key(text: str) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest(), "big")
 
 
-def host_key(host: str) -> int:
-    return int.from_bytes(hashlib.sha1(b"host:" + host.encode()).digest(), "big")
+host_key = xorspace.host_key  # the same key in both modes (wancrawl/xorspace.py)
 
 
 def xor_order(ids: Sequence[int], key: int, lo: int, hi: int) -> Iterator[int]:
