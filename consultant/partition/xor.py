@@ -8,8 +8,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from wancrawl import xorspace
 from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, register
+from wancrawl import xorspace
 
 ID_BITS = 160  # SHA-1 sized ids, as in Kademlia
 
