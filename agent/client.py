@@ -26,10 +26,13 @@ class PushResult:
 class AgentClient:
     """One agent, over one channel."""
 
-    def __init__(self, address: str, timeout: float = 30.0, *, tls: grpcutil.TlsSettings | None = None):
+    def __init__(self, address: str, timeout: float = 30.0, *, tls: grpcutil.TlsSettings | None = None,
+                 server_name: str = ""):
         self.address = address
         self.timeout = timeout
-        self._channel = grpcutil.channel(address, tls)
+        # server_name: the name the agent's certificate must carry (its Kademlia id's, when the
+        # caller dials a node by id); default: the address's host.
+        self._channel = grpcutil.channel(address, tls, server_name=server_name)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
 
     def _error(self, exc: grpc.aio.AioRpcError, what: str) -> Exception:
@@ -84,6 +87,34 @@ class AgentClient:
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "Claim") from None
 
+    # -- the Kademlia overlay (docs/kademlia.md) ----------------------------------------------------
+    async def ping(self, sender: agent_pb2.Contact, epoch: int, timeout: float | None = None) -> agent_pb2.PingResponse:
+        try:
+            return await self._stub.Ping(agent_pb2.PingRequest(sender=sender, epoch=epoch), timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Ping") from None
+
+    async def find_node(self, sender: agent_pb2.Contact | None, targets: list[bytes], count: int, epoch: int,
+                        timeout: float | None = None) -> agent_pb2.FindNodeResponse:
+        req = agent_pb2.FindNodeRequest(sender=sender, targets=targets, count=count, epoch=epoch)
+        try:
+            return await self._stub.FindNode(req, timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "FindNode") from None
+
+    async def leave(self, sender: agent_pb2.Contact, timeout: float | None = None) -> None:
+        try:
+            await self._stub.Leave(agent_pb2.LeaveRequest(sender=sender), timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Leave") from None
+
+    async def members(self, timeout: float | None = None) -> agent_pb2.MembersResponse:
+        """The live members the agent's overlay knows, itself first (consultant-less mode)."""
+        try:
+            return await self._stub.Members(agent_pb2.MembersRequest(), timeout=timeout or self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, "Members") from None
+
     async def close(self) -> None:
         await self._channel.close()
 
@@ -100,13 +131,21 @@ class AgentPool:
     def __init__(self, timeout: float = 30.0, *, tls: grpcutil.TlsSettings | None = None):
         self.timeout = timeout
         self.tls = tls
-        self._clients: dict[str, AgentClient] = {}
+        self._clients: dict[tuple[str, str], AgentClient] = {}
 
-    def get(self, address: str) -> AgentClient:
-        c = self._clients.get(address)
+    def get(self, address: str, server_name: str = "") -> AgentClient:
+        """The client of the agent at address; server_name: the name its certificate must carry."""
+        c = self._clients.get((address, server_name))
         if c is None:
-            c = self._clients[address] = AgentClient(address, self.timeout, tls=self.tls)
+            c = self._clients[(address, server_name)] = AgentClient(address, self.timeout, tls=self.tls,
+                                                                    server_name=server_name)
         return c
+
+    async def drop(self, address: str, server_name: str = "") -> None:
+        """Close one client (a node found dead or lying: its channel is not kept)."""
+        c = self._clients.pop((address, server_name), None)
+        if c is not None:
+            await c.close()
 
     async def close(self) -> None:
         for c in self._clients.values():

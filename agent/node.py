@@ -32,6 +32,8 @@ from agent.placement.consultant import consultant_placement
 from agent.placement.directory import HostDirectory
 from agent.placement.gate import Gate
 from agent.placement.hostcache import HostCache
+from agent.placement.kademlia.overlay import Overlay
+from agent.placement.kademlia.placement import kademlia_placement
 from agent.placement.load import LoadGauge, heaviest
 from agent.placement.membership import Membership
 from agent.placement.port import Placement
@@ -88,6 +90,11 @@ class AgentNode:
         self.replicas = ReplicaStore(data / "replicas") if rep.enabled else None
         resolver = HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
         self.fetcher = fetcher or create_fetcher(s.fetcher, fetch_settings(s), resolver)
+        # Who places hosts: the consultant, or (mode = "kademlia") this agent's overlay node.
+        self.overlay: Overlay | None = None
+        if placement is None and s.mode == "kademlia":
+            kad = kademlia_placement(s, address, clock=clock)
+            self.overlay, placement = kad.overlay, kad
         self.placement: Placement = placement or consultant_placement(s)
         self.peers = AgentPool(tls=s.tls)
         r = s.routing

@@ -12,11 +12,13 @@ from grpc_health.v1 import health_pb2
 
 from agent import metrics, validate
 from agent.node import AgentNode
+from agent.placement.kademlia.identity import caller_node_id
+from agent.placement.kademlia.overlay import from_proto, to_proto
 from agent.settings import AgentSettings
-from wancrawl import grpcutil
+from wancrawl import grpcutil, xorspace
 from wancrawl.auth import Rules
+from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
 from wancrawl.metrics import Sample, serve_metrics
-from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument
 from wancrawl.pki import Identity, identity_of_pem
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
@@ -36,6 +38,11 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "HandOver": {"agent": "sender_id"},
     "Replicate": {"agent": "items.sender_id"},  # a ReplicateBatch: every message's sender
     "Claim": {"agent": "claimer_id"},
+    # The overlay (consultant-less mode): nodes as themselves; anyone of ours may look up and list.
+    "Ping": {"agent": "sender.agent_id"},
+    "FindNode": {"agent": "sender.agent_id", "operator": "", "service": ""},
+    "Leave": {"agent": "sender.agent_id"},
+    "Members": {"agent": "", "operator": "", "service": ""},
 }, flags={
     # Seed routing and `seed --force` are the operator's: from an agent, `force` would refetch
     # pages already stored and `route` would make this agent route URLs on the sender's behalf.
@@ -93,6 +100,50 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         validate.claim(request)
         return await self.node.ownership.claimed((request.claimer_id, request.claimer_address), request.epoch,
                                                  list(request.hosts))
+
+    # -- the Kademlia overlay (docs/kademlia.md) --------------------------------------------------
+    def _overlay(self):
+        overlay = self.node.overlay
+        if overlay is None:
+            raise FailedPrecondition("this agent places hosts through a consultant (mode = \"consultant\"): no overlay")
+        return overlay
+
+    def _caller(self, context, contact: agent_pb2.Contact):
+        """The caller's contact, once its id is the one its certificate gives (S/Kademlia)."""
+        c = from_proto(contact)
+        expected = caller_node_id(context, c.agent_id)
+        if c.node_id != expected:
+            raise PermissionDenied(f"node id {xorspace.id_hex(c.node_id)[:12]}... is not the one {c.agent_id}'s "
+                                   f"certificate gives ({xorspace.id_hex(expected)[:12]}...)")
+        return c
+
+    async def Ping(self, request, context):
+        validate.ping(request)
+        overlay = self._overlay()
+        sender = self._caller(context, request.sender)
+        if overlay.left:
+            raise FailedPrecondition("this agent left the overlay")
+        overlay.heard_from(sender, request.epoch)
+        return agent_pb2.PingResponse(responder=to_proto(overlay.me), epoch=overlay.epoch)
+
+    async def FindNode(self, request, context):
+        validate.find_node(request)
+        overlay = self._overlay()
+        if request.HasField("sender"):
+            overlay.heard_from(self._caller(context, request.sender), request.epoch)
+        found = overlay.find([xorspace.id_from_bytes(t) for t in request.targets], request.count)
+        return agent_pb2.FindNodeResponse(responder=to_proto(overlay.me), epoch=overlay.epoch,
+                                          closest=[agent_pb2.Closest(contacts=[to_proto(c) for c in cs]) for cs in found])
+
+    async def Leave(self, request, context):
+        validate.leave(request)
+        self._overlay().left_by(self._caller(context, request.sender))
+        return agent_pb2.LeaveResponse()
+
+    async def Members(self, request, context):
+        validate.members(request)
+        overlay = self._overlay()
+        return agent_pb2.MembersResponse(members=[to_proto(c) for c in overlay.members()], epoch=overlay.epoch)
 
     async def Drain(self, request, context):
         validate.drain(request)
@@ -235,4 +286,4 @@ def run(settings: AgentSettings) -> None:
     asyncio.run(serve(settings))
 
 
-__all__ = ["AgentServer", "create_server", "serve", "run"]
+__all__ = ["AgentServer", "create_server", "run", "serve"]

@@ -192,6 +192,35 @@ class ReplicationSettings:
 
 
 @dataclass(frozen=True)
+class KademliaSettings:
+    """The consultant-less mode (`mode = "kademlia"`, docs/kademlia.md): the overlay's knobs with
+    the Kademlia paper's and libp2p's defaults (k = 20, alpha = 3) and leases like the
+    consultant's (15 s)."""
+
+    bootstrap: tuple[str, ...] = ()  # host:port of agents to join through (this agent's own address is skipped)
+    k: int = 20                      # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
+    alpha: int = 3                   # lookups' parallelism (Kademlia, libp2p: 3)
+    # An owner fetches only while all its k closest answered a ping within this. The pings are
+    # the agent's heartbeats: every `heartbeat_interval` seconds (0: a third of the lease).
+    lease_seconds: float = 15.0
+    # A neighbour silent this long (by this node's clock) is dead: its hosts go to the next
+    # closest. At least the lease: the owner's fence closes first (docs/kademlia.md, "Leases").
+    dead_after: float = 15.0
+    refresh_interval: float = 600.0  # bucket refresh (Kademlia: 3600 s; libp2p: 600 s)
+    route_ttl: int = 300             # seconds an agent caches a host's preference list
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= 100 or not 1 <= self.alpha <= self.k:
+            raise ValueError("kademlia: k must be 1..100 and alpha 1..k")
+        if self.lease_seconds <= 0 or self.refresh_interval <= 0:
+            raise ValueError("kademlia: lease_seconds and refresh_interval must be > 0")
+        if self.dead_after < self.lease_seconds:
+            raise ValueError("kademlia.dead_after must be at least lease_seconds (an owner's fence closes first)")
+        if self.route_ttl < 1:
+            raise ValueError("kademlia.route_ttl must be >= 1")
+
+
+@dataclass(frozen=True)
 class LoadSettings:
     # Seed 000's load level L = S - W_f/H, reported in every heartbeat (docs/balance.md).
     period: float = 10.0        # T: the balance period; the work area W is what the peak rate fetches in it
@@ -209,6 +238,9 @@ class AgentSettings:
     agent_id: str = ""
     listen: str = "127.0.0.1:0"       # the Agent gRPC service
     advertise: str = ""               # host:port peers dial; default: the bound listen address
+    # Who places hosts: "consultant" (seed 002: the consultant at `consultant`) or "kademlia"
+    # (seeds 000 and 001: the agents' own overlay, [kademlia]; no consultant process).
+    mode: str = "consultant"
     consultant: str = "127.0.0.1:50051"
     storage: str = ""                 # storage address; empty: pages stay in the spool
     data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
@@ -237,6 +269,7 @@ class AgentSettings:
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
+    kademlia: KademliaSettings = field(default_factory=KademliaSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS, server and client (docs/security.md)
     source: str = field(default="defaults", compare=False)
 
@@ -245,6 +278,8 @@ class AgentSettings:
             raise ValueError(f"source_ip {self.source_ip!r} and fetch.source_ip {self.fetch.source_ip!r} differ: set one")
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if self.mode not in ("consultant", "kademlia"):
+            raise ValueError(f"mode must be \"consultant\" or \"kademlia\", got {self.mode!r}")
         if self.commit_interval <= 0:
             raise ValueError("commit_interval must be > 0")
         if self.commit_stall_seconds <= 2 * self.commit_interval:

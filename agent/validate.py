@@ -28,6 +28,10 @@ MAX_DEPTH = 1_000_000
 # hour, a million failures take 114 years.
 MAX_BACKOFF_LEVEL = 1_000_000
 MAX_STATUS = 999  # an HTTP status; 0 = no answer
+# FindNode: targets per call (a lookup batch is at most routing.beta = 10,000 hosts; callers cut
+# at 1,000) and contacts per target (k is at most 100: agent/settings.py KademliaSettings).
+MAX_FIND_TARGETS = 1_000
+MAX_FIND_COUNT = 100
 
 
 def sender(field: str, value: str) -> str:
@@ -119,6 +123,39 @@ def claim(r: agent_pb2.ClaimRequest) -> None:
     checks.count("hosts", r.hosts, MAX_CLAIM_HOSTS)
     for i, h in enumerate(r.hosts):
         checks.text(checks.indexed("hosts", i), h, checks.MAX_HOST, required=True)
+
+
+def contact(field: str, c: agent_pb2.Contact) -> None:
+    """A node's contact: a 20-byte id, an agent id and a host:port."""
+    if len(c.node_id) != 20:
+        raise InvalidArgument(f"{field}.node_id is {len(c.node_id)} bytes; a node id is 20")
+    sender(field + ".agent_id", c.agent_id)
+    address(field + ".address", c.address)
+
+
+def ping(r: agent_pb2.PingRequest) -> None:
+    contact("sender", r.sender)
+    checks.epoch("epoch", r.epoch)
+
+
+def find_node(r: agent_pb2.FindNodeRequest) -> None:
+    if r.HasField("sender"):
+        contact("sender", r.sender)
+    checks.count("targets", r.targets, MAX_FIND_TARGETS)
+    for i, t in enumerate(r.targets):
+        if len(t) != 20:
+            raise InvalidArgument(f"{checks.indexed('targets', i)} is {len(t)} bytes; a key is 20")
+    if not 1 <= r.count <= MAX_FIND_COUNT:
+        raise InvalidArgument(f"count = {r.count} is out of range (1..{MAX_FIND_COUNT})")
+    checks.epoch("epoch", r.epoch)
+
+
+def leave(r: agent_pb2.LeaveRequest) -> None:
+    contact("sender", r.sender)
+
+
+def members(r: agent_pb2.MembersRequest) -> None:
+    """No fields."""
 
 
 def drain(r: agent_pb2.DrainRequest) -> None:

@@ -6,15 +6,16 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from consultant_helpers import running, settings_for
+
 from agent.server import create_server as create_agent
 from agent.settings import load_settings as agent_settings
 from lab.testing import ServerThread, small_topology
-from lab.truth import Scope as TruthScope, Truth
+from lab.truth import Scope as TruthScope
+from lab.truth import Truth
 from lab.web import Web
 from storage.testing import FakeStorageClient
 from wancrawl.config import override
-
-from consultant_helpers import running, settings_for
 
 NORMAL = r"^https?://www\.s\d{4}\."
 
@@ -114,3 +115,42 @@ async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strateg
         finally:
             for srv in servers:
                 await srv.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def kademlia_cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, agent_keys=None, per_agent=None):
+    """n agents in the consultant-less mode (mode = "kademlia"): no consultant; agent 0 starts
+    alone, the others join through it. Yields (servers, fake storages)."""
+    topo = web_thread.web.topology
+    hosts_file = tmp / "hosts"
+    hosts_file.write_text(topo.hosts_file())
+    servers, storages = [], []
+    one_storage: list[FakeStorageClient] = []
+    blocks = topo.blocks
+    try:
+        for i in range(n_agents):
+            b = blocks[(i * 4) % len(blocks)]
+            src = topo.agent_address(b.isp, b.city, 0)
+            st = FakeStorageClient(one_storage)
+            keys = {"mode": "kademlia", "kademlia.bootstrap": [servers[0].address] if servers else [],
+                    **(agent_keys or {}), **((per_agent or [{}] * n_agents)[i] or {})}
+            s = agent_config(tmp, f"agent-{b.name}", "", hosts_file, src, **keys)
+            srv, _ = create_agent(s, storage=st)
+            await srv.start()
+            servers.append(srv)
+            storages.append(st)
+        yield servers, storages
+    finally:
+        for srv in servers:
+            await srv.stop(0)
+
+
+async def overlay_formed(servers, timeout: float = 30.0) -> None:
+    """Until every agent's overlay holds every other agent (the joins and ping-backs are done)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    want = len(servers) - 1
+    while not all(len(s.node.overlay.table) == want for s in servers):
+        if loop.time() > end:
+            raise AssertionError("overlay did not form: " + ", ".join(f"{s.node.id}: {len(s.node.overlay.table)}" for s in servers))
+        await asyncio.sleep(0.02)

@@ -103,6 +103,10 @@ def _capture() -> storage_pb2.Capture:
     return make_batch([c], "one").captures[0]
 
 
+def _contact() -> agent_pb2.Contact:
+    return agent_pb2.Contact(node_id=b"\x02" * 20, agent_id="peer-1", address="127.0.0.1:1")
+
+
 # A complete request per method: every message field set, every repeated field with one entry,
 # so that one field at its worst value is the only thing wrong with a case's request.
 BASELINES: dict[str, Any] = {
@@ -117,6 +121,10 @@ BASELINES: dict[str, Any] = {
         unshipped=[1])]),
     "/wancrawl.v1.Agent/Claim": agent_pb2.ClaimRequest(claimer_id="peer-1", claimer_address="127.0.0.1:1", epoch=1,
                                                       hosts=["bounds-c.invalid"]),
+    "/wancrawl.v1.Agent/Ping": agent_pb2.PingRequest(sender=_contact(), epoch=1),
+    "/wancrawl.v1.Agent/FindNode": agent_pb2.FindNodeRequest(sender=_contact(), targets=[b"\x01" * 20], count=3, epoch=1),
+    "/wancrawl.v1.Agent/Leave": agent_pb2.LeaveRequest(sender=_contact()),
+    "/wancrawl.v1.Agent/Members": agent_pb2.MembersRequest(),
     "/wancrawl.v1.Consultant/Register": consultant_pb2.RegisterRequest(
         agent_id="b1", address="127.0.0.1:7999", source_ip="127.0.0.1", capacity=1.0,
         location=common_pb2.Location(city="Beijing", country="CN", lat=39.9, lon=116.4, has_coordinates=True, asn=4134,

@@ -382,13 +382,16 @@ def channel_credentials(tls: TlsSettings) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(_read(tls.ca, "ca"), _read(tls.key, "key"), _read(tls.cert, "cert"))
 
 
-def channel(target: str, tls: TlsSettings | None = None) -> grpc.aio.Channel:
+def channel(target: str, tls: TlsSettings | None = None, *, server_name: str = "") -> grpc.aio.Channel:
     """An async channel with wancrawl's message limits and keepalives: mutual TLS with `tls`
-    (or what effective_tls finds for the target), plaintext only when that says insecure."""
+    (or what effective_tls finds for the target), plaintext only when that says insecure.
+    server_name: the name the server's certificate must carry instead of the target's host (a
+    Kademlia node's id name, wancrawl/xorspace.py id_san)."""
     t = effective_tls(tls, target)
     if t.insecure:
         return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(target, channel_credentials(t), options=CHANNEL_OPTIONS)
+    options = CHANNEL_OPTIONS + ([("grpc.ssl_target_name_override", server_name)] if server_name else [])
+    return grpc.aio.secure_channel(target, channel_credentials(t), options=options)
 
 
 def host_port(listen: str, port: int) -> str:

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wancrawl import xorspace
 from wancrawl.errors import ConfigError, InvalidArgument
 
 ROLES = ("agent", "operator", "service")
@@ -174,7 +175,13 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
         ca_cert = x509.load_pem_x509_certificate((d / CA_CERT).read_bytes())
     except FileNotFoundError as exc:
         raise ConfigError(f"no CA in {d} ({exc.filename} missing): `pki init {d}` first") from None
+    key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(f"{URI_PREFIX}{role}/{name}")]
+    if role == "agent":
+        # The agent's Kademlia id is the hash of this key (wancrawl/xorspace.py): a peer dialing
+        # the node by its id asks TLS for this name, so an address cannot answer for another id.
+        spki = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        names.append(x509.DNSName(xorspace.id_san(xorspace.node_id_of_spki(spki))))
     if bound:
         names.append(x509.UniformResourceIdentifier(bound))
     if role != "operator":  # servers: names clients verify
@@ -186,7 +193,6 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
             if gn not in names:
                 names.append(gn)
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([] if role == "operator" else [ExtendedKeyUsageOID.SERVER_AUTH])
-    key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     cert = (
         x509.CertificateBuilder()

@@ -16,7 +16,7 @@ from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_
 from agent.crawl.refetch import StoredCheck
 from agent.crawl.robots import RobotsCache, RobotsState
 from agent.crawl.scope import Scope
-from agent.fetch import FetchRequest, FetchResponse, Fetcher
+from agent.fetch import Fetcher, FetchRequest, FetchResponse
 from agent.placement.gate import Gate
 from agent.settings import AgentSettings
 from agent.state.frontier import Frontier, Item
@@ -325,7 +325,7 @@ class Dispatcher:
         """One request through the fetcher, counted (robots.txt and its redirect hops too)."""
         try:
             resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip))
-        except Exception as exc:  # noqa: BLE001 - a fetcher bug must not stop the crawl
+        except Exception as exc:
             log.exception("fetcher raised on %s", url)
             resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
         self.counters["fetches"] += 1

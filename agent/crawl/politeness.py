@@ -19,7 +19,7 @@ class _Host:
     # Invariants: 0 <= active <= max_per_host whenever the caller only starts after ready();
     # last_start/last_end are -inf until the first event; backoff_until is an absolute time
     # (0 = none) and level counts consecutive failures since the last success.
-    __slots__ = ("delay", "active", "last_start", "last_end", "backoff_until", "level")
+    __slots__ = ("active", "backoff_until", "delay", "last_end", "last_start", "level")
 
     def __init__(self, delay: float) -> None:
         self.delay = delay

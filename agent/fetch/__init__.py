@@ -8,9 +8,9 @@ from agent.fetch.aiohttp_fetcher import AiohttpFetcher
 from agent.fetch.base import (
     ERRORS,
     TRUNCATIONS,
+    Fetcher,
     FetchRequest,
     FetchResponse,
-    Fetcher,
     FetchSettings,
     Resolver,
 )
@@ -32,6 +32,14 @@ def create_fetcher(name: str = DEFAULT_FETCHER, settings: FetchSettings | None =
 
 
 __all__ = [
-    "AddressGuard", "DEFAULT_FETCHER", "ERRORS", "FETCHERS", "TRUNCATIONS", "FetchRequest", "FetchResponse",
-    "FetchSettings", "Fetcher", "create_fetcher",
+    "DEFAULT_FETCHER",
+    "ERRORS",
+    "FETCHERS",
+    "TRUNCATIONS",
+    "AddressGuard",
+    "FetchRequest",
+    "FetchResponse",
+    "FetchSettings",
+    "Fetcher",
+    "create_fetcher",
 ]

@@ -28,6 +28,8 @@ from agent.fetch.base import (
     collect_framing,
     end_framing,
     finish_headers,
+)
+from agent.fetch.base import (
     late_failure as _late,
 )
 
@@ -92,7 +94,7 @@ def _framed_handler(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
 class _PinnedResolver(AbstractResolver):
     """Answers only with the fetcher's pins, so aiohttp never looks a name up on its own."""
 
-    def __init__(self, fetcher: "AiohttpFetcher"):
+    def __init__(self, fetcher: AiohttpFetcher):
         self.fetcher = fetcher
 
     async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list:
@@ -172,7 +174,7 @@ class AiohttpFetcher(BaseFetcher):
                         break
                     if not sink.feed(chunk):
                         break
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             if cm.expired():
                 _late(resp, sink, "time", "timeout", f"total timeout {self.settings.total_timeout}s")
             elif isinstance(exc, aiohttp.ConnectionTimeoutError):

@@ -196,11 +196,11 @@ class _Identity:
         return b""
 
 
-def _gzip() -> "zlib._Decompress":
+def _gzip() -> zlib._Decompress:
     return zlib.decompressobj(zlib.MAX_WBITS | 16)
 
 
-def _deflate() -> "_Deflate":
+def _deflate() -> _Deflate:
     return _Deflate()
 
 
@@ -682,7 +682,7 @@ class BaseFetcher:
                 pin[1] -= 1
                 if pin[1] == 0 and self._pins.get(req.host) is pin:
                     del self._pins[req.host]
-        except asyncio.TimeoutError:
+        except TimeoutError:
             # Only the resolver wait lands here: backends report their own timeouts.
             _fail(resp, "dns", f"resolving {req.host} took longer than {s.connect_timeout}s")
         except Exception as exc:  # noqa: BLE001 - the contract: fetch never raises for a bad response

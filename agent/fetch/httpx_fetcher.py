@@ -23,6 +23,8 @@ from agent.fetch.base import (
     collect_framing,
     end_framing,
     finish_headers,
+)
+from agent.fetch.base import (
     late_failure as _late,
 )
 
@@ -71,7 +73,7 @@ class _FramedStream(httpcore.AsyncNetworkStream):
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
     """Connects to the fetcher's pinned IP for a host; TLS still uses the host name for SNI."""
 
-    def __init__(self, inner: httpcore.AsyncNetworkBackend, fetcher: "HttpxFetcher"):
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, fetcher: HttpxFetcher):
         self.inner = inner
         self.fetcher = fetcher
 
@@ -89,7 +91,7 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
 
 
 class _Transport(httpx.AsyncHTTPTransport):
-    def __init__(self, settings: FetchSettings, fetcher: "HttpxFetcher"):
+    def __init__(self, settings: FetchSettings, fetcher: HttpxFetcher):
         super().__init__(retries=0, trust_env=False)
         # Replace the default pool by one built through httpcore's public API with our backend.
         self._pool = httpcore.AsyncConnectionPool(
@@ -159,7 +161,7 @@ class HttpxFetcher(BaseFetcher):
                         break
                 if complete:
                     sink.finish()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             # httpx raises its own timeout classes, so this is the total deadline.
             _late(resp, sink, "time", "timeout", f"total timeout {self.settings.total_timeout}s")
         except httpx.TimeoutException as exc:

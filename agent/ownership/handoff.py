@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
 from agent.placement.directory import HostDirectory
-from agent.state.frontier import Item
 from agent.state.commit import Durable
+from agent.state.frontier import Item
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
 

@@ -119,7 +119,7 @@ class Replicator:
             last_round, last_shipped = self.clock(), shipped
             try:
                 await self.round()
-            except Exception:  # noqa: BLE001 - the next round tries again
+            except Exception:
                 log.exception("replication round failed")
 
     def _collect(self) -> None:

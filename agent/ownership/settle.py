@@ -178,7 +178,7 @@ class Ownership:
             await self.waker.wait(0.25)
             try:
                 await self.step()
-            except Exception:  # noqa: BLE001 - the next step tries again
+            except Exception:
                 log.exception("ownership step failed")
 
     async def step(self) -> None:

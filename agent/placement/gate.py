@@ -68,8 +68,7 @@ class Gate:
         lapsed = not self.lease_ok(now)
         if lapsed and self.lease_until:
             self._lapse_wall = max(self._lapse_wall, self.wall() - (now - self.lease_until))
-        if until > self.lease_until:
-            self.lease_until = until
+        self.lease_until = max(self.lease_until, until)
         if registered and self.fenced:
             self.settling = True
         elif lapsed and self.lease_ok(now) and not self.settling:

@@ -99,7 +99,7 @@ class RoutingService:
             await self._poke.wait(interval)
             try:
                 await self.flush(force=False)
-            except Exception:  # noqa: BLE001 - routing must go on
+            except Exception:
                 log.exception("routing step failed")
 
     async def flush(self, force: bool, deadline: float | None = None) -> None:

@@ -149,7 +149,7 @@ class CommitLog:
             await asyncio.sleep(interval)
             try:
                 self.commit()
-            except Exception as exc:  # noqa: BLE001 - the next commit tries again (buffers are kept)
+            except Exception as exc:
                 # The first failure in a row with its traceback, then a line now and then: the
                 # progress watch says loudly when failures last (commit_stall_seconds).
                 n = self.progress.failures if self.progress is not None else 1

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
-
 from wancrawl.checks import MAX_COUNT
 
 log = logging.getLogger("agent")
@@ -71,7 +70,7 @@ class _HostQ:
     #   inflight = number of this host's items popped and neither done nor retried;
     #   dirty = the flush epoch in which a cold item of the host was last buffered (its row may be
     #   missing or stale in the table until that flush).
-    __slots__ = ("hot", "bound", "cold", "inflight", "dirty")
+    __slots__ = ("bound", "cold", "dirty", "hot", "inflight")
 
     def __init__(self) -> None:
         self.hot: list[Item] = []

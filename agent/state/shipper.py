@@ -70,7 +70,7 @@ class StorageShipper:
         while True:
             try:
                 sent = await self.send(max_batches=10)
-            except Exception:  # noqa: BLE001 - a bug in one send must not stop shipping for good
+            except Exception:
                 log.exception("shipping to storage failed")
                 sent = -1
             if sent > 0:

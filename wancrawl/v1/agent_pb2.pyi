@@ -7,6 +7,82 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Contact(_message.Message):
+    __slots__ = ("node_id", "agent_id", "address")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    agent_id: str
+    address: str
+    def __init__(self, node_id: _Optional[bytes] = ..., agent_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ("sender", "epoch")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    sender: Contact
+    epoch: int
+    def __init__(self, sender: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class PingResponse(_message.Message):
+    __slots__ = ("responder", "epoch")
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    responder: Contact
+    epoch: int
+    def __init__(self, responder: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FindNodeRequest(_message.Message):
+    __slots__ = ("sender", "targets", "count", "epoch")
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    sender: Contact
+    targets: _containers.RepeatedScalarFieldContainer[bytes]
+    count: int
+    epoch: int
+    def __init__(self, sender: _Optional[_Union[Contact, _Mapping]] = ..., targets: _Optional[_Iterable[bytes]] = ..., count: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class Closest(_message.Message):
+    __slots__ = ("contacts",)
+    CONTACTS_FIELD_NUMBER: _ClassVar[int]
+    contacts: _containers.RepeatedCompositeFieldContainer[Contact]
+    def __init__(self, contacts: _Optional[_Iterable[_Union[Contact, _Mapping]]] = ...) -> None: ...
+
+class FindNodeResponse(_message.Message):
+    __slots__ = ("responder", "closest", "epoch")
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    CLOSEST_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    responder: Contact
+    closest: _containers.RepeatedCompositeFieldContainer[Closest]
+    epoch: int
+    def __init__(self, responder: _Optional[_Union[Contact, _Mapping]] = ..., closest: _Optional[_Iterable[_Union[Closest, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class LeaveRequest(_message.Message):
+    __slots__ = ("sender",)
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    sender: Contact
+    def __init__(self, sender: _Optional[_Union[Contact, _Mapping]] = ...) -> None: ...
+
+class LeaveResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MembersResponse(_message.Message):
+    __slots__ = ("members", "epoch")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Contact]
+    epoch: int
+    def __init__(self, members: _Optional[_Iterable[_Union[Contact, _Mapping]]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
 class UrlItem(_message.Message):
     __slots__ = ("url", "depth", "via", "force")
     URL_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,26 @@ class AgentStub:
                 request_serializer=wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.FromString,
                 _registered_method=True)
+        self.Ping = channel.unary_unary(
+                '/wancrawl.v1.Agent/Ping',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.PingRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.PingResponse.FromString,
+                _registered_method=True)
+        self.FindNode = channel.unary_unary(
+                '/wancrawl.v1.Agent/FindNode',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.FindNodeRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.FindNodeResponse.FromString,
+                _registered_method=True)
+        self.Leave = channel.unary_unary(
+                '/wancrawl.v1.Agent/Leave',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.LeaveRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.LeaveResponse.FromString,
+                _registered_method=True)
+        self.Members = channel.unary_unary(
+                '/wancrawl.v1.Agent/Members',
+                request_serializer=wancrawl_dot_v1_dot_agent__pb2.MembersRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_agent__pb2.MembersResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -115,6 +135,37 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Ping(self, request, context):
+        """The Kademlia overlay of the consultant-less mode (docs/kademlia.md; seed 001 §2.1, the
+        Kademlia paper's PING and FIND_NODE). STORE_TASK is PushUrls, STORE_BACKUP / DELETE_BACKUP
+        Replicate, REFRESH_TASK HandOver and Claim. Answered UNIMPLEMENTED by a consultant-mode agent.
+        A caller's contact must be the one its certificate gives (the id is the hash of its key).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindNode(self, request, context):
+        """Several targets per call (batch everything): the `count` contacts closest to each.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Leave(self, request, context):
+        """Graceful leave: the sender is gone for good (its hosts go to their next closest nodes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Members(self, request, context):
+        """The live members this agent's overlay knows (the manager's list of agents without a consultant).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +198,26 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Claim,
                     request_deserializer=wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.SerializeToString,
+            ),
+            'Ping': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ping,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.PingRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.PingResponse.SerializeToString,
+            ),
+            'FindNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindNode,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.FindNodeRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.FindNodeResponse.SerializeToString,
+            ),
+            'Leave': grpc.unary_unary_rpc_method_handler(
+                    servicer.Leave,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.LeaveRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.LeaveResponse.SerializeToString,
+            ),
+            'Members': grpc.unary_unary_rpc_method_handler(
+                    servicer.Members,
+                    request_deserializer=wancrawl_dot_v1_dot_agent__pb2.MembersRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_agent__pb2.MembersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +382,114 @@ class Agent:
             '/wancrawl.v1.Agent/Claim',
             wancrawl_dot_v1_dot_agent__pb2.ClaimRequest.SerializeToString,
             wancrawl_dot_v1_dot_agent__pb2.ClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/Ping',
+            wancrawl_dot_v1_dot_agent__pb2.PingRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.PingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/FindNode',
+            wancrawl_dot_v1_dot_agent__pb2.FindNodeRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.FindNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/Leave',
+            wancrawl_dot_v1_dot_agent__pb2.LeaveRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.LeaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Members(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Agent/Members',
+            wancrawl_dot_v1_dot_agent__pb2.MembersRequest.SerializeToString,
+            wancrawl_dot_v1_dot_agent__pb2.MembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,316 @@
+"""Overlay: this node's membership of the Kademlia overlay (seed 001 §2.1-2.4, the Kademlia
+paper §2): its routing table of verified contacts, the view epoch, the neighbourhood pings that
+are its lease, failure detection, join, leave, and the PING / FIND_NODE / LEAVE answers.
+
+Decisions (docs/kademlia.md says why):
+
+* A contact enters the routing table only after it answered a Ping over a channel that verified
+  its id (TLS with the id's name, wancrawl/xorspace.py id_san): a node cannot put a contact that
+  is not its own certificate's into another's table, so nobody sits at an id next to a victim's
+  hosts. A caller's own contact is checked against its certificate on every call
+  (`check_caller`, in the server).
+* The epoch is a Lamport clock over view changes: a node that adds or removes a neighbour takes
+  max(epochs seen) + 1, and every message carries it; after the overlay settles every node
+  answers the same epoch. Only changes among the k closest to this node bump it (the ones that
+  can move this node's hosts and replicas): at internet scale a far bucket's churn costs nothing.
+* The lease: with every heartbeat (a third of the lease) the node pings its k closest contacts; the lease is renewed
+  (to the round's send time + lease) only when every one of them answered. A neighbour silent
+  for `dead_after` (>= the lease, on the neighbour's clock from the last message it got) is
+  declared dead, so the owner's fence has closed before its backup promotes. A node that hears
+  from nobody declares nobody dead (it is the one cut off) and keeps its lease lapsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.placement.kademlia.lookup import LookupStats, lookup_many
+from agent.placement.kademlia.table import Contact, RoutingTable
+from agent.settings import KademliaSettings
+from wancrawl import errors, xorspace
+from wancrawl.v1 import agent_pb2
+
+log = logging.getLogger("agent")
+
+FIND_BATCH = 1_000  # targets per FindNode (agent/validate.py MAX_FIND_TARGETS)
+
+
+class Transport(Protocol):
+    """The RPCs the overlay sends (the gRPC one is agent/placement/kademlia/grpc.py; tests run
+    nodes in memory). Every call raises errors.WancrawlError when the contact does not answer
+    as itself."""
+
+    async def ping(self, to: Contact, me: Contact, epoch: int) -> tuple[Contact, int]: ...
+    async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int,
+                        epoch: int) -> tuple[list[list[Contact]], int]: ...
+    async def leave(self, to: Contact, me: Contact) -> None: ...
+    async def bootstrap_ping(self, address: str, me: Contact, epoch: int) -> tuple[Contact, int]: ...
+    async def close(self) -> None: ...
+
+
+def to_proto(c: Contact) -> agent_pb2.Contact:
+    return agent_pb2.Contact(node_id=xorspace.id_bytes(c.node_id), agent_id=c.agent_id, address=c.address)
+
+
+def from_proto(c: agent_pb2.Contact) -> Contact:
+    return Contact(xorspace.id_from_bytes(c.node_id), c.agent_id, c.address)
+
+
+@dataclass
+class Round:
+    """What one ping round of the neighbourhood found."""
+
+    sent: float
+    asked: int
+    answered: int
+    dead: list[Contact]
+
+    @property
+    def complete(self) -> bool:
+        return self.answered == self.asked
+
+
+class Overlay:
+    """Owns the routing table, when each contact was last heard from, the view epoch and whether
+    this node has left. Inbound messages (`pinged`, `find`, `left_by`) and outbound rounds
+    (`join`, `ping_round`, `refresh`, `leave`) are the only writers."""
+
+    def __init__(self, me: Contact, settings: KademliaSettings, transport: Transport, *,
+                 clock: Callable[[], float], rng: random.Random | None = None):
+        self.me = me
+        self.s = settings
+        self.transport = transport
+        self.clock = clock
+        self.rng = rng or random.Random(me.node_id)
+        self.table = RoutingTable(me.node_id, k=settings.k)
+        self.epoch = 0
+        self.left = False
+        # node id -> clock time of the last message from it (an answer, or a call it made).
+        self._heard: dict[int, float] = {}
+        # Contacts being verified (a Ping under way): not asked twice at once.
+        self._verifying: set[int] = set()
+        self.stats = LookupStats()
+        self.counters: dict[str, float] = {
+            "overlay_pings": 0, "overlay_find_nodes": 0, "overlay_rpc_failures": 0, "overlay_dead": 0,
+            "overlay_joined": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
+        }
+
+    # -- the view ---------------------------------------------------------------------------------
+    def neighbourhood(self) -> list[Contact]:
+        """The k contacts closest to this node: the ones that can take its hosts over."""
+        return self.table.closest(self.me.node_id, self.s.k)
+
+    def members(self) -> list[Contact]:
+        """Every live contact this node knows, itself first (unless it left)."""
+        return ([] if self.left else [self.me]) + self.table.contacts()
+
+    def saw_epoch(self, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
+
+    def _changed(self, c: Contact) -> None:
+        """c entered or left the table: a new epoch when it is (or was) one of the k closest."""
+        near = self.table.closest(self.me.node_id, self.s.k)
+        far = near[-1].node_id ^ self.me.node_id if len(near) >= self.s.k else math.inf
+        if (c.node_id ^ self.me.node_id) <= far:
+            self.epoch += 1
+
+    def _admit(self, c: Contact, now: float) -> None:
+        """c answered as itself: into the table (or refreshed there)."""
+        if c.node_id == self.me.node_id:
+            return
+        new = c.node_id not in self.table
+        self._heard[c.node_id] = now
+        lrs = self.table.touch(c, now)
+        if new and c.node_id in self.table:
+            self.counters["overlay_joined"] += 1
+            self._changed(c)
+        elif lrs is not None:
+            # Full bucket: the least-recently seen contact is kept if it still answers
+            # (Kademlia §2.2: old contacts that are alive are the most likely to stay).
+            asyncio.get_running_loop().create_task(self._check_lrs(lrs))
+
+    def _remove(self, c: Contact, why: str) -> None:
+        if self.table.remove(c.node_id) is not None:
+            self._heard.pop(c.node_id, None)
+            self.counters["overlay_dead" if why == "dead" else "overlay_left"] += 1
+            log.info("overlay: %s (%s) %s", c.agent_id, xorspace.id_hex(c.node_id)[:8], why)
+            self._changed(c)
+
+    async def _check_lrs(self, lrs: Contact) -> None:
+        try:
+            who, epoch = await self.transport.ping(lrs, self.me, self.epoch)
+        except errors.WancrawlError:
+            self.counters["overlay_rpc_failures"] += 1
+            self._remove(lrs, "dead")
+            return
+        self.saw_epoch(epoch)
+        self._heard[lrs.node_id] = self.clock()
+        self.table.touch(lrs, self.clock())
+
+    async def verify(self, c: Contact) -> bool:
+        """Ping c over a channel that checks its id; admit it when it answers as itself."""
+        if c.node_id == self.me.node_id or c.node_id in self._verifying or self.left:
+            return c.node_id in self.table
+        self._verifying.add(c.node_id)
+        try:
+            self.counters["overlay_pings"] += 1
+            who, epoch = await self.transport.ping(c, self.me, self.epoch)
+        except errors.WancrawlError:
+            self.counters["overlay_rpc_failures"] += 1
+            return False
+        finally:
+            self._verifying.discard(c.node_id)
+        if who != c:
+            self.counters["overlay_refused_ids"] += 1
+            return False
+        self.saw_epoch(epoch)
+        self._admit(c, self.clock())
+        return True
+
+    # -- inbound ----------------------------------------------------------------------------------
+    def heard_from(self, sender: Contact, epoch: int) -> None:
+        """A verified caller (its id checked against its certificate by the server): known
+        contacts are refreshed; a new one is pinged back before it enters the table (its
+        address must answer with its id)."""
+        self.saw_epoch(epoch)
+        if self.left or sender.node_id == self.me.node_id:
+            return
+        known = self.table.get(sender.node_id)
+        if known == sender:
+            self._heard[sender.node_id] = self.clock()
+            self.table.touch(sender, self.clock())
+        elif sender.node_id not in self._verifying:
+            asyncio.get_running_loop().create_task(self.verify(sender))
+
+    def find(self, targets: Iterable[int], count: int) -> list[list[Contact]]:
+        """FIND_NODE: the `count` closest this node knows to each target, itself included."""
+        self.counters["overlay_find_nodes"] += 1
+        out = []
+        for t in targets:
+            near = self.table.closest(t, count)
+            if not self.left:
+                near.append(self.me)
+                near.sort(key=lambda c: c.node_id ^ t)
+                near = near[:count]
+            out.append(near)
+        return out
+
+    def left_by(self, sender: Contact) -> None:
+        """LEAVE: the sender is gone for good."""
+        self._remove(sender, "left")
+
+    # -- outbound ---------------------------------------------------------------------------------
+    async def join(self) -> bool:
+        """Join through the bootstrap peers (Kademlia §2.3): ping them, look up this node's own
+        id, then refresh every bucket farther than the closest neighbour. True when some peer
+        answered, or when there is nobody to join (the first node)."""
+        self.left = False
+        others = [a for a in self.s.bootstrap if a != self.me.address]
+        answered = False
+        for addr in others:
+            try:
+                self.counters["overlay_pings"] += 1
+                who, epoch = await self.transport.bootstrap_ping(addr, self.me, self.epoch)
+            except errors.WancrawlError as exc:
+                log.info("overlay: bootstrap %s does not answer (%s)", addr, exc)
+                continue
+            self.saw_epoch(epoch)
+            answered = await self.verify(who) or answered
+        if others and not answered and len(self.table) == 0:
+            return False
+        await self.lookup([self.me.node_id])
+        await self.refresh(force=True)
+        self.epoch += 1  # this node's own view changed (it joined)
+        return True
+
+    async def lookup(self, keys: list[int]) -> dict[int, list[Contact]]:
+        """Iterative FIND_NODE for every key at once (batched per contact); the contacts that
+        answered are verified and join the table. Results exclude this node."""
+        if not keys or len(self.table) == 0:
+            return {k: [] for k in keys}
+        self.counters["overlay_lookups"] += 1
+        now = self.clock()
+        for k in keys:
+            self.table.refreshed(k, now)
+        return await lookup_many(keys, lambda t: self.table.closest(t, self.s.k), self._find_nodes, k=self.s.k,
+                                 alpha=self.s.alpha, stats=self.stats)
+
+    async def _find_nodes(self, to: Contact, targets: list[int]) -> dict[int, list[Contact]]:
+        out: dict[int, list[Contact]] = {}
+        for i in range(0, len(targets), FIND_BATCH):
+            part = targets[i : i + FIND_BATCH]
+            self.counters["overlay_find_nodes"] += 1
+            try:
+                found, epoch = await self.transport.find_node(to, self.me, part, self.s.k, self.epoch)
+            except errors.WancrawlError:
+                self.counters["overlay_rpc_failures"] += 1
+                self._failed(to)
+                raise
+            self.saw_epoch(epoch)
+            self._admit(to, self.clock())  # it answered over a channel that checked its id
+            for t, cs in zip(part, found):
+                out[t] = [c for c in cs if c.node_id != self.me.node_id]
+        return out
+
+    def _failed(self, c: Contact) -> None:
+        """An RPC to c failed. A neighbour is judged by the ping rounds (dead_after); any other
+        contact goes at once (Kademlia: stale contacts are dropped when they fail)."""
+        if c.node_id in self.table and c not in self.neighbourhood():
+            self._remove(c, "dead")
+
+    async def ping_round(self) -> Round:
+        """Ping the k closest; declare dead those silent for dead_after, unless nobody at all
+        answered (then this node is the one cut off, and it waits)."""
+        near = self.neighbourhood()
+        sent = self.clock()
+        results = await asyncio.gather(*(self._ping(c) for c in near))
+        answered = sum(results)
+        dead: list[Contact] = []
+        if answered or not near:
+            now = self.clock()
+            for c, ok in zip(near, results):
+                if not ok and now - self._heard.get(c.node_id, now) >= self.s.dead_after:
+                    dead.append(c)
+                    self._remove(c, "dead")
+        return Round(sent, len(near), answered, dead)
+
+    async def _ping(self, c: Contact) -> bool:
+        self.counters["overlay_pings"] += 1
+        try:
+            who, epoch = await self.transport.ping(c, self.me, self.epoch)
+        except errors.WancrawlError:
+            self.counters["overlay_rpc_failures"] += 1
+            return False
+        if who != c:
+            self.counters["overlay_refused_ids"] += 1
+            return False
+        self.saw_epoch(epoch)
+        self._admit(c, self.clock())
+        return True
+
+    async def refresh(self, force: bool = False) -> None:
+        """Bucket refresh (Kademlia §2.3): a lookup of a random id in each bucket not looked up
+        within refresh_interval (all of them beyond the closest neighbour when joining)."""
+        interval = 0.0 if force else self.s.refresh_interval
+        targets = self.table.refresh_targets(self.clock(), interval, self.rng)
+        if targets:
+            await self.lookup(targets)
+
+    async def leave(self) -> None:
+        """Graceful leave (seed 001 §2.4.2): tell every contact; they drop this node at once."""
+        self.left = True
+        contacts = self.table.contacts()
+        await asyncio.gather(*(self._leave(c) for c in contacts))
+        self.epoch += 1
+
+    async def _leave(self, c: Contact) -> None:
+        try:
+            await self.transport.leave(c, self.me)
+        except errors.WancrawlError:
+            pass  # it learns from the silence (dead_after)

@@ -1,0 +1,69 @@
+"""The consultant-less mode end to end in-process: agents form a Kademlia overlay with no
+consultant, agree on every host's preference list (checked against XOR distance computed from
+the agents' ids, the independent reference), and crawl the lab's truth exactly once."""
+
+from __future__ import annotations
+
+import collections
+
+from agent_helpers import fetched_urls, kademlia_cluster, lab_web, normal_hosts, overlay_formed, seed, truth_urls, wait_idle
+
+from lab import checks
+from lab.testing import ServerThread
+from wancrawl import xorspace
+from wancrawl.urls import host_of
+
+HOSTS = [f"www.site{i}.example" for i in range(200)]
+
+
+def test_agents_form_an_overlay_and_agree_on_placement_by_xor(run, tmp_path):
+    web = lab_web(pages_max=10)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 4) as (servers, _):
+                await overlay_formed(servers)
+                ids = {s.node.id: xorspace.insecure_node_id(s.node.id) for s in servers}
+                answers = [await s.node.placement.resolve(HOSTS) for s in servers]
+                return ids, answers
+
+        ids, answers = run(go())
+    for routes in answers[1:]:
+        assert [r.agents for r in routes] == [r.agents for r in answers[0]]
+    for r in answers[0]:
+        key = xorspace.host_key(r.host)
+        expected = sorted(ids, key=lambda a: ids[a] ^ key)[:3]  # owner + r = 2 backups
+        assert [a for a, _ in r.agents] == expected
+    owners = collections.Counter(r.agents[0][0] for r in answers[0])
+    assert len(owners) == 4  # every agent owns some of 200 hosts
+
+
+def test_three_agents_without_a_consultant_fetch_the_truth_once_each_by_its_owner(run, tmp_path):
+    web = lab_web(seed=2, pages_max=60)
+    with ServerThread(web, zero_latency=True) as lab:
+        port = lab.port
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites[::4]]
+        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+
+        async def go():
+            keys = {"scope.allowed_domains": hosts, "routing.alpha": 7}
+            async with kademlia_cluster(tmp_path, lab, 3, agent_keys=keys) as (servers, stores):
+                await overlay_formed(servers)
+                await seed(servers[1].node, seeds)
+                await wait_idle([s.node for s in servers])
+                ids = {s.node.id: xorspace.insecure_node_id(s.node.id) for s in servers}
+                return ids, [s.node.status_counters() for s in servers], stores
+
+        ids, counters, stores = run(go())
+        got = fetched_urls(lab, port)
+        dup = [u for u, n in collections.Counter(got).items() if n > 1]
+        assert not dup, f"fetched twice: {dup[:5]}"
+        assert set(got) == truth, (sorted(truth - set(got))[:5], sorted(set(got) - truth)[:5])
+        assert checks.robots_violations(lab.server.log, checks.web_robots(web)) == []
+        # Each page was stored by the agent XOR-closest to its host.
+        for st in stores:
+            for c in st.captures.values():
+                key = xorspace.host_key(host_of(c.url))
+                assert min(ids, key=lambda a: ids[a] ^ key) == c.agent_id
+        assert sum(c["pages"] for c in counters) >= len(truth)
