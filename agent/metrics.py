@@ -25,6 +25,7 @@ GAUGES = frozenset({
     "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
+    "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
 })
 
 HELP = {
@@ -125,6 +126,16 @@ HELP = {
     "handover_refused_out": "hosts this agent handed over that the receiver refused (they stay here)",
     "handover_hosts_refused": "hosts of a peer's handover refused: not owned here now, or not from a holder expected (issue 21)",
     "replicate_hosts_refused": "hosts of a peer's Replicate refused: the sender does not own them, or this agent is not a backup",
+    "overlay_contacts": "Kademlia mode: verified contacts in this agent's routing table",
+    "overlay_epoch": "Kademlia mode: this agent's view epoch (a Lamport clock over changes among its k closest)",
+    "overlay_pings": "Kademlia mode: Pings sent (lease rounds of the k closest, verifications, bucket checks)",
+    "overlay_find_nodes": "Kademlia mode: FindNode calls sent and answered (each carries up to 1,000 targets)",
+    "overlay_rpc_failures": "Kademlia mode: overlay calls to a contact that did not answer as itself",
+    "overlay_dead": "Kademlia mode: contacts declared dead (a neighbour silent for dead_after, another after a failed call)",
+    "overlay_joined": "Kademlia mode: contacts admitted to the routing table after answering as themselves",
+    "overlay_left": "Kademlia mode: contacts removed because they left gracefully",
+    "overlay_refused_ids": "Kademlia mode: answers from an address that named another contact than the one dialed",
+    "overlay_lookups": "Kademlia mode: batched iterative lookups (Resolve of up to beta hosts, joins, refreshes)",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)

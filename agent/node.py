@@ -268,7 +268,7 @@ class AgentNode:
         out: dict[str, float] = {}
         parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
                  self.gate, self.ownership, self.guard, self.commit_log, self.progress,
-                 *(p for p in (self.replicator, self.replicas, self.stored_check) if p is not None)]
+                 *(p for p in (self.replicator, self.replicas, self.stored_check, self.overlay) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
@@ -277,6 +277,8 @@ class AgentNode:
                    **self.progress.gauges())
         if self.replicator is not None:
             out.update(self.replicator.gauges())
+        if self.overlay is not None:
+            out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch)
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
                    parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)

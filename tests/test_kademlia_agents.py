@@ -67,3 +67,6 @@ def test_three_agents_without_a_consultant_fetch_the_truth_once_each_by_its_owne
                 key = xorspace.host_key(host_of(c.url))
                 assert min(ids, key=lambda a: ids[a] ^ key) == c.agent_id
         assert sum(c["pages"] for c in counters) >= len(truth)
+        # Every overlay counter the metrics declare is exported in this mode.
+        from agent.metrics import HELP
+        assert {n for n in HELP if n.startswith("overlay_")} <= set(counters[0])
