@@ -1,9 +1,11 @@
 """The Placement contract (agent/placement/port.py): one suite, run over every implementation.
 
-Every Placement implementation must pass this file. Today the consultant answers the port
-(agent/placement/consultant.py): one consultant, or replicas of it over one state database. The
-consultant-less Kademlia overlay joins by adding a "kademlia" entry to IMPLEMENTATIONS: a
-factory that opens a world of N agents (see `World` below for what a factory provides).
+Every Placement implementation must pass this file: the consultant (agent/placement/consultant.py:
+one consultant, or replicas of it over one state database) and the consultant-less Kademlia
+overlay (agent/placement/kademlia/: N overlay nodes exchanging their messages in memory on one
+fake clock; `settle` runs ping rounds until every node knows every other and all answer one
+epoch, `detect` one ping round past dead_after). Each is a factory in IMPLEMENTATIONS that opens a
+world of N agents (see `World` below for what a factory provides).
 
 The rules, as the consultant keeps them today:
 
@@ -49,6 +51,7 @@ next sync; an overlay: until its routing converges).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import itertools
@@ -58,16 +61,18 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+from consultant_helpers import settings_for
 
 from agent.placement.consultant import consultant_placement
+from agent.placement.kademlia.overlay import Overlay
+from agent.placement.kademlia.placement import KademliaPlacement
+from agent.placement.kademlia.table import Contact
 from agent.placement.port import HostRoute, Placement, Registration
-from agent.settings import AgentSettings
+from agent.settings import AgentSettings, KademliaSettings
 from consultant.server import ConsultantServer
 from consultant.service import ConsultantService
-from wancrawl import errors
+from wancrawl import errors, xorspace
 from wancrawl.v1 import common_pb2
-
-from consultant_helpers import settings_for
 
 HOSTS = [f"www.site{i}.example" for i in range(200)]
 
@@ -181,7 +186,106 @@ async def consultant_backend(tmp_path: Path, n: int, *, replicas: int = 1, **key
             await server.stop(0)
 
 
+# -- the Kademlia overlay (agent/placement/kademlia/) ---------------------------------------------
+
+
+class MemoryNet:
+    """The overlay's messages between in-process nodes: a crashed node does not answer, and a
+    node answers a call for another id with its own contact (as TLS would refuse it)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Overlay] = {}
+        self.crashed: set[str] = set()
+
+    def _at(self, address: str) -> Overlay:
+        node = self.nodes.get(address)
+        if node is None or node.me.agent_id in self.crashed:
+            raise errors.Unavailable(f"{address} does not answer")
+        return node
+
+    async def ping(self, to: Contact, me: Contact, epoch: int) -> tuple[Contact, int]:
+        return await self.bootstrap_ping(to.address, me, epoch)
+
+    async def bootstrap_ping(self, address: str, me: Contact, epoch: int) -> tuple[Contact, int]:
+        node = self._at(address)
+        if node.left:
+            raise errors.FailedPrecondition("left")
+        node.heard_from(me, epoch)
+        return node.me, node.epoch
+
+    async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int, epoch: int):
+        node = self._at(to.address)
+        node.heard_from(me, epoch)
+        return node.find(targets, count), node.epoch
+
+    async def leave(self, to: Contact, me: Contact) -> None:
+        self._at(to.address).left_by(me)
+
+    async def close(self) -> None:
+        pass
+
+
+@dataclass
+class KademliaBackend:
+    net: MemoryNet
+    placements: list[Placement]
+    addresses: list[str]
+    clock: FakeClock
+    preference_length: int = 3
+
+    def _live(self) -> list[Overlay]:
+        return [o for o in self.net.nodes.values() if o.joined and o.me.agent_id not in self.net.crashed]
+
+    async def _drain(self) -> None:
+        for _ in range(5):  # the ping-backs that admit callers run as tasks
+            await asyncio.sleep(0)
+
+    async def settle(self) -> None:
+        """Ping rounds until every live node knows every other and all answer one epoch."""
+        for _ in range(20):
+            for o in self._live():
+                await o.ping_round()
+            await self._drain()
+            live = self._live()
+            if (len({o.epoch for o in live}) <= 1
+                    and all(len(o.table) == len(live) - 1 for o in live)):
+                return
+        raise AssertionError("the overlay did not settle")
+
+    async def crash(self, agent_id: str) -> None:
+        self.net.crashed.add(agent_id)
+
+    async def pass_lease(self) -> None:
+        self.clock.now += KademliaSettings().dead_after + 1.0
+
+    async def detect(self) -> None:
+        for o in self._live():
+            await o.ping_round()  # silent past dead_after: declared dead
+        await self.settle()
+
+    async def revive(self, agent_id: str) -> None:
+        self.net.crashed.discard(agent_id)
+
+
+@contextlib.asynccontextmanager
+async def kademlia_backend(tmp_path: Path, n: int):
+    """N overlay nodes over MemoryNet on one fake clock; agent 0 is every other's bootstrap.
+    The ping rounds run only when the harness (or an agent's heartbeat) runs them."""
+    clock = FakeClock()
+    net = MemoryNet()
+    addresses = [f"127.0.0.{10 + i}:{7000 + i}" for i in range(n)]
+    placements: list[Placement] = []
+    for i in range(n):
+        aid = f"agent-{i}"
+        settings = KademliaSettings(bootstrap=(addresses[0],))
+        overlay = Overlay(Contact(xorspace.insecure_node_id(aid), aid, addresses[i]), settings, net, clock=clock)
+        net.nodes[addresses[i]] = overlay
+        placements.append(KademliaPlacement(overlay, backups=2))
+    yield KademliaBackend(net, placements, addresses, clock)
+
+
 IMPLEMENTATIONS: dict[str, Factory] = {
+    "kademlia": kademlia_backend,
     "consultant": consultant_backend,
     # Two replicas over one state (SQLite here; PostgreSQL in production): agreement between
     # agents asking different replicas is then more than one process agreeing with itself.

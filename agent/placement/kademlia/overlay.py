@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -73,7 +72,8 @@ class Round:
 
     @property
     def complete(self) -> bool:
-        return self.answered == self.asked
+        """Every neighbour answered, or was silent long enough to be declared dead now."""
+        return self.answered + len(self.dead) == self.asked
 
 
 class Overlay:
@@ -90,6 +90,7 @@ class Overlay:
         self.rng = rng or random.Random(me.node_id)
         self.table = RoutingTable(me.node_id, k=settings.k)
         self.epoch = 0
+        self.joined = False
         self.left = False
         # node id -> clock time of the last message from it (an answer, or a call it made).
         self._heard: dict[int, float] = {}
@@ -113,12 +114,10 @@ class Overlay:
     def saw_epoch(self, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
 
-    def _changed(self, c: Contact) -> None:
-        """c entered or left the table: a new epoch when it is (or was) one of the k closest."""
+    def _near(self, c: Contact) -> bool:
+        """Is c one of this node's k closest (can it hold this node's hosts or replicas)?"""
         near = self.table.closest(self.me.node_id, self.s.k)
-        far = near[-1].node_id ^ self.me.node_id if len(near) >= self.s.k else math.inf
-        if (c.node_id ^ self.me.node_id) <= far:
-            self.epoch += 1
+        return len(near) < self.s.k or (c.node_id ^ self.me.node_id) <= (near[-1].node_id ^ self.me.node_id)
 
     def _admit(self, c: Contact, now: float) -> None:
         """c answered as itself: into the table (or refreshed there)."""
@@ -128,19 +127,24 @@ class Overlay:
         self._heard[c.node_id] = now
         lrs = self.table.touch(c, now)
         if new and c.node_id in self.table:
+            # No new epoch here: the newcomer took one when it joined (or came back) and carries
+            # it in its messages, which every node adopts; so one change is one epoch everywhere.
             self.counters["overlay_joined"] += 1
-            self._changed(c)
         elif lrs is not None:
             # Full bucket: the least-recently seen contact is kept if it still answers
             # (Kademlia §2.2: old contacts that are alive are the most likely to stay).
             asyncio.get_running_loop().create_task(self._check_lrs(lrs))
 
     def _remove(self, c: Contact, why: str) -> None:
+        """c is dead or left. Every node that sees it goes from the same settled epoch to the
+        next one, so they agree again without a message."""
+        near = self._near(c)
         if self.table.remove(c.node_id) is not None:
             self._heard.pop(c.node_id, None)
             self.counters["overlay_dead" if why == "dead" else "overlay_left"] += 1
             log.info("overlay: %s (%s) %s", c.agent_id, xorspace.id_hex(c.node_id)[:8], why)
-            self._changed(c)
+            if near:
+                self.epoch += 1
 
     async def _check_lrs(self, lrs: Contact) -> None:
         try:
@@ -226,7 +230,11 @@ class Overlay:
             return False
         await self.lookup([self.me.node_id])
         await self.refresh(force=True)
-        self.epoch += 1  # this node's own view changed (it joined)
+        # A join is one change: this node takes the next epoch and tells its neighbourhood,
+        # which adopts it (they admitted this node while it was looking up).
+        self.epoch += 1
+        self.joined = True
+        await asyncio.gather(*(self._ping(c) for c in self.neighbourhood()))
         return True
 
     async def lookup(self, keys: list[int]) -> dict[int, list[Contact]]:
@@ -269,8 +277,14 @@ class Overlay:
         answered (then this node is the one cut off, and it waits)."""
         near = self.neighbourhood()
         sent = self.clock()
+        quiet = sent - max(self._heard.values(), default=sent)
         results = await asyncio.gather(*(self._ping(c) for c in near))
         answered = sum(results)
+        if answered == len(near):
+            if quiet > self.s.lease_seconds and self.joined:
+                # Heard from nobody for more than a lease (paused, partitioned): the others may
+                # have moved this node's hosts. Coming back is a change, like a join.
+                self.epoch += 1
         dead: list[Contact] = []
         if answered or not near:
             now = self.clock()
@@ -305,6 +319,7 @@ class Overlay:
     async def leave(self) -> None:
         """Graceful leave (seed 001 §2.4.2): tell every contact; they drop this node at once."""
         self.left = True
+        self.joined = False
         contacts = self.table.contacts()
         await asyncio.gather(*(self._leave(c) for c in contacts))
         self.epoch += 1

@@ -45,8 +45,8 @@ class KademliaPlacement:
         """One ping round of the neighbourhood (and a bucket refresh when one is due). Raises
         Unavailable when a neighbour did not answer: the lease is not renewed until it does or is
         declared dead."""
-        if self.overlay.left:
-            raise errors.NotFound(f"kademlia: {agent_id} left the overlay")
+        if not self.overlay.joined:
+            raise errors.NotFound(f"kademlia: {agent_id} is not in the overlay (never joined, or left)")
         r = await self.overlay.ping_round()
         await self.overlay.refresh()
         if not r.complete:
@@ -54,6 +54,8 @@ class KademliaPlacement:
         return self.overlay.epoch
 
     async def deregister(self, agent_id: str) -> int:
+        if not self.overlay.joined and not self.overlay.left:
+            raise errors.NotFound(f"kademlia: {agent_id} is not in the overlay (never joined)")
         if not self.overlay.left:
             await self.overlay.leave()
         return self.overlay.epoch
