@@ -7,6 +7,12 @@ processes (it checks each pid still runs the command it started, so a reused pid
 `kill` and `restart` crash one of them and start it again from its recorded command (the fault
 harness, bench/chaos.py), `kill_all` and `restart_all` several at the same moment (a whole cluster); `pause` and `resume` stop and continue one (SIGSTOP/SIGCONT: a process
 that hangs, then comes back); `add_agent` starts one more agent in a running cluster (a join).
+
+Two modes: "consultant" (seed 002: a consultant process places hosts) and "kademlia" (seeds 000
+and 001: no consultant; the agents form a Kademlia overlay, each bootstrapping through all the
+others, and place hosts by XOR distance; storage then runs without its placement check). In
+kademlia mode the cluster is ready once every agent's overlay lists every agent (the Members
+RPC), the counterpart of "registered with the consultant".
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from wancrawl.procs import Proc, free_port
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
 REPO = procs.REPO
+MODES = ("consultant", "kademlia")
 __all__ = ["Cluster", "Proc", "add_agent", "down", "free_port", "kill", "kill_all", "pause", "restart", "restart_all",
            "resume", "up"]
 
@@ -49,6 +56,7 @@ class Cluster:
     seed: int = 0
     time_scale: float = 60.0
     allowed_domains: list[str] = field(default_factory=list)
+    mode: str = "consultant"  # "kademlia": no consultant process (`consultant` is "")
 
     def save(self) -> None:
         Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
@@ -78,7 +86,7 @@ class Service:
 
 @dataclass
 class Configs:
-    consultant: Service
+    consultant: Service | None  # None in kademlia mode
     storage: Service
     agents: dict[str, Service]  # by agent id
 
@@ -97,7 +105,7 @@ def use_cluster_tls(cl: Cluster) -> None:
     """Register the run's operator certificate for every address of the cluster (this process's
     ConsultantClient, AgentClient and storage clients of those addresses then use it)."""
     if (Path(cl.run_dir) / PKI_DIR / "ca.crt").is_file():
-        register_client_tls([cl.consultant, cl.storage, *cl.agents.values()], lab_tls(cl.run_dir))
+        register_client_tls([a for a in (cl.consultant, cl.storage, *cl.agents.values()) if a], lab_tls(cl.run_dir))
 
 
 def _pki(run: Path, role: str, name: str, source_ip: str = "") -> str:
@@ -125,16 +133,25 @@ def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False,
                   agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-                  agent_tables: str = "") -> Configs:
+                  agent_tables: str = "", mode: str = "consultant") -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
     unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
-    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true")."""
+    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true").
+    mode "kademlia": no consultant config (Configs.consultant is None), storage without
+    `consultant`, and every agent bootstraps through all the others (kademlia_table)."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown lab mode {mode!r} (known: {', '.join(MODES)})")
+    kademlia = mode == "kademlia"
     paths = geodb.write_all(topo, run / "geo")
     cport, sport = free_port(), free_port()
+    # Every agent's port is chosen before any config is written: in kademlia mode each agent's
+    # bootstrap list names all the others.
+    placed = [(spec, *agent_group(topo, spec), free_port()) for spec in groups]
+    addresses = [f"127.0.0.1:{aport}" for *_, aport in placed]
     isps = "".join(f'"{i.slug}" = [{i.asn}]\n' for i in topo.isps)
     consultant = run / "consultant.toml"
-    consultant.write_text(f"""# written by lab up
+    consultant_text = f"""# written by lab up
 listen = "127.0.0.1:{cport}"
 state_url = "sqlite:///{run}/consultant.db"
 strategy = "{strategy}"
@@ -149,28 +166,31 @@ system_dns = false
 fallback = "geo"
 [asn.isps]
 {isps}{_pki(run, "service", "consultant")}
-{consultant_tables}""")
+{consultant_tables}"""
+    if not kademlia:
+        consultant.write_text(consultant_text)
+    # Without a consultant storage cannot check a capture's placement: its check is off.
+    storage_consultant = "" if kademlia else f'consultant = "127.0.0.1:{cport}"\n'
     storage = run / "storage.toml"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"
 data_dir = "{run}/storage"
-consultant = "127.0.0.1:{cport}"
-[ingest]
+{storage_consultant}[ingest]
 fsync = "os"
 {_pki(run, "service", "storage")}""")
     allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
-    for spec in groups:
+    for (spec, g, src, aport), address in zip(placed, addresses):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
-        g, src = agent_group(topo, spec)
         own = (agent_keys or {}).get(spec, {})
-        aport = free_port()
+        head = 'mode = "kademlia"' if kademlia else f'consultant = "127.0.0.1:{cport}"'
+        tail = kademlia_table([a for a in addresses if a != address], lease) if kademlia else ""
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(f"""# written by lab up
 agent_id = "{g}"
-listen = "127.0.0.1:{aport}"
-consultant = "127.0.0.1:{cport}"
+listen = "{address}"
+{head}
 storage = "127.0.0.1:{sport}"
 data_dir = "{run}/agents/{g}"
 hosts_file = "{paths[geodb.HOSTS]}"
@@ -185,10 +205,19 @@ total_timeout = 20.0
 delay = {own.get("delay", delay)}
 [scope]
 allowed_domains = {_toml_list(allowed)}
-{_pki(run, "agent", g, src)}
+{tail}{_pki(run, "agent", g, src)}
 {agent_tables}""")
-        agents[g] = Service(cfg, f"127.0.0.1:{aport}", src)
-    return Configs(Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"), agents)
+        agents[g] = Service(cfg, address, src)
+    return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"),
+                   agents)
+
+
+def kademlia_table(bootstrap: list[str], lease: float) -> str:
+    """An agent's [kademlia] table: it joins through `bootstrap` (any one answering is enough,
+    so a cluster started all at once forms whatever order the agents come up in: each retries
+    its join every heartbeat until a peer answers). The lab's lease is the overlay's, and a
+    silent neighbour is dead after the same time (dead_after may not be shorter than the lease)."""
+    return f"[kademlia]\nbootstrap = {_toml_list(bootstrap)}\nlease_seconds = {lease}\ndead_after = {lease}\n"
 
 
 # Process start, health and liveness are shared with `manager crawl` (wancrawl/procs.py).
@@ -213,7 +242,9 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-       agent_tables: str = "") -> Cluster:
+       agent_tables: str = "", mode: str = "consultant") -> Cluster:
+    """Start the lab (see the module's doc) and return once it is ready: every service answers
+    health and, in kademlia mode, every agent's overlay lists every agent."""
     run = Path(run_dir).resolve()
     if (run / "cluster.json").exists():
         try:
@@ -228,7 +259,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     web_port = free_port()
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
                          allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
-                         agent_tables=agent_tables)
+                         agent_tables=agent_tables, mode=mode)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:
@@ -239,7 +270,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     cl = Cluster(str(run), strategy, web_port, "", "", seeds_file=str(seeds), web_log=str(web_log),
                  topology=topology_path or "", seed=seed, time_scale=time_scale,
                  allowed_domains=[s.host for s in topo.normal_sites],
-                 agent_sources={g: a.source_ip for g, a in cfgs.agents.items()})
+                 agent_sources={g: a.source_ip for g, a in cfgs.agents.items()}, mode=mode)
     web_args = ["lab.cli", "web", "--port", str(web_port), "--seed", str(seed), "--time-scale", str(time_scale), "--log", str(web_log)]
     if topology_path:
         web_args += ["--topology", topology_path]
@@ -250,10 +281,12 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
         cl.save()
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
             raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
-        cl.consultant, cl.storage = cfgs.consultant.address, cfgs.storage.address
+        cl.consultant, cl.storage = cfgs.consultant.address if cfgs.consultant else "", cfgs.storage.address
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         use_cluster_tls(cl)
-        core = [("consultant", "consultant.cli", "serve", cfgs.consultant), ("storage", "storage.cli", "serve", cfgs.storage)]
+        core = [("storage", "storage.cli", "serve", cfgs.storage)]
+        if cfgs.consultant is not None:
+            core.insert(0, ("consultant", "consultant.cli", "serve", cfgs.consultant))
         agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         # Agents need the consultant and storage: start and wait for those first.
@@ -266,6 +299,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
             for name, _, _, svc in group:
                 if not asyncio.run(_healthy(svc.address, timeout)):
                     raise Unavailable(f"{name} did not come up: see {run}/logs/{name}.log")
+        if mode == "kademlia":
+            _await_overlay(cl, timeout)
     except BaseException:
         down(run)
         raise
@@ -353,6 +388,10 @@ def restart_all(run_dir: str | Path, names: list[str], timeout: float = 60.0) ->
             # Answering is not enough: another process may have taken the freed port meanwhile.
             if not ok or not _alive(new):
                 raise Unavailable(f"{new.name} did not come back: see {new.log}")
+    if cl.mode == "kademlia" and any(cl.procs[i].name.startswith(procs.AGENT_PREFIX) for i in idx):
+        # Answering health is not having joined: the restarted agents bootstrap through their
+        # recorded peers (the same addresses: a restart keeps its port), then are in the overlay.
+        _await_overlay(cl, timeout)
     return [cl.procs[i] for i in idx]
 
 
@@ -437,6 +476,13 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
                               count=1, flags=re.MULTILINE)
         if count != 1:
             raise ConfigError(f"{_config_of(template)}: no top-level {key!r} line to replace")
+    if cl.mode == "kademlia":
+        # It joins through every agent that runs now (the template's list names the template's
+        # peers at `up`, some of which may have gone since, and not the template itself).
+        boot = f"bootstrap = {_toml_list(list(_live_agents(cl).values()))}"
+        text, count = re.subn(r"^bootstrap = .*$", lambda _m: boot, text, count=1, flags=re.MULTILINE)
+        if count != 1:
+            raise ConfigError(f"{_config_of(template)}: no [kademlia] bootstrap line to replace")
     cfg = run / "agents" / f"{g}.toml"
     # Its own certificate: the copied [tls] table (the last table of an agent's config) named the template.
     text = text.split("\n[tls]\n", 1)[0].rstrip("\n") + "\n" + _pki(run, "agent", g, src)
@@ -454,7 +500,58 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
     # it, the cluster has not changed (the consultant's answers still name the old owners).
     if cl.consultant and not asyncio.run(_registered(cl.consultant, g, timeout)):
         raise Unavailable(f"{name} answers but the consultant does not list it alive: see {p.log}")
+    if cl.mode == "kademlia":
+        _await_overlay(cl, timeout)
     return p
+
+
+def _live_agents(cl: Cluster) -> dict[str, str]:
+    """Agent id -> address of the cluster's agents whose process runs (killed ones left out)."""
+    running = {p.name for p in cl.procs if p.name.startswith(procs.AGENT_PREFIX) and _alive(p)}
+    return {g: a for g, a in cl.agents.items() if f"{procs.AGENT_PREFIX}{g}" in running}
+
+
+def overlay_complete(views: dict[str, set[str] | None], expected: set[str]) -> list[str]:
+    """The agents whose overlay view (member ids, None: it did not answer) misses one of
+    `expected`; [] when the overlay is formed. Members that are not expected (a killed agent
+    not yet declared dead) do not count against it."""
+    return sorted(g for g, v in views.items() if v is None or not expected <= v)
+
+
+async def overlay_views(agents: dict[str, str]) -> dict[str, set[str] | None]:
+    """Every agent's Members as a set of agent ids (None for one that does not answer)."""
+    from agent.client import AgentPool
+    from wancrawl.errors import WancrawlError
+
+    async def one(pool: AgentPool, address: str) -> set[str] | None:
+        try:
+            return {m.agent_id for m in (await pool.get(address).members(timeout=5)).members}
+        except WancrawlError:
+            return None
+
+    async with AgentPool(timeout=5) as pool:
+        got = await asyncio.gather(*(one(pool, a) for a in agents.values()))
+    return dict(zip(agents, got))
+
+
+async def wait_overlay(agents: dict[str, str], timeout: float) -> list[str]:
+    """Poll until every agent's Members lists every agent of `agents` (the joins and
+    ping-backs are done, so they agree on placement); the agents still missing someone at the
+    timeout ([] once formed). Polling: the agents are other processes, with no event to await."""
+    end = time.monotonic() + timeout
+    while True:
+        missing = overlay_complete(await overlay_views(agents), set(agents))
+        if not missing or time.monotonic() > end:
+            return missing
+        await asyncio.sleep(0.1)
+
+
+def _await_overlay(cl: Cluster, timeout: float) -> None:
+    live = _live_agents(cl)
+    missing = asyncio.run(wait_overlay(live, timeout))
+    if missing:
+        raise Unavailable(f"the Kademlia overlay did not form in {timeout:.0f}s: {', '.join(missing)} do not list "
+                          f"all of {', '.join(sorted(live))} (see {cl.run_dir}/logs/agent-*.log)")
 
 
 async def _registered(consultant: str, agent_id: str, timeout: float) -> bool:
