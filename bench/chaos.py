@@ -134,15 +134,17 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab import cluster  # noqa: E402
-from lab.server import LogEntry  # noqa: E402
-from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical  # noqa: E402
+from lab import cluster
+from lab.server import LogEntry
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 
+CONSULTANT_ONLY = ("consultant", "consultant-stop")
 SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
              "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9")
 AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup")  # the ones with a victim
@@ -364,7 +366,7 @@ def flap_stale(requests: Iterable[tuple[float, str, str, str]], victim_client: s
                       None if handback_t is None else handback_t - resume_t, dict(per_host))
 
 
-def worst(rows: Iterable["Row"]) -> tuple[int, float]:
+def worst(rows: Iterable[Row]) -> tuple[int, float]:
     """(largest lost, largest stored twice as a percentage of truth) over the rows."""
     rows = [r for r in rows if r.metrics is not None]
     lost = max((r.metrics.lost for r in rows if r.metrics), default=0)
@@ -498,12 +500,23 @@ def read_captures(run_dir: Path) -> list[tuple[str, str, float]]:
         engine.dispose()
 
 
-async def inject_seeds(cl: cluster.Cluster) -> int:
+def _placement(cl: cluster.Cluster) -> Any:
+    """Who answers "which agents live, who owns which host": the consultant, or in kademlia mode
+    the agents' overlay (manager/peers.py asks any agent, as `manager --peers` does)."""
+    if cl.mode == "kademlia":
+        from manager.peers import PeerDirectory
+
+        return PeerDirectory(list(cl.agents.values()))
     from consultant.client import ConsultantClient
+
+    return ConsultantClient(cl.consultant)
+
+
+async def inject_seeds(cl: cluster.Cluster) -> int:
     from manager.seed import inject, parse_seeds
 
     seeds = parse_seeds(Path(cl.seeds_file).read_text()).urls
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         accepted, failed = await inject(c, seeds)
     if failed:
         raise RuntimeError(f"{len(failed)} seeds could not be injected")
@@ -511,9 +524,7 @@ async def inject_seeds(cl: cluster.Cluster) -> int:
 
 
 async def _owned_by(cl: cluster.Cluster, hosts: list[str], agent: str) -> set[str]:
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return {r.host for r in await c.resolve(hosts) if r.owner and r.owner[0] == agent}
 
 
@@ -522,9 +533,7 @@ async def _owned_once_listed(cl: cluster.Cluster, hosts: list[str], agent: str, 
     the epoch ListAgents reports now. ListAgents reads the consultant's store, which holds a new
     agent a moment before Register has rebuilt the directory Resolve answers from: an answer in
     that moment still names the old owners. Past the timeout, the last answer."""
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         epoch = (await c.list_agents()).epoch
         end = time.monotonic() + timeout
         while True:
@@ -536,32 +545,24 @@ async def _owned_once_listed(cl: cluster.Cluster, hosts: list[str], agent: str, 
 
 async def _owners(cl: cluster.Cluster, hosts: list[str]) -> dict[str, str]:
     """host -> its owner's agent id in the consultant's answer ("" if none)."""
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return {r.host: (r.owner[0] if r.owner else "") for r in await c.resolve(hosts)}
 
 
 async def _routes(cl: cluster.Cluster, hosts: list[str]) -> list[tuple[str, tuple[str, ...]]]:
     """(host, its preference list: agent ids, owner first) per host in the consultant's answer."""
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return [(r.host, tuple(a for a, _ in r.agents)) for r in await c.resolve(hosts)]
 
 
 async def _epoch(cl: cluster.Cluster) -> int:
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return (await c.list_agents()).epoch
 
 
 async def _live_agents(cl: cluster.Cluster) -> dict[str, str]:
     """agent id -> address of the agents the consultant holds alive."""
-    from consultant.client import ConsultantClient
-
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return {a.agent_id: a.address for a in (await c.list_agents()).agents}
 
 
@@ -672,10 +673,9 @@ async def _wait_replicas(cl: cluster.Cluster, timeout: float) -> tuple[float | N
 
 
 async def wait_crawl_idle(cl: cluster.Cluster, timeout: float, stable: float) -> bool:
-    from consultant.client import ConsultantClient
     from manager.status import wait_idle
 
-    async with ConsultantClient(cl.consultant) as c:
+    async with _placement(cl) as c:
         return await wait_idle(c, max(timeout, 0.1), stable=stable, quiet=True)
 
 
@@ -948,7 +948,8 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     try:
         cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=args.topology, seed=args.seed,
                         time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay,
-                        concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args))
+                        concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
+                        mode=args.mode)
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -993,6 +994,13 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                 # An epoch change means the consultant moved hosts: it declared agents dead.
                 after = asyncio.run(_epoch(cl))
                 row.notes.append(f"epoch {ctx.epoch_before} before the stop, {after} at the end")
+            if args.mode == "kademlia":
+                # Routing RPCs (FindNode: the lookups behind Resolve) per page, the host cache's
+                # amortisation of them (issue 22: at most 0.05).
+                final = agent_counters(cl)
+                rpcs = sum(c.get("overlay_find_nodes", 0.0) for c in final.values())
+                pages = sum(c.get("pages", 0.0) for c in final.values())
+                row.notes.append(f"routing RPCs/page {rpcs / max(pages, 1.0):.3f} ({rpcs:.0f} FindNode, {pages:.0f} pages)")
             if ctx.counters_before is not None:
                 # Before `down`: stopping agents deregister and hand their hosts over.
                 counters_after = agent_counters(cl)
@@ -1190,6 +1198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"lab web seed (default {DEFAULT_SEED}: 1,831 truth URLs)")
     p.add_argument("--topology", help="lab topology TOML (default: seed 002's world)")
     p.add_argument("--strategy", default="asn")
+    p.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
+                   help="kademlia: no consultant process; the agents' overlay places hosts (docs/kademlia.md)")
     p.add_argument("--groups", default=",".join(DEFAULT_GROUPS), help="four ISP-city agent groups")
     p.add_argument("--victim", default=DEFAULT_VICTIM,
                    help="the agent that restart, drain, kill, kill2 (first), flap and kill-owner-and-backup (the owner) hit")
@@ -1210,6 +1220,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.groups = [g.strip() for g in args.groups.split(",") if g.strip()]
     names = parse_scenarios(args.scenario)
+    if args.mode == "kademlia":
+        # Nothing to kill or stop: there is no consultant in this mode.
+        skipped = [n for n in names if n in CONSULTANT_ONLY]
+        names = [n for n in names if n not in CONSULTANT_ONLY]
+        if skipped:
+            print(f"chaos: kademlia mode has no consultant: {', '.join(skipped)} not run", file=sys.stderr)
 
     base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="wancrawl-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
