@@ -10,11 +10,15 @@ import sys
 from wancrawl.errors import WancrawlError
 
 DEFAULT_CONSULTANT = os.environ.get("WANCRAWL_CONSULTANT", "127.0.0.1:50051")
+DEFAULT_PEERS = os.environ.get("WANCRAWL_PEERS", "")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: crawl, seeds, status, drain, wait, report")
     p.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
+    p.add_argument("--peers", default=DEFAULT_PEERS, metavar="ADDR[,ADDR...]",
+                   help="no consultant: agents in Kademlia mode (mode = \"kademlia\"); seed, status, wait, drain and agents "
+                        "ask the first that answers, which answers from the overlay (env WANCRAWL_PEERS; wins over --consultant)")
     t = p.add_argument_group("mutual TLS (docs/security.md): an operator certificate from `wancrawl pki issue DIR operator NAME`")
     t.add_argument("--ca", help="CA certificate (env WANCRAWL_TLS_CA)")
     t.add_argument("--cert", help="operator certificate (env WANCRAWL_TLS_CERT)")

@@ -1,14 +1,16 @@
 """`manager crawl URLS`: a whole crawl on one machine, against the real web.
 
 Starts a consultant, a storage and N agents as local processes (wancrawl/procs.py, as `lab up`
-does), with mutual TLS from a CA of its own under OUT/pki, system DNS (after `--hosts-file`),
-robots.txt and polite defaults; seeds them the way `manager seed` does; shows live progress;
-waits until the crawl is idle (manager.status.wait_idle); writes the report (manager.report)
-into OUT/report; stops everything. Ctrl-C stops every process cleanly (agents first: they
-finish their fetches, commit and flush) and exits 130; running again with the same OUT resumes.
+does) or, with `--mode kademlia`, a storage and N agents that form a Kademlia overlay and place
+hosts by XOR distance among themselves, with no consultant process (docs/kademlia.md); with
+mutual TLS from a CA of its own under OUT/pki, system DNS (after `--hosts-file`), robots.txt and
+polite defaults; seeds them the way `manager seed` does; shows live progress; waits until the
+crawl is idle (manager.status.wait_idle); writes the report (manager.report) into OUT/report;
+stops everything. Ctrl-C stops every process cleanly (agents first: they finish their fetches,
+commit and flush) and exits 130; running again with the same OUT resumes.
 
-Everything lives under OUT: configs/, pki/, consultant/ (state), storage/ (WARC files and
-index), agents/<id>/ (frontier, seen set, outbox, spool), logs/, report/, crawl.json (the
+Everything lives under OUT: configs/, pki/, consultant/ (state; consultant mode), storage/ (WARC
+files and index), agents/<id>/ (frontier, seen set, outbox, spool), logs/, report/, crawl.json (the
 processes of the run).
 """
 
@@ -25,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wancrawl import procs
+from wancrawl import pki, procs
 from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
 from wancrawl.procs import Proc
 
@@ -34,6 +36,7 @@ USER_AGENT = "wancrawl/0.1 (+{contact})"
 # Strategies that work on one machine without data the user must bring. `asn` needs an ASN
 # database and ISP groups, and with every agent in one ISP it could not tell them apart.
 STRATEGIES = ("hash", "xor", "weighted", "geo")
+MODES = ("consultant", "kademlia")
 CONTACT_HELP = ("URL (or mailto:) where site owners can reach whoever runs this crawl; it goes into the "
                 "User-Agent as 'wancrawl/0.1 (+CONTACT)' (env WANCRAWL_CONTACT). Required: there is no honest default")
 
@@ -48,7 +51,11 @@ def add_parser(sub: Any) -> None:
                                                       "the same OUT again resumes")
     c.add_argument("--contact", help=CONTACT_HELP)
     c.add_argument("--agents", type=int, default=2, help="agents to start (default 2)")
-    c.add_argument("--strategy", default="hash", help=f"partition strategy: {', '.join(STRATEGIES)} (default hash)")
+    c.add_argument("--mode", default="consultant", choices=MODES,
+                   help="consultant (default): a consultant places hosts; kademlia: no consultant process, the agents "
+                        "form a Kademlia overlay and place hosts by XOR distance among themselves")
+    c.add_argument("--strategy", help=f"the consultant's partition strategy: {', '.join(STRATEGIES)} (default hash; "
+                                      "consultant mode only)")
     c.add_argument("--delay", type=float, default=1.0, help="seconds between two fetches of one host (default 1)")
     c.add_argument("--max-depth", type=int, default=20, help="link hops from a seed (default 20; -1 = no limit)")
     c.add_argument("--max-pages-per-host", type=int, default=100_000, help="pages per host (default 100000; -1 = no limit)")
@@ -73,7 +80,7 @@ class Plan:
     seeds: list[str]
     user_agent: str
     agents: list[str]
-    strategy: str
+    strategy: str               # "kademlia" in Kademlia mode
     delay: float
     max_depth: int
     max_pages_per_host: int
@@ -84,6 +91,11 @@ class Plan:
     timeout: float
     stable: float
     report: bool
+    mode: str = "consultant"
+
+    @property
+    def kademlia(self) -> bool:
+        return self.mode == "kademlia"
 
 
 def seed_hosts(urls: list[str]) -> list[str]:
@@ -111,12 +123,19 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         raise ConfigError("give --contact URL (or set WANCRAWL_CONTACT): " + CONTACT_HELP.split("; ")[0]
                           + "; e.g. --contact https://example.org/about-my-crawl or --contact mailto:you@example.org")
     ua = user_agent(contact)
-    if args.strategy == "asn":
+    mode = getattr(args, "mode", "consultant") or "consultant"
+    if mode not in MODES:
+        raise ConfigError(f"--mode {mode!r}: one of {', '.join(MODES)}")
+    if mode == "kademlia" and args.strategy:
+        raise ConfigError(f"--strategy {args.strategy}: a consultant's; with --mode kademlia the agents place hosts "
+                          "by XOR distance among themselves")
+    strategy = "kademlia" if mode == "kademlia" else (args.strategy or "hash")
+    if strategy == "asn":
         raise ConfigError("--strategy asn cannot work here: it needs an ASN database and ISP groups, and every agent of "
                           "`manager crawl` is on this machine, in one ISP; run the consultant by hand for it "
                           "(docs/quickstart.md, several machines)")
-    if args.strategy not in STRATEGIES:
-        raise ConfigError(f"--strategy {args.strategy!r}: one of {', '.join(STRATEGIES)}")
+    if mode == "consultant" and strategy not in STRATEGIES:
+        raise ConfigError(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     if not 1 <= args.agents <= 64:
         raise ConfigError(f"--agents {args.agents}: 1 to 64")
     if args.delay < 0 or args.concurrency < 1 or args.timeout < 0 or args.stable <= 0:
@@ -140,11 +159,11 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         raise ConfigError(f"{args.urls}: no valid seed URL")
     return Plan(
         out=Path(args.out).resolve(), seeds=seed_urls, user_agent=ua,
-        agents=[f"local-{i}" for i in range(1, args.agents + 1)], strategy=args.strategy, delay=args.delay,
+        agents=[f"local-{i}" for i in range(1, args.agents + 1)], strategy=strategy, delay=args.delay,
         max_depth=args.max_depth, max_pages_per_host=args.max_pages_per_host,
         allowed_domains=[] if args.follow_external else seed_hosts(seed_urls), hosts_file=hosts,
         allow_networks=nets, concurrency=args.concurrency, timeout=args.timeout, stable=args.stable,
-        report=not args.no_report,
+        report=not args.no_report, mode=mode,
     )
 
 
@@ -166,21 +185,28 @@ def consultant_toml(plan: Plan, listen: str, tls: str) -> str:
 
 def storage_toml(plan: Plan, listen: str, consultant: str, tls: str) -> str:
     # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
+    # "" (Kademlia mode): there is none to ask, so storage does not check placement.
+    line = f"consultant = {_q(consultant)}\n" if consultant else ""
     return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(plan.out / 'storage'))}\n"
-            f"consultant = {_q(consultant)}\n[ingest]\nfsync = \"always\"\n{tls}")
+            f"{line}[ingest]\nfsync = \"always\"\n{tls}")
 
 
-def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str) -> str:
+def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str,
+               bootstrap: list[str] | None = None) -> str:
+    """consultant "" with bootstrap: Kademlia mode, joining through those agents' addresses."""
     hosts = f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else ""
     scope = f"allowed_domains = {_list(plan.allowed_domains)}\n" if plan.allowed_domains else ""
+    placement = (f"consultant = {_q(consultant)}\n" if not plan.kademlia else "mode = \"kademlia\"\n")
+    overlay = f"[kademlia]\nbootstrap = {_list(bootstrap or [])}\n" if plan.kademlia else ""
     return (f"# written by manager crawl\nagent_id = {_q(agent_id)}\nlisten = {_q(listen)}\n"
-            f"consultant = {_q(consultant)}\nstorage = {_q(storage)}\n"
+            f"{placement}storage = {_q(storage)}\n"
             f"data_dir = {_q(str(plan.out / 'agents' / agent_id))}\n{hosts}system_dns = true\n"
             f"concurrency = {plan.concurrency}\n"
             f"[fetch]\nuser_agent = {_q(plan.user_agent)}\nallow_networks = {_list(plan.allow_networks)}\n"
             f"[politeness]\ndelay = {plan.delay}\nmax_per_host = 1\n"
             f"[robots]\nenabled = true\n"
-            f"[scope]\n{scope}max_depth = {plan.max_depth}\nmax_pages_per_host = {plan.max_pages_per_host}\n{tls}")
+            f"[scope]\n{scope}max_depth = {plan.max_depth}\nmax_pages_per_host = {plan.max_pages_per_host}\n"
+            f"{overlay}{tls}")
 
 
 # --- the run's processes (OUT/crawl.json) -----------------------------------------------------------
@@ -189,6 +215,7 @@ def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage:
 @dataclass
 class Run:
     out: str
+    mode: str = "consultant"
     consultant: str = ""
     storage: str = ""
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> address
@@ -238,21 +265,36 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
     out = plan.out
     cfg = out / "configs"
     cfg.mkdir(parents=True, exist_ok=True)
-    (out / "consultant").mkdir(exist_ok=True)
 
     def tls(role: str, name: str) -> str:
         return procs.issue_tls(out, role, name, operator=OPERATOR, ca_name=f"wancrawl crawl CA ({out.name})")
 
-    run.consultant, run.storage = f"127.0.0.1:{procs.free_port()}", f"127.0.0.1:{procs.free_port()}"
-    paths = {"consultant": cfg / "consultant.toml", "storage": cfg / "storage.toml"}
-    paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
+    def agent_tls(name: str) -> str:
+        # Kademlia mode: an agent's node id is its key's hash, so a resumed crawl keeps the key
+        # (and the hosts that id owns) instead of issuing a new one.
+        kept = out / procs.PKI_DIR / f"agent-{name}.crt"
+        if plan.kademlia and kept.is_file() and kept.with_suffix(".key").is_file():
+            return pki.tls_table(out / procs.PKI_DIR, "agent", name)
+        return tls("agent", name)
+
+    run.mode = plan.mode
+    run.storage = f"127.0.0.1:{procs.free_port()}"
+    paths = {"storage": cfg / "storage.toml"}
+    if not plan.kademlia:
+        (out / "consultant").mkdir(exist_ok=True)
+        run.consultant = f"127.0.0.1:{procs.free_port()}"
+        paths["consultant"] = cfg / "consultant.toml"
+        paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
+        consultant_settings(paths["consultant"])
     paths["storage"].write_text(storage_toml(plan, run.storage, run.consultant, tls("service", "storage")))
-    consultant_settings(paths["consultant"])
     storage_config.load(paths["storage"])
     for a in plan.agents:
         run.agents[a] = f"127.0.0.1:{procs.free_port()}"
+    for a in plan.agents:
         paths[a] = cfg / f"{a}.toml"
-        paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, run.storage, tls("agent", a)))
+        # Kademlia mode: every agent bootstraps through all the others (whichever is up first answers).
+        others = [addr for b, addr in run.agents.items() if b != a]
+        paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, run.storage, agent_tls(a), bootstrap=others))
         agent_settings(paths[a])
     return paths
 
@@ -260,9 +302,10 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
 def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60.0) -> None:
     from wancrawl.grpcutil import register_client_tls
 
-    register_client_tls([run.consultant, run.storage, *run.agents.values()], procs.operator_tls(plan.out, OPERATOR))
-    core = [("consultant", "consultant.cli", paths["consultant"], run.consultant),
-            ("storage", "storage.cli", paths["storage"], run.storage)]
+    register_client_tls([a for a in (run.consultant, run.storage, *run.agents.values()) if a],
+                        procs.operator_tls(plan.out, OPERATOR))
+    core = [("consultant", "consultant.cli", paths["consultant"], run.consultant)] if run.consultant else []
+    core.append(("storage", "storage.cli", paths["storage"], run.storage))
     agents = [(f"agent-{a}", "agent.cli", paths[a], run.agents[a]) for a in plan.agents]
     for group in (core, agents):  # agents need the consultant and storage
         for name, module, config, address in group:
@@ -358,13 +401,48 @@ async def _registered(consultant: Any, ids: list[str], timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
+async def _overlay_formed(run: Run, timeout: float) -> None:
+    """Kademlia mode: until every agent's overlay lists every agent (Members), so that the
+    agents agree on every host's owner before the first seed is routed."""
+    from agent.client import AgentPool
+    from wancrawl.errors import WancrawlError
+
+    want = set(run.agents)
+    end = time.monotonic() + timeout
+    seen: dict[str, set[str]] = {}
+    async with AgentPool(timeout=5) as pool:
+        while True:
+            for agent, address in run.agents.items():
+                try:
+                    seen[agent] = {m.agent_id for m in (await pool.get(address).members()).members}
+                except WancrawlError:
+                    seen[agent] = set()
+            if all(seen[a] >= want for a in want):
+                return
+            if time.monotonic() > end:
+                raise Unavailable(f"the agents' overlay did not form within {timeout:.0f}s ("
+                                  + ", ".join(f"{a} lists {len(seen[a])} of {len(want)}" for a in sorted(want))
+                                  + "): see the logs")
+            await asyncio.sleep(0.1)
+
+
+def _directory(run: Run) -> Any:
+    """The consultant, or (Kademlia mode) the agents' overlay (manager/peers.py)."""
     from consultant.client import ConsultantClient
+    from manager.peers import PeerDirectory
+
+    return PeerDirectory(list(run.agents.values())) if run.mode == "kademlia" else ConsultantClient(run.consultant)
+
+
+async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
     from manager.seed import inject_all
     from manager.status import host_notes, snapshot, wait_idle
 
-    async with ConsultantClient(run.consultant) as c:
-        await _registered(c, plan.agents, 60.0)
+    async with _directory(run) as c:
+        if plan.kademlia:
+            await _overlay_formed(run, 60.0)
+        else:
+            await _registered(c, plan.agents, 60.0)
         res = await inject_all(c, plan.seeds)
         for url, reason in res.refused:
             print(f"refused: {url[:200]}: {reason}", file=sys.stderr)
@@ -433,7 +511,8 @@ def run_crawl(args: argparse.Namespace) -> int:
             + f"; if no `manager crawl` is using them, `manager crawl --stop --out {args.out}` stops them")
     plan.out.mkdir(parents=True, exist_ok=True)
     resumed = (plan.out / "storage").is_dir()
-    print(f"manager crawl: {len(plan.seeds)} seeds, {len(plan.agents)} agents, strategy {plan.strategy}, "
+    placed = "no consultant: a Kademlia overlay" if plan.kademlia else f"strategy {plan.strategy}"
+    print(f"manager crawl: {len(plan.seeds)} seeds, {len(plan.agents)} agents, {placed}, "
           f"delay {plan.delay:g} s, scope: {'any host' if not plan.allowed_domains else 'the seeds hosts'}"
           f"{', resuming' if resumed else ''}; everything in {plan.out}", flush=True)
     if plan.strategy == "geo":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -334,7 +335,15 @@ def run_report(args) -> int:
     url, schema = index_location(args)
     fetches = read_fetches(url, schema, getattr(args, "bin", None))
     hosts = sorted({h for hs in fetches.per_agent_host.values() for h in hs})
-    places = asyncio.run(ask_consultant(args.consultant, hosts))
+    from manager.directory import peer_addresses
+
+    consultant = "" if peer_addresses(getattr(args, "peers", "")) else args.consultant
+    if consultant:
+        places = asyncio.run(ask_consultant(consultant, hosts))
+    else:  # Kademlia mode: pages and rates from the index; places are the consultant's alone
+        print("report: the locality plot needs a consultant (it alone knows where agents and sites are); without "
+              "one (--peers, Kademlia mode) it is left empty", file=sys.stderr)
+        places = Places(strategy="kademlia")
     summary = summarize(fetches, places)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -342,7 +351,7 @@ def run_report(args) -> int:
         raise InvalidArgument(f"--out {out}: {exc}") from None
     paths = plot(fetches, summary, out)
     summary["index"] = _shown(url)
-    summary["consultant"] = args.consultant
+    summary["consultant"] = consultant or None
     summary["files"] = {k: str(p) for k, p in paths.items()}
     paths["summary"].write_text(json.dumps(summary, indent=2) + "\n")
     print(text_summary(summary))
@@ -354,10 +363,9 @@ def run_report(args) -> int:
 def write_report(out: Path, storage_config: Path, consultant: str) -> dict | None:
     """run_report for a crawl that just ended (`lab demo`, `manager crawl`): the summary written
     to OUT/summary.json, or None when it could not be (said on stderr: the crawl is stored, the
-    plots are a bonus)."""
+    plots are a bonus). consultant "": a crawl without one (Kademlia mode), no locality."""
     import argparse
     import json
-    import sys
 
     ns = argparse.Namespace(out=str(out), storage_config=str(storage_config), index=None, consultant=consultant)
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.client import AgentPool
-from consultant.client import ConsultantClient
+from manager.directory import Directory, open_directory
 from wancrawl.errors import InvalidArgument, Unavailable, WancrawlError
 from wancrawl.urls import InvalidUrl, canonicalize
 from wancrawl.v1 import agent_pb2
@@ -67,21 +67,22 @@ def refusals(chunk: list[str], errors: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-async def inject(consultant: ConsultantClient, urls: list[str], force: bool = False) -> tuple[Counter, list[str]]:
+async def inject(consultant: Directory, urls: list[str], force: bool = False) -> tuple[Counter, list[str]]:
     """`inject_all` for callers that only count: (URLs taken per agent, URLs no agent took)."""
     res = await inject_all(consultant, urls, force)
     return res.taken, res.failed
 
 
-async def inject_all(consultant: ConsultantClient, urls: list[str], force: bool = False) -> Injection:
+async def inject_all(consultant: Directory, urls: list[str], force: bool = False) -> Injection:
     """Hand URLs to live agents in chunks (PushUrls with route): each agent keeps those of its
     own hosts and pushes the rest to their owners, so the manager is not a second router. A
-    chunk an agent cannot take goes to the next live agent. Returns the URLs taken per agent,
+    chunk an agent cannot take goes to the next live agent. `consultant`: the consultant, or the
+    agents' overlay (manager/peers.py) when there is none. Returns the URLs taken per agent,
     those no agent took and those an agent refused (out of its scope, malformed) with the
     reason. force: owners queue them even if seen (an operator's re-seed)."""
     live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
     if not live:
-        raise Unavailable("no live agent is registered with the consultant")
+        raise Unavailable("no live agent: none is registered with the consultant (or listed by the overlay, with --peers)")
     res = Injection()
     async with AgentPool(timeout=60) as pool:
         for n, i in enumerate(range(0, len(urls), BATCH)):
@@ -114,7 +115,7 @@ async def run_seed(args) -> int:
         print(f"{args.file}:{n}: {reason}: {raw!r}", file=sys.stderr)
     res = Injection()
     if seeds.urls:
-        async with ConsultantClient(args.consultant) as c:
+        async with open_directory(args) as c:
             res = await inject_all(c, seeds.urls, force=getattr(args, "force", False))
     accepted, failed = res.taken, res.failed
     for url, reason in res.refused:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.client import AgentClient, AgentPool
-from consultant.client import ConsultantClient
+from manager.directory import Directory, open_directory
 from wancrawl.errors import NotFound, WancrawlError
 from wancrawl.v1 import agent_pb2
 
@@ -63,7 +63,7 @@ async def _none() -> None:
     return None
 
 
-async def snapshot(consultant: ConsultantClient, include_dead: bool = False, storage: str | None = None) -> Snapshot:
+async def snapshot(consultant: Directory, include_dead: bool = False, storage: str | None = None) -> Snapshot:
     listed = await consultant.list_agents(include_dead=include_dead)
     views = [
         AgentView(a.agent_id, a.address, STATE.get(a.state, "?"), a.location.city, a.location.isp)
@@ -121,7 +121,7 @@ def render(snap: Snapshot, rates: dict[str, float]):
 
 
 async def run_status(args) -> int:
-    async with ConsultantClient(args.consultant) as c:
+    async with open_directory(args) as c:
         if args.json:
             print(json.dumps((await snapshot(c, True, args.storage)).as_json(), indent=2))
             return 0
@@ -165,7 +165,7 @@ class PageRates:
 
 
 async def run_agents(args) -> int:
-    async with ConsultantClient(args.consultant) as c:
+    async with open_directory(args) as c:
         snap = await snapshot(c, args.all)
     if args.json:
         print(json.dumps(snap.as_json()["agents"], indent=2))
@@ -176,7 +176,7 @@ async def run_agents(args) -> int:
     return 0
 
 
-async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float, quiet: bool = True) -> bool:
+async def wait_idle(consultant: Directory, timeout: float, stable: float, quiet: bool = True) -> bool:
     """True once every live agent is idle (empty frontier, nothing in flight, nothing owed to
     peers, empty spool) and nothing moved for `stable` seconds; False on timeout."""
     start = time.monotonic()
@@ -185,7 +185,7 @@ async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float,
     while True:
         try:
             snap = await snapshot(consultant)
-        except WancrawlError as exc:  # the consultant may be restarting
+        except WancrawlError as exc:  # the consultant (or the agent asked) may be restarting
             if not quiet:
                 print(f"waiting: {exc}", file=sys.stderr)
             snap = None
@@ -210,7 +210,7 @@ async def wait_idle(consultant: ConsultantClient, timeout: float, stable: float,
 
 
 async def run_wait(args) -> int:
-    async with ConsultantClient(args.consultant) as c:
+    async with open_directory(args) as c:
         done = await wait_idle(c, args.timeout, args.stable, args.quiet)
         try:
             notes = host_notes(await snapshot(c), time.time())
@@ -236,7 +236,7 @@ def host_notes(snap: Snapshot, now: float) -> list[str]:
 
 
 async def run_drain(args) -> int:
-    async with ConsultantClient(args.consultant) as c:
+    async with open_directory(args) as c:
         agents = {a.agent_id: a.address for a in (await c.list_agents()).agents}
     if args.agent not in agents:
         raise NotFound(f"no live agent {args.agent!r} (known: {', '.join(sorted(agents)) or 'none'})")
