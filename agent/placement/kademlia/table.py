@@ -39,10 +39,11 @@ class RoutingTable:
         #   self_id; keyed by node_id, in the order last heard from (least recently seen first:
         #   Kademlia keeps old live contacts, which are the likeliest to stay up).
         # - _seen has exactly the node ids in the buckets (last time heard from).
-        # - _replacements[i] holds candidates for bucket i, newest last, none of them in the bucket;
+        # - _replacements[i] holds candidates for bucket i with the time each was last heard from,
+        #   newest last, none of them in the bucket;
         #   a contact leaves a full bucket only through remove() (the caller's failed ping or RPC).
         self._buckets: list[OrderedDict[int, Contact]] = [OrderedDict() for _ in range(ID_BITS)]
-        self._replacements: list[OrderedDict[int, Contact]] = [OrderedDict() for _ in range(ID_BITS)]
+        self._replacements: list[OrderedDict[int, tuple[Contact, float]]] = [OrderedDict() for _ in range(ID_BITS)]
         self._seen: dict[int, float] = {}
         # Time of the last lookup into each bucket's range (Kademlia §2.3's bucket refresh); -inf
         # until one is made, so a fresh table refreshes everything it can reach.
@@ -73,7 +74,7 @@ class RoutingTable:
             self._replacements[i].pop(c.node_id, None)
             return None
         repl = self._replacements[i]
-        repl[c.node_id] = c
+        repl[c.node_id] = (c, now)
         repl.move_to_end(c.node_id)
         if len(repl) > REPLACEMENTS:
             repl.popitem(last=False)
@@ -90,14 +91,18 @@ class RoutingTable:
         c = bucket.pop(node_id, None)
         if c is None:
             return None
-        seen = self._seen.pop(node_id)
+        del self._seen[node_id]
         repl = self._replacements[i]
         if repl:
-            _, newest = repl.popitem(last=True)
-            # The candidate was heard from after the removed contact was last seen; it goes to the
-            # tail (most recently seen) of the bucket.
-            bucket[newest.node_id] = newest
-            self._seen[newest.node_id] = seen
+            _, (newest, heard) = repl.popitem(last=True)
+            # The bucket stays ordered by the time each contact was last heard from: the candidate
+            # goes in at its own time (remove() is rare and a bucket is at most k long).
+            rest = list(bucket.items())
+            at = sum(1 for nid, _ in rest if self._seen[nid] <= heard)
+            rest.insert(at, (newest.node_id, newest))
+            bucket.clear()
+            bucket.update(rest)
+            self._seen[newest.node_id] = heard
         return c
 
     def get(self, node_id: int) -> Contact | None:
