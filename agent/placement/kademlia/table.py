@@ -143,22 +143,26 @@ class RoutingTable:
             return []
         j = self.bucket_of(key)
         out: list[Contact] = []
-        groups: list[list[int]] = []
-        if j >= 0:
-            groups.append([j])
-            groups.append(_bits(self._used & ((1 << j) - 1)))
-        groups.extend([i] for i in _bits(self._used >> (j + 1) << (j + 1)))
         buckets = self._buckets
-        for g in groups:
-            if len(g) == 1:
-                members = list(buckets[g[0]].values())
-            else:
-                members = [c for i in g for c in buckets[i].values()]
-            if not members:
-                continue
-            members.sort(key=lambda c: c.node_id ^ key)
+
+        def take(members: list[Contact]) -> bool:
+            """Appends the group's closest to out; True once out holds n."""
+            if len(members) > 1:
+                members.sort(key=lambda c: c.node_id ^ key)
             out.extend(members[: n - len(out)])
-            if len(out) >= n:
+            return len(out) >= n
+
+        if j >= 0:
+            if buckets[j] and take(list(buckets[j].values())):
+                return out
+            below = self._used & ((1 << j) - 1)
+            if below and take([c for i in _bits(below) for c in buckets[i].values()]):
+                return out
+        above = self._used >> (j + 1) << (j + 1)
+        while above:  # the buckets past j, nearest first, one at a time
+            low = above & -above
+            above ^= low
+            if take(list(buckets[low.bit_length() - 1].values())):
                 break
         return out
 
