@@ -32,10 +32,13 @@ class Lookup:
     queried: RPCs sent (next_queries() marks each one sent).
     """
 
-    def __init__(self, target: int, seeds: Iterable[Contact], *, k: int, alpha: int):
+    def __init__(self, target: int, seeds: Iterable[Contact], *, k: int, alpha: int, self_id: int | None = None):
         if k < 1 or alpha < 1:
             raise ValueError("k and alpha must be at least 1")
         self.target = target
+        # The node running the lookup: peers' answers name it too (it is in their tables), and it
+        # must not ask itself; the caller adds itself to the result where it is closer.
+        self.self_id = self_id
         self.k = k
         self.alpha = alpha
         self.queried = 0
@@ -54,6 +57,8 @@ class Lookup:
 
     def _add(self, c: Contact, depth: int) -> None:
         nid = c.node_id
+        if nid == self.self_id:
+            return
         if nid in self._state:
             if depth < self._depth[nid] and self._state[nid] in (_NEW, _IN_FLIGHT):
                 self._depth[nid] = depth
@@ -149,6 +154,7 @@ async def lookup_many(
     k: int,
     alpha: int,
     stats: LookupStats | None = None,
+    self_id: int | None = None,
 ) -> dict[int, list[Contact]]:
     """Iterative lookups of several targets at once, batched: in each round every contact that several lookups want to ask
     gets ONE find_nodes call carrying all their targets (batch everything: grpc does ~14k unary calls/s here). find_nodes
@@ -156,9 +162,9 @@ async def lookup_many(
 
     A round waits for all its calls, so a slow contact slows the whole batch by one round trip;
     the gRPC overlay bounds find_nodes with a deadline. A reply that leaves out a target counts as
-    an answer with no contacts for it."""
+    an answer with no contacts for it. self_id (the caller's node id) is left out of every lookup.""" 
     st = stats if stats is not None else LookupStats()
-    lookups = {t: Lookup(t, seeds(t), k=k, alpha=alpha) for t in dict.fromkeys(targets)}
+    lookups = {t: Lookup(t, seeds(t), k=k, alpha=alpha, self_id=self_id) for t in dict.fromkeys(targets)}
     while True:
         wanted: dict[int, tuple[Contact, list[int]]] = {}
         for t, lk in lookups.items():

@@ -39,11 +39,15 @@ class RoutingTable:
         #   self_id; keyed by node_id, in the order last heard from (least recently seen first:
         #   Kademlia keeps old live contacts, which are the likeliest to stay up).
         # - _seen has exactly the node ids in the buckets (last time heard from).
-        # - _replacements[i] holds candidates for bucket i, newest last, none of them in the bucket;
+        # - _replacements[i] holds candidates for bucket i with the time each was last heard from,
+        #   newest last, none of them in the bucket;
         #   a contact leaves a full bucket only through remove() (the caller's failed ping or RPC).
         self._buckets: list[OrderedDict[int, Contact]] = [OrderedDict() for _ in range(ID_BITS)]
-        self._replacements: list[OrderedDict[int, Contact]] = [OrderedDict() for _ in range(ID_BITS)]
+        self._replacements: list[OrderedDict[int, tuple[Contact, float]]] = [OrderedDict() for _ in range(ID_BITS)]
         self._seen: dict[int, float] = {}
+        # Bit i set exactly when _buckets[i] is non-empty: closest() and refresh_targets() visit
+        # the buckets in use only (a table of n nodes uses about log2(n) of the 160).
+        self._used = 0
         # Time of the last lookup into each bucket's range (Kademlia §2.3's bucket refresh); -inf
         # until one is made, so a fresh table refreshes everything it can reach.
         self._refreshed: list[float] = [float("-inf")] * ID_BITS
@@ -69,11 +73,12 @@ class RoutingTable:
             return None
         if len(bucket) < self.k:
             bucket[c.node_id] = c
+            self._used |= 1 << i
             self._seen[c.node_id] = now
             self._replacements[i].pop(c.node_id, None)
             return None
         repl = self._replacements[i]
-        repl[c.node_id] = c
+        repl[c.node_id] = (c, now)
         repl.move_to_end(c.node_id)
         if len(repl) > REPLACEMENTS:
             repl.popitem(last=False)
@@ -90,14 +95,20 @@ class RoutingTable:
         c = bucket.pop(node_id, None)
         if c is None:
             return None
-        seen = self._seen.pop(node_id)
+        del self._seen[node_id]
+        if not bucket and not self._replacements[i]:
+            self._used &= ~(1 << i)
         repl = self._replacements[i]
         if repl:
-            _, newest = repl.popitem(last=True)
-            # The candidate was heard from after the removed contact was last seen; it goes to the
-            # tail (most recently seen) of the bucket.
-            bucket[newest.node_id] = newest
-            self._seen[newest.node_id] = seen
+            _, (newest, heard) = repl.popitem(last=True)
+            # The bucket stays ordered by the time each contact was last heard from: the candidate
+            # goes in at its own time (remove() is rare and a bucket is at most k long).
+            rest = list(bucket.items())
+            at = sum(1 for nid, _ in rest if self._seen[nid] <= heard)
+            rest.insert(at, (newest.node_id, newest))
+            bucket.clear()
+            bucket.update(rest)
+            self._seen[newest.node_id] = heard
         return c
 
     def get(self, node_id: int) -> Contact | None:
@@ -132,18 +143,26 @@ class RoutingTable:
             return []
         j = self.bucket_of(key)
         out: list[Contact] = []
-        groups: list[list[int]] = []
-        if j >= 0:
-            groups.append([j])
-            groups.append(list(range(j)))
-        groups.extend([i] for i in range(j + 1, ID_BITS))
-        for g in groups:
-            members = [c for i in g for c in self._buckets[i].values()]
-            if not members:
-                continue
-            members.sort(key=lambda c: c.node_id ^ key)
+        buckets = self._buckets
+
+        def take(members: list[Contact]) -> bool:
+            """Appends the group's closest to out; True once out holds n."""
+            if len(members) > 1:
+                members.sort(key=lambda c: c.node_id ^ key)
             out.extend(members[: n - len(out)])
-            if len(out) >= n:
+            return len(out) >= n
+
+        if j >= 0:
+            if buckets[j] and take(list(buckets[j].values())):
+                return out
+            below = self._used & ((1 << j) - 1)
+            if below and take([c for i in _bits(below) for c in buckets[i].values()]):
+                return out
+        above = self._used >> (j + 1) << (j + 1)
+        while above:  # the buckets past j, nearest first, one at a time
+            low = above & -above
+            above ^= low
+            if take(list(buckets[low.bit_length() - 1].values())):
                 break
         return out
 
@@ -161,11 +180,20 @@ class RoutingTable:
         closest neighbour's are empty, and a random id in any of them lies in our own neighbourhood, which the lookup
         of the nearest used bucket already covers (Kademlia §2.3's join refreshes "all buckets further away than its
         closest neighbor"). An empty table has nothing to ask: []."""
-        used = [i for i, b in enumerate(self._buckets) if b]
-        if not used:
+        if not self._used:
             return []
         out = []
-        for i in range(used[0], ID_BITS):
+        for i in range(_bits(self._used)[0], ID_BITS):
             if now - self._refreshed[i] >= interval:
                 out.append(self.self_id ^ ((1 << i) | rng.getrandbits(i)))
         return out
+
+
+def _bits(mask: int) -> list[int]:
+    """The indices of the set bits of mask, lowest first."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
