@@ -99,7 +99,7 @@ class Overlay:
         self.stats = LookupStats()
         self.counters: dict[str, float] = {
             "overlay_pings": 0, "overlay_find_nodes": 0, "overlay_rpc_failures": 0, "overlay_dead": 0,
-            "overlay_joined": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
+            "overlay_joined": 0, "overlay_find_nodes_answered": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
         }
 
     # -- the view ---------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ class Overlay:
 
     def find(self, targets: Iterable[int], count: int) -> list[list[Contact]]:
         """FIND_NODE: the `count` closest this node knows to each target, itself included."""
-        self.counters["overlay_find_nodes"] += 1
+        self.counters["overlay_find_nodes_answered"] += 1
         out = []
         for t in targets:
             near = self.table.closest(t, count)
@@ -228,7 +228,7 @@ class Overlay:
             answered = await self.verify(who) or answered
         if others and not answered and len(self.table) == 0:
             return False
-        await self.lookup([self.me.node_id])
+        await self.lookup([self.me.node_id], force=True)
         await self.refresh(force=True)
         # A join is one change: this node takes the next epoch and tells its neighbourhood,
         # which adopts it (they admitted this node while it was looking up).
@@ -237,10 +237,19 @@ class Overlay:
         await asyncio.gather(*(self._ping(c) for c in self.neighbourhood()))
         return True
 
-    async def lookup(self, keys: list[int]) -> dict[int, list[Contact]]:
+    @property
+    def complete(self) -> bool:
+        """The table holds every node of the overlay: fewer than k contacts. Then every node that
+        knows this one is among its k closest and pings it with each heartbeat (and a joiner
+        looks up its own id among its k closest), so this node has admitted all of them, and a
+        lookup could only find what the table holds."""
+        return len(self.table) < self.s.k
+
+    async def lookup(self, keys: list[int], *, force: bool = False) -> dict[int, list[Contact]]:
         """Iterative FIND_NODE for every key at once (batched per contact); the contacts that
-        answered are verified and join the table. Results exclude this node."""
-        if not keys or len(self.table) == 0:
+        answered are verified and join the table. Results exclude this node. Skipped (empty
+        results: the table answers) while the table is complete, unless forced (join, refresh)."""
+        if not keys or len(self.table) == 0 or (self.complete and not force):
             return {k: [] for k in keys}
         self.counters["overlay_lookups"] += 1
         now = self.clock()
@@ -314,7 +323,7 @@ class Overlay:
         interval = 0.0 if force else self.s.refresh_interval
         targets = self.table.refresh_targets(self.clock(), interval, self.rng)
         if targets:
-            await self.lookup(targets)
+            await self.lookup(targets, force=True)
 
     async def leave(self) -> None:
         """Graceful leave (seed 001 §2.4.2): tell every contact; they drop this node at once."""
