@@ -135,7 +135,7 @@ def test_a_join_reads_only_the_moving_ranges(tmp_path):
     me = host_key("me.example")
     # What a node of a cluster of ~256 holds: hosts whose keys share its top 8 bits, and a few others.
     near = [h for h in (f"site{i}.example" for i in range(300_000)) if (host_key(h) ^ me) >> 152 == 0]
-    far = [f"far{i}.example" for i in range(200)]
+    far = [f"far{i}.example" for i in range(10)]
     f = Frontier(tmp_path / "f.db")
     s = SeenSet(tmp_path / "s.db")
     for h in near + far:
@@ -222,3 +222,19 @@ def test_an_old_seen_set_is_migrated_and_answers(tmp_path):
     plan = " ".join(str(r) for r in db.execute("EXPLAIN QUERY PLAN SELECT host FROM hosts WHERE hkey BETWEEN 1 AND 2"))
     assert "hosts_hkey" in plan
     db.close()
+
+
+def test_a_deep_split_falls_back_to_one_ordered_read(tmp_path):
+    # A newcomer sharing 20 more bits with me: its keys are one block in every present prefix
+    # above its bit, i.e. spread thin over the index; the read stays near one full pass.
+    me = host_key("me.example")
+    hosts = [f"site{i}.example" for i in range(2000)]
+    s = SeenSet(tmp_path / "s.db")
+    for h in hosts:
+        s.add_new(h, [f"http://{h}/"])
+    s.flush()
+    n = me ^ (1 << 100) ^ 99
+    r = s.read_moving(me, n)
+    assert sorted(r.hosts) == brute(set(hosts), me, n)
+    assert r.rows <= len(hosts) and r.seeks <= 40, (r.rows, r.seeks)
+    s.close()

@@ -18,6 +18,7 @@ from wancrawl.xorspace import (
     moves_to,
     moving_range_after,
     moving_ranges,
+    prefix_moves,
 )
 
 
@@ -112,3 +113,14 @@ def test_skip_scan_reads_only_the_moving_blocks() -> None:
 def test_existing_functions_unchanged() -> None:
     assert xorspace.firstdiff(0, 1 << 159) == 159
     assert xorspace.distance(3, 5) == 6
+
+
+@settings(max_examples=300, deadline=None)
+@given(me=small, n=small, k=small, shift=st.integers(0, 12))
+def test_prefix_moves_agrees_with_the_keys(me: int, n: int, k: int, shift: int) -> None:
+    got = prefix_moves(k >> shift, me, n, shift=shift)
+    under = {moves_to(((k >> shift) << shift) | low, me, n) for low in range(1 << shift)}
+    if got is None:
+        assert firstdiff(me, n) < shift
+    else:
+        assert under == {got}

@@ -169,3 +169,14 @@ def moving_ranges(me: int, newcomer: int, first_at_or_after: Callable[[int], int
             x = hi + 1
         else:
             x = v  # the next present value: the moving range at or after it comes next
+
+
+def prefix_moves(v: int, me: int, newcomer: int, *, shift: int = 0) -> bool | None:
+    """For index value v (key >> shift, unsigned): True if every key under it is closer to newcomer
+    than to me, False if none is, None if the value does not say (the moving bit is below it)."""
+    d = firstdiff(me, newcomer)
+    if d < 0:
+        return False
+    if d < shift:
+        return None
+    return (v >> (d - shift)) & 1 == (newcomer >> d) & 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent.state.keyindex import IndexRead, read_key_range, read_moving
+from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 
 from wancrawl.checks import MAX_COUNT
@@ -118,8 +118,11 @@ _DELETE = "DELETE FROM queue WHERE host=? AND depth=? AND seq=?"
 _PAGES = "INSERT OR REPLACE INTO pages VALUES (?, ?)"
 _META = "INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)"
 _KEY = "INSERT OR IGNORE INTO hostkey VALUES (?, ?)"
-_KEY_SEEK = "SELECT min(hkey) FROM hostkey WHERE hkey >= ?"
-_KEY_RANGE = "SELECT host FROM hostkey WHERE hkey BETWEEN ? AND ?"
+_KEY_SQL = IndexSql(
+    seek="SELECT min(hkey) FROM hostkey WHERE hkey >= ?",
+    range="SELECT host FROM hostkey WHERE hkey BETWEEN ? AND ?",
+    scan="SELECT hkey, host FROM hostkey WHERE hkey >= ? ORDER BY hkey",
+)
 
 
 class Frontier:
@@ -528,7 +531,7 @@ class Frontier:
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
         """hosts_moving with what the read cost (bench/firstdiff.py)."""
-        return read_moving(self._db, _KEY_SEEK, _KEY_RANGE, me, newcomer, self.holds, (h for _, h in self._key_rows))
+        return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (h for _, h in self._key_rows))
 
     def hosts_moving(self, me: int, newcomer: int) -> list[str]:
         """The hosts this frontier knows (holds) whose host_key is strictly closer (XOR) to newcomer
@@ -538,7 +541,7 @@ class Frontier:
 
     def hosts_in_key_range(self, lo: int, hi: int) -> list[str]:
         """The hosts this frontier knows with lo <= host_key(host) <= hi (160-bit keys)."""
-        return read_key_range(self._db, _KEY_RANGE, lo, hi, self.holds, (h for _, h in self._key_rows))
+        return read_key_range(self._db, _KEY_SQL, lo, hi, self.holds, (h for _, h in self._key_rows))
 
     # -- durability ---------------------------------------------------------------------------------
     def flush(self) -> int:

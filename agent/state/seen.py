@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from hashlib import blake2b
 from pathlib import Path
 
-from agent.state.keyindex import IndexRead, read_key_range, read_moving
+from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import Unstorable, text_ok
 
 from wancrawl.xorspace import host_prefix
@@ -26,8 +26,11 @@ CREATE TABLE IF NOT EXISTS seen_log (hid INTEGER NOT NULL, fp INTEGER NOT NULL);
 #     A new database gets the column from _SCHEMA and only the index and the bump here.
 #     Invariant: every row of `hosts` has hkey = host_prefix(host).
 SCHEMA_VERSION = 1
-_KEY_SEEK = "SELECT min(hkey) FROM hosts WHERE hkey >= ?"
-_KEY_RANGE = "SELECT host FROM hosts WHERE hkey BETWEEN ? AND ?"
+_KEY_SQL = IndexSql(
+    seek="SELECT min(hkey) FROM hosts WHERE hkey >= ?",
+    range="SELECT host FROM hosts WHERE hkey BETWEEN ? AND ?",
+    scan="SELECT hkey, host FROM hosts WHERE hkey >= ? ORDER BY hkey",
+)
 
 _MAX_LOAD = 0.75
 _MIN_CAP = 1 << 10
@@ -246,7 +249,7 @@ class SeenSet:
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
         """hosts_moving with what the read cost (bench/firstdiff.py)."""
-        return read_moving(self._db, _KEY_SEEK, _KEY_RANGE, me, newcomer, self.holds, (r[1] for r in self._new_hosts))
+        return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (r[1] for r in self._new_hosts))
 
     def hosts_moving(self, me: int, newcomer: int) -> list[str]:
         """The hosts with fingerprints here (hosts()) whose host_key is strictly closer (XOR) to
@@ -256,7 +259,7 @@ class SeenSet:
 
     def hosts_in_key_range(self, lo: int, hi: int) -> list[str]:
         """The hosts with fingerprints here with lo <= host_key(host) <= hi (160-bit keys)."""
-        return read_key_range(self._db, _KEY_RANGE, lo, hi, self.holds, (r[1] for r in self._new_hosts))
+        return read_key_range(self._db, _KEY_SQL, lo, hi, self.holds, (r[1] for r in self._new_hosts))
 
     def __contains__(self, url: str) -> bool:
         return self._has(fingerprint(url))
