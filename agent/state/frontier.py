@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 from wancrawl.checks import MAX_COUNT
+from wancrawl.xorspace import host_prefix
 
 log = logging.getLogger("agent")
 
@@ -36,6 +38,18 @@ CREATE TABLE IF NOT EXISTS queue (
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS pages (host TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 """
+
+# Schema versions (PRAGMA user_version), each step run once, in one transaction with the bump, on
+# a database of the version before: the agents' data dirs survive upgrades.
+#   1 (issue 22): `hostkey`, the host-key index (agent/state/keyindex.py): one row per host, its
+#     64-bit key prefix first so a range of keys is a range of the table. Filled from the hosts
+#     of `queue` and `pages`. Invariant: every host with a row in `queue` or `pages` has one
+#     (written in the flush that writes its first such row); it may keep rows of hosts that
+#     drained (read and dropped by the holds() check, removed with drop_host).
+_MIGRATIONS: list[str] = [
+    "CREATE TABLE IF NOT EXISTS hostkey (hkey INTEGER NOT NULL, host TEXT NOT NULL, PRIMARY KEY (hkey, host)) WITHOUT ROWID",
+]
+SCHEMA_VERSION = len(_MIGRATIONS)
 
 
 @dataclass(slots=True)
@@ -102,6 +116,12 @@ _UPDATE = "UPDATE queue SET not_before=? WHERE host=? AND depth=? AND seq=?"
 _DELETE = "DELETE FROM queue WHERE host=? AND depth=? AND seq=?"
 _PAGES = "INSERT OR REPLACE INTO pages VALUES (?, ?)"
 _META = "INSERT OR REPLACE INTO meta VALUES ('next_seq', ?)"
+_KEY = "INSERT OR IGNORE INTO hostkey VALUES (?, ?)"
+_KEY_SQL = IndexSql(
+    seek="SELECT min(hkey) FROM hostkey WHERE hkey >= ?",
+    range="SELECT host FROM hostkey WHERE hkey BETWEEN ? AND ?",
+    scan="SELECT hkey, host FROM hostkey WHERE hkey >= ? ORDER BY hkey",
+)
 
 
 class Frontier:
@@ -147,6 +167,7 @@ class Frontier:
         # by several flushes reach the main file once per checkpoint instead of once per flush.
         self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_pages)}")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._hosts: dict[str, _HostQ] = {}
         self._work: set[str] = set()  # hosts with queued items (hot or cold)
         self._inflight: dict[int, Item] = {}  # seq -> item
@@ -163,6 +184,9 @@ class Frontier:
         # Pages fetched per host (the page budget), durable with the done marks that count them.
         self._pages: dict[str, int] = dict(self._db.execute("SELECT host, n FROM pages"))
         self._pages_dirty: set[str] = set()
+        # Host-key index rows (hkey, host) of hosts that entered memory (_hosts or _pages) from
+        # neither, until the next flush writes them (INSERT OR IGNORE: the row may exist already).
+        self._key_rows: list[tuple[int, str]] = []
         # What flushes left out (unwritable rows), until the commit log takes it; a count for Status.
         self._rejected: list[Item] = []
         self._rejected_hosts: list[str] = []
@@ -170,6 +194,25 @@ class Frontier:
         row = self._db.execute("SELECT v FROM meta WHERE k='next_seq'").fetchone()
         self._seq = row[0] if row else 0
         self._recover()
+
+    def _migrate(self) -> None:
+        """Bring an older database to SCHEMA_VERSION (see _MIGRATIONS), each step in one
+        transaction with its version bump, so a crash mid-way leaves the old version whole."""
+        db = self._db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for v in range(version, SCHEMA_VERSION):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(_MIGRATIONS[v])
+                if v == 0:  # the host-key index: every host the tables hold
+                    hosts = db.execute("SELECT DISTINCT host FROM queue UNION SELECT host FROM pages").fetchall()
+                    db.executemany(_KEY, [(host_prefix(h), h) for (h,) in hosts])
+                db.execute(f"PRAGMA user_version={v + 1}")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
 
     def _recover(self) -> None:
         # Everything on disk is queued again, including what was in flight at the crash; nothing is
@@ -270,6 +313,8 @@ class Frontier:
             q = self._hosts.get(host)
             if q is None:
                 q = self._hosts[host] = _HostQ()
+                if host not in self._pages:  # a host in neither has no index row, or a stale one
+                    self._key_rows.append((host_prefix(host), host))
             self._place(host, q, it)
             n += 1
         self._queued += n
@@ -387,6 +432,8 @@ class Frontier:
         A count the table could not hold (beyond 2^63-1, or negative) is refused (Unstorable)."""
         self.check_pages(host, n)
         if n:
+            if host not in self._pages and host not in self._hosts:
+                self._key_rows.append((host_prefix(host), host))
             # Handed-over counts add up here: each is bounded at the edge, their sum is not.
             self._pages[host] = min(self._pages.get(host, 0) + n, MAX_PAGES)
             self._pages_dirty.add(host)
@@ -459,6 +506,7 @@ class Frontier:
         self.flush()
         cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
         self._db.execute("DELETE FROM pages WHERE host=?", (host,))
+        self._db.execute("DELETE FROM hostkey WHERE hkey=? AND host=?", (host_prefix(host), host))
         self._pages.pop(host, None)
         self._pages_dirty.discard(host)
         n = cur.rowcount
@@ -474,6 +522,26 @@ class Frontier:
             self.changes.cleared(host)
         return n
 
+    # -- the host-key index (seed 000's firstdiff) ---------------------------------------------------
+    def holds(self, host: str) -> bool:
+        """Does the frontier know the host: URLs queued or in flight, or a page count?"""
+        q = self._hosts.get(host)
+        return (q is not None and bool(q.hot or q.cold or q.inflight)) or host in self._pages
+
+    def read_moving(self, me: int, newcomer: int) -> IndexRead:
+        """hosts_moving with what the read cost (bench/firstdiff.py)."""
+        return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (h for _, h in self._key_rows))
+
+    def hosts_moving(self, me: int, newcomer: int) -> list[str]:
+        """The hosts this frontier knows (holds) whose host_key is strictly closer (XOR) to newcomer
+        than to me: what a join of newcomer next to me takes from here. Reads only the index
+        ranges that can hold them (agent/state/keyindex.py); flushes nothing."""
+        return self.read_moving(me, newcomer).hosts
+
+    def hosts_in_key_range(self, lo: int, hi: int) -> list[str]:
+        """The hosts this frontier knows with lo <= host_key(host) <= hi (160-bit keys)."""
+        return read_key_range(self._db, _KEY_SQL, lo, hi, self.holds, (h for _, h in self._key_rows))
+
     # -- durability ---------------------------------------------------------------------------------
     def flush(self) -> int:
         """Make all buffered add/done/retry durable in one transaction. Returns changes written.
@@ -486,22 +554,24 @@ class Frontier:
         writes nothing, keeps every change buffered and raises: the next flush retries."""
         adds, updates, deletes = self._adds, self._updates, self._deletes
         n = len(adds) + len(updates) + len(deletes)
-        if not n and not self._pages_dirty:
+        if not n and not self._pages_dirty and not self._key_rows:
             return 0
         pages = [(h, self._pages[h]) for h in self._pages_dirty]
-        self._adds, self._updates, self._deletes, self._pages_dirty = [], [], [], set()
+        keys = self._key_rows
+        self._adds, self._updates, self._deletes, self._pages_dirty, self._key_rows = [], [], [], set(), []
         self._epoch += 1
         db = self._db
         if len(adds) > 1:
             adds.sort()  # key order: inserts walk each host's B-tree range once
         stmts: list[tuple[str, list[tuple]]] = [
-            (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)])]
+            (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)]), (_KEY, keys)]
         try:
             bad = write_all(db, stmts)
         except BaseException:
             # Put the changes back so a later flush can retry them; every host counts as dirty.
             self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
             self._pages_dirty.update(h for h, _ in pages)
+            self._key_rows[:0] = keys
             for q in self._hosts.values():
                 q.dirty = self._epoch
             raise
@@ -521,8 +591,10 @@ class Frontier:
         keeps its place, due now (its row keeps the not_before it had); a left-out page count
         goes back to the table's (`_rejected_hosts`); a left-out done mark leaves the row on
         disk, so the page is fetched again after a restart: a repeat, never a loss."""
-        (_, adds), (_, updates), _, (_, pages), _ = stmts
-        bad_adds, bad_updates, _, bad_pages, _ = bad
+        (_, adds), (_, updates), _, (_, pages), _, _ = stmts
+        # A left-out index row (only a host that cannot be stored, whose queue and page rows are
+        # left out too) needs nothing undone: the index may miss only hosts the tables lack.
+        bad_adds, bad_updates, _, bad_pages, _, _ = bad
         rows = sum(map(len, bad))
         first = next(e for b in bad for _, e in b)
         log.error("frontier: %d change(s) could not be written and were left out (%s: %s); the rest is committed",

@@ -8,13 +8,29 @@ from collections.abc import Iterable
 from hashlib import blake2b
 from pathlib import Path
 
+from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import Unstorable, text_ok
 
+from wancrawl.xorspace import host_prefix
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE, hkey INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS seen (hid INTEGER NOT NULL, fp INTEGER NOT NULL, PRIMARY KEY (hid, fp)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS seen_log (hid INTEGER NOT NULL, fp INTEGER NOT NULL);
 """
+
+# Schema versions (PRAGMA user_version), each step once, in one transaction with the bump (the
+# agents' data dirs survive upgrades):
+#   1 (issue 22): hosts.hkey, the host's 64-bit key prefix (agent/state/keyindex.py), filled for
+#     the hosts already there, and the index hosts_hkey on (hkey, host) that a join reads by range.
+#     A new database gets the column from _SCHEMA and only the index and the bump here.
+#     Invariant: every row of `hosts` has hkey = host_prefix(host).
+SCHEMA_VERSION = 1
+_KEY_SQL = IndexSql(
+    seek="SELECT min(hkey) FROM hosts WHERE hkey >= ?",
+    range="SELECT host FROM hosts WHERE hkey BETWEEN ? AND ?",
+    scan="SELECT hkey, host FROM hosts WHERE hkey >= ? ORDER BY hkey",
+)
 
 _MAX_LOAD = 0.75
 _MIN_CAP = 1 << 10
@@ -61,9 +77,10 @@ class SeenSet:
         # A merge writes many pages to the WAL; do not keep a huge WAL file around afterwards.
         self._db.execute("PRAGMA journal_size_limit=67108864")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._hid: dict[str, int] = dict((h, i) for i, h in self._db.execute("SELECT hid, host FROM hosts"))
         self._next_hid = max(self._hid.values(), default=0) + 1
-        self._new_hosts: list[tuple[int, str]] = []
+        self._new_hosts: list[tuple[int, str, int]] = []  # (hid, host, hkey) rows not flushed
         self._pending: list[tuple[int, int]] = []
         self._log_rows = self._db.execute("SELECT count(*) FROM seen_log").fetchone()[0]
         n = self._db.execute("SELECT count(*) FROM seen").fetchone()[0] + self._log_rows
@@ -79,6 +96,26 @@ class SeenSet:
         self._grow_at = int(cap * _MAX_LOAD)
         for (fp,) in self._db.execute("SELECT fp FROM seen UNION ALL SELECT fp FROM seen_log"):
             self._insert(fp)
+
+    def _migrate(self) -> None:
+        """Bring an older database to SCHEMA_VERSION in one transaction (a crash leaves it whole)."""
+        db = self._db
+        if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = [r[1] for r in db.execute("PRAGMA table_info(hosts)")]
+            if "hkey" not in columns:
+                db.execute("ALTER TABLE hosts ADD COLUMN hkey INTEGER NOT NULL DEFAULT 0")
+                rows = db.execute("SELECT hid, host FROM hosts").fetchall()
+                db.executemany("UPDATE hosts SET hkey=? WHERE hid=?", [(host_prefix(h), hid) for hid, h in rows])
+            db.execute("CREATE INDEX IF NOT EXISTS hosts_hkey ON hosts (hkey, host)")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     # -- in-memory table ----------------------------------------------------------------------------
     def _slot(self, fp: int) -> int:
@@ -158,7 +195,7 @@ class SeenSet:
                 raise Unstorable(f"host {host[:80]!r} is not valid UTF-8")
             hid = self._hid[host] = self._next_hid
             self._next_hid += 1
-            self._new_hosts.append((hid, host))
+            self._new_hosts.append((hid, host, host_prefix(host)))
         return hid
 
     def add_new(self, host: str, urls: Iterable[str]) -> list[bool]:
@@ -210,6 +247,20 @@ class SeenSet:
         """Does this set have (or had, until dropped) fingerprints of the host?"""
         return host in self._hid
 
+    def read_moving(self, me: int, newcomer: int) -> IndexRead:
+        """hosts_moving with what the read cost (bench/firstdiff.py)."""
+        return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (r[1] for r in self._new_hosts))
+
+    def hosts_moving(self, me: int, newcomer: int) -> list[str]:
+        """The hosts with fingerprints here (hosts()) whose host_key is strictly closer (XOR) to
+        newcomer than to me: the histories a join of newcomer next to me takes from here, read
+        through the hosts_hkey index ranges that can hold them (agent/state/keyindex.py)."""
+        return self.read_moving(me, newcomer).hosts
+
+    def hosts_in_key_range(self, lo: int, hi: int) -> list[str]:
+        """The hosts with fingerprints here with lo <= host_key(host) <= hi (160-bit keys)."""
+        return read_key_range(self._db, _KEY_SQL, lo, hi, self.holds, (r[1] for r in self._new_hosts))
+
     def __contains__(self, url: str) -> bool:
         return self._has(fingerprint(url))
 
@@ -226,7 +277,7 @@ class SeenSet:
         db.execute("BEGIN")
         try:
             if hosts:
-                db.executemany("INSERT INTO hosts VALUES (?, ?)", hosts)
+                db.executemany("INSERT INTO hosts (hid, host, hkey) VALUES (?, ?, ?)", hosts)
             if rows:
                 db.executemany("INSERT INTO seen_log VALUES (?, ?)", rows)
             db.execute("COMMIT")
