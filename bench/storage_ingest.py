@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 # The services it starts write no [tls] table: they run plaintext, asked for explicitly here
-# (docs/security.md; the cost of TLS is measured by bench/consultant_resolve.py --tls both).
+# (docs/security.md; the cost of TLS is measured by bench/parts/consultant_resolve.py --tls both).
 os.environ.setdefault("WANCRAWL_INSECURE", "1")
 
 from measure import cpu_seconds  # noqa: E402

@@ -103,7 +103,7 @@ def test_fast_path_takes_the_plain_hrefs_of_real_pages():
 def test_href_cache_gives_the_same_links_cold_and_warm():
     # Every page three times, the first with an empty href cache: cached answers (shared between
     # pages of a directory) must be the ones canonicalize gives. The CPU per page of this run is
-    # a benchmark figure, not a test: bench/link_extraction.py prints it beside its target.
+    # a benchmark figure, not a test: bench/parts/link_extraction.py prints it beside its target.
     pages = []
     for s in WEB.topology.normal_sites[:10]:
         for i in range(min(WEB.pages(s), 10)):

@@ -229,7 +229,7 @@ def test_scheduler_picks_scale_to_100k_hosts():
     assert got == sorted(not_before, key=not_before.__getitem__)
     # A pick that scanned the waiting hosts would ask Politeness about each of them (~5*10^9
     # questions in all); a heap pick asks about the host on top only. Time per pick is a
-    # benchmark figure: bench/scheduler_picks.py.
+    # benchmark figure: bench/parts/scheduler_picks.py.
     per_pick = sum(calls.values()) / len(got)
     assert per_pick <= 10, (per_pick, calls)
 

@@ -19,7 +19,7 @@ from agent.fetch.httpx_fetcher import HttpxFetcher
 from wancrawl.errors import ConfigError
 
 FETCHERS: dict[str, type] = {"aiohttp": AiohttpFetcher, "httpx": HttpxFetcher}
-# Chosen by bench/agent_fetch.py (figures in docs/agent-fetching.md).
+# Chosen by bench/parts/agent_fetch.py (figures in docs/agent-fetching.md).
 DEFAULT_FETCHER = "aiohttp"
 
 

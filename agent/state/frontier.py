@@ -529,7 +529,7 @@ class Frontier:
         return (q is not None and bool(q.hot or q.cold or q.inflight)) or host in self._pages
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
-        """hosts_moving with what the read cost (bench/firstdiff.py)."""
+        """hosts_moving with what the read cost (bench/parts/firstdiff.py)."""
         return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (h for _, h in self._key_rows))
 
     def hosts_moving(self, me: int, newcomer: int) -> list[str]:

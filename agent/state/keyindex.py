@@ -117,5 +117,5 @@ def read_key_range(db: sqlite3.Connection, sql: IndexSql, lo: int, hi: int, hold
 
 def full_scan(hosts: Iterable[str], me: int, newcomer: int) -> list[str]:
     """The same answer as read_moving by brute force: every host hashed and compared (the
-    baseline bench/firstdiff.py measures, and what settling did before the index)."""
+    baseline bench/parts/firstdiff.py measures, and what settling did before the index)."""
     return [h for h in hosts if moves_to(host_key(h), me, newcomer)]

@@ -248,7 +248,7 @@ class SeenSet:
         return host in self._hid
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
-        """hosts_moving with what the read cost (bench/firstdiff.py)."""
+        """hosts_moving with what the read cost (bench/parts/firstdiff.py)."""
         return read_moving(self._db, _KEY_SQL, me, newcomer, self.holds, (r[1] for r in self._new_hosts))
 
     def hosts_moving(self, me: int, newcomer: int) -> list[str]:

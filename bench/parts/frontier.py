@@ -1,7 +1,7 @@
 """Frontier cost per URL: 1 million URLs over 10,000 hosts added, then popped from random hosts
 and marked done, with group commits as the agent makes them; RSS beside it.
 
-    python bench/frontier.py [--urls 1000000] [--hosts 10000]
+    python bench/parts/frontier.py [--urls 1000000] [--hosts 10000]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.state.frontier import Frontier, Item  # noqa: E402
 

@@ -5,7 +5,7 @@ one with pop_ready() until none is left, beside the target (100,000 picks in und
 This figure used to be a wall-clock assertion in tests/test_agent_politeness.py, which now
 checks the same run by counting the scheduler's questions to Politeness instead.
 
-    python bench/scheduler_picks.py [--hosts 100000] [--ips 5000]
+    python bench/parts/scheduler_picks.py [--hosts 100000] [--ips 5000]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.crawl.politeness import Politeness, Scheduler  # noqa: E402
 

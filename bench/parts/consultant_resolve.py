@@ -4,7 +4,7 @@ The consultant runs in its own process pinned to one core; the client runs on th
 Prints hosts/s (wall) and hosts per CPU-second of the consultant, beside the targets:
 at least 50,000 hosts/s warm and 10,000 hosts/s cold on one core.
 
-    python bench/consultant_resolve.py [--hosts 51200] [--strategies hash,xor,geo,asn,weighted] [--tls both|on|off]
+    python bench/parts/consultant_resolve.py [--hosts 51200] [--strategies hash,xor,geo,asn,weighted] [--tls both|on|off]
 
 --tls both (the default) runs each strategy with mutual TLS (docs/security.md) and in plaintext
 and prints the ratio (target: TLS costs at most 10%).
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -9,7 +9,7 @@ This is also where the CPU-per-page figure lives that tests/test_agent_links.py 
 asyncio loop sees while extract_links runs in asyncio.to_thread (lexbor parses without the
 GIL; building the node list and the Python loop hold it, the loop only up to the link cap).
 
-    python bench/link_extraction.py [--pages 2000] [--huge]
+    python bench/parts/link_extraction.py [--pages 2000] [--huge]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from agent.crawl import links  # noqa: E402
 from lab import topology  # noqa: E402
 from lab.web import Web  # noqa: E402

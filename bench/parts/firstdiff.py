@@ -12,11 +12,11 @@ fingerprints over them in the seen set. Newcomers join:
 For each store and newcomer: index rows and seeks read by hosts_moving(M, N), against every row
 read by a full scan that hashes every host and compares XOR distances (what settling does without
 the index), and a full scan of the prefix column (every row, no hashing), with milliseconds.
-Then inserts: bench/frontier.py's add + group-commit loop with the frontier (and the seen set)
+Then inserts: bench/parts/frontier.py's add + group-commit loop with the frontier (and the seen set)
 as they were before the index (loaded from git: the parent of the commit that brought it) and as
 they are, alternated --rounds times; the medians.
 
-    python -m bench.firstdiff [--hosts 100000] [--fps 1000000] [--nodes 8] [--urls-per-host 2]
+    python -m bench.parts.firstdiff [--hosts 100000] [--fps 1000000] [--nodes 8] [--urls-per-host 2]
                               [--insert-urls 500000] [--insert-hosts 10000] [--rounds 3] [--before REV]
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agent.state.frontier import Frontier, Item
@@ -108,7 +108,7 @@ def before_rev() -> str:
 
 
 def frontier_inserts(cls: Any, item: Any, urls: int, hosts: int, flush_every: int) -> float:
-    """bench/frontier.py's add loop: 50 URLs of one host at a time, round robin; CPU us per URL."""
+    """bench/parts/frontier.py's add loop: 50 URLs of one host at a time, round robin; CPU us per URL."""
     with tempfile.TemporaryDirectory() as tmp:
         f = cls(Path(tmp) / "frontier.sqlite")
         per_host = urls // hosts
