@@ -120,16 +120,53 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
-            time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency)
-    print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} (strategy {cl.strategy})")
+            time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
+            mode=args.mode)
+    kademlia = cl.mode == "kademlia"
+    how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
+    print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
     print(f"  web        port {cl.web_port} (request log {cl.web_log})")
-    print(f"  consultant {cl.consultant}")
+    if not kademlia:
+        print(f"  consultant {cl.consultant}")
     print(f"  storage    {cl.storage}")
     for a, addr in cl.agents.items():
         print(f"  agent      {a:<20} {addr}  fetching from {cl.agent_sources[a]}")
     print(f"mutual TLS: certificates in {cl.run_dir}/pki; for manager and the CLIs: source {cl.run_dir}/pki/operator.env")
-    print(f"seeds: {cl.seeds_file}\nnext: manager --consultant {cl.consultant} seed {cl.seeds_file}")
+    if kademlia:
+        # No consultant to ask for the live agents: push the seeds to any agent with route=true
+        # (lab/peers.py does it from Python); it routes each to its owner over the overlay.
+        print(f"seeds: {cl.seeds_file}\nnext: lab seed --run-dir {args.run_dir} (through the agents), "
+              f"lab wait --run-dir {args.run_dir}")
+    else:
+        print(f"seeds: {cl.seeds_file}\nnext: manager --consultant {cl.consultant} seed {cl.seeds_file}")
     return 0
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    """Seed a running lab through its agents (the operator's path when there is no consultant)."""
+    from lab import peers
+    from lab.cluster import Cluster
+    from manager.seed import parse_seeds
+
+    cl = Cluster.load(args.run_dir)
+    seeds = parse_seeds(Path(args.file or cl.seeds_file).read_text(encoding="utf-8"))
+    res = asyncio.run(peers.inject(list(cl.agents.values()), seeds.urls))
+    for url, reason in res.refused:
+        print(f"refused: {url}: {reason}", file=sys.stderr)
+    print(f"{len(seeds.urls)} seed URLs, {len(seeds.bad)} bad lines; {sum(res.taken.values())} accepted, "
+          f"{len(res.failed)} not injected")
+    return 0 if sum(res.taken.values()) == len(seeds.urls) else 1
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Until every live agent of a running lab is idle, asking the agents (no consultant needed)."""
+    from lab import peers
+    from lab.cluster import Cluster
+
+    cl = Cluster.load(args.run_dir)
+    done = asyncio.run(peers.wait_idle(list(cl.agents.values()), args.timeout, args.stable))
+    print("idle" if done else f"not idle after {args.timeout:.0f}s")
+    return 0 if done else 1
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -207,10 +244,21 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--zero-latency", action="store_true")
         sp.add_argument("--delay", type=float, default=0.05, help="agents' politeness delay per host (s)")
         sp.add_argument("--concurrency", type=int, default=32)
+        sp.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
+                        help="kademlia: no consultant process; the agents form an overlay and place hosts by XOR distance")
 
     sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
     cluster_args(sp)
     sp.set_defaults(func=cmd_up)
+    sp = sub.add_parser("seed", help="seed a running lab through its agents (route=true; works without a consultant)")
+    sp.add_argument("--run-dir", default="run/lab")
+    sp.add_argument("file", nargs="?", help="seeds file (default: the one `lab up` wrote)")
+    sp.set_defaults(func=cmd_seed)
+    sp = sub.add_parser("wait", help="wait until every live agent of a running lab is idle, asking the agents")
+    sp.add_argument("--run-dir", default="run/lab")
+    sp.add_argument("--timeout", type=float, default=600.0)
+    sp.add_argument("--stable", type=float, default=1.0, help="idle and unchanged this long (s)")
+    sp.set_defaults(func=cmd_wait)
     sp = sub.add_parser("down", help="stop exactly the processes `lab up` started in the run dir")
     sp.add_argument("--run-dir", default="run/lab")
     sp.set_defaults(func=cmd_down)

@@ -1,4 +1,8 @@
-"""`lab demo`: three agents in three ISP/city blocks crawl the lab to the end, then a summary."""
+"""`lab demo`: three agents in three ISP/city blocks crawl the lab to the end, then a summary.
+
+--mode kademlia: no consultant; seeds go to one agent with route=true and the end of the crawl
+is read from the agents (lab/peers.py). The report's plots and locality figures need the
+consultant's places (manager report asks it), so that mode prints what it does not show."""
 
 from __future__ import annotations
 
@@ -18,6 +22,14 @@ async def _seed_and_wait(cl: Cluster, timeout: float) -> tuple[dict, bool]:
     from manager.status import wait_idle
 
     seeds = parse_seeds(Path(cl.seeds_file).read_text())
+    if cl.mode == "kademlia":
+        from lab import peers
+
+        agents = list(cl.agents.values())
+        # The operator asks one agent; it routes every seed to its owner over the overlay.
+        res = await peers.inject(agents[:1], seeds.urls)
+        done = await peers.wait_idle(agents, timeout, stable=1.0)
+        return {"seeds": len(seeds.urls), "accepted": sum(res.taken.values()), "not_injected": len(res.failed)}, done
     async with ConsultantClient(cl.consultant) as c:
         accepted, failed = await inject(c, seeds.urls)
         done = await wait_idle(c, timeout, stable=1.0, quiet=False)
@@ -33,9 +45,12 @@ def run_demo(args: argparse.Namespace) -> int:
         down(run)
         shutil.rmtree(run)
     groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
-    print(f"lab demo: starting the lab web, consultant ({args.strategy}), storage and agents in {args.run_dir} ...")
+    kademlia = args.mode == "kademlia"
+    placer = "no consultant (a Kademlia overlay among the agents)" if kademlia else f"consultant ({args.strategy})"
+    print(f"lab demo: starting the lab web, {placer}, storage and agents in {args.run_dir} ...")
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
-            time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency)
+            time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
+            mode=args.mode)
     up_s = time.monotonic() - t0
     for a, addr in cl.agents.items():
         print(f"  agent {a:<20} {addr}, fetching from {cl.agent_sources[a]}")
@@ -49,14 +64,16 @@ def run_demo(args: argparse.Namespace) -> int:
         from manager.report import write_report
 
         report_dir = Path(cl.run_dir) / "report"
-        locality = write_report(report_dir, Path(cl.run_dir) / "storage.toml", cl.consultant)
+        # The report places agents and sites through the consultant's Explain: none in kademlia mode.
+        locality = None if kademlia else write_report(report_dir, Path(cl.run_dir) / "storage.toml", cl.consultant)
     finally:
         if not args.keep:
             down(cl.run_dir)
     total_s = time.monotonic() - t0
     print()
     print("=" * 72)
-    print(f"wancrawl demo: strategy {cl.strategy}, {len(cl.agents)} agents, "
+    how = "Kademlia mode (no consultant, hosts placed by XOR distance)" if kademlia else f"strategy {cl.strategy}"
+    print(f"wancrawl demo: {how}, {len(cl.agents)} agents, "
           f"{'crawl finished' if done else 'TIMED OUT before the crawl finished'}")
     print(f"  seeds           {seeded['seeds']} ({seeded['accepted']} accepted, routed to their owners by the agents)")
     print(f"  pages stored    {stats.pages} in {crawl_s:.1f} s of crawling ({stats.pages / max(crawl_s, 1e-9):.0f} pages/s)")
@@ -69,6 +86,9 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"  locality        {share.get('same_isp', 0) * 100:.0f}% of fetches within the agent's own ISP, "
               f"{share.get('same_city', 0) * 100:.0f}% in its own city")
         print(f"  report          {report_dir}/*.png")
+    elif kademlia:
+        print("  not shown       locality and the report's plots (`manager report` asks the consultant where agents "
+              "and sites are; this mode has none)")
     print(f"  WARC files      {Path(cl.run_dir) / 'storage' / 'warcs'}")
     print(f"  time            {total_s:.1f} s in all (start-up {up_s:.1f} s)")
     if args.keep:

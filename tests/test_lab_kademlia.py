@@ -88,3 +88,26 @@ def _stored(run: Path) -> list[tuple[str, str]]:
         return db.execute("SELECT canonical_url, agent_id FROM storage_captures").fetchall()
     finally:
         db.close()
+
+
+def test_a_joining_agent_and_a_restarted_cluster_form_the_overlay_again(tmp_path):
+    from lab.cluster import add_agent, kill_all, restart_all
+
+    topo_file = tmp_path / "topology.toml"
+    topo_file.write_text(TOPOLOGY)
+    run = tmp_path / "run"
+    cl = up(run, mode="kademlia", groups=GROUPS[:2], topology_path=str(topo_file), delay=0.02, concurrency=4)
+    try:
+        # A join: the new agent bootstraps through the running ones; add_agent returns once
+        # every agent's overlay lists all three.
+        add_agent(run, GROUPS[2])
+        agents = type(cl).load(run).agents
+        assert asyncio.run(overlay_views(agents)) == {g: set(GROUPS) for g in GROUPS}
+        # The whole cluster crashes at once and comes back on its recorded configs (the same
+        # ports, so each one's bootstrap list still names the others).
+        names = [f"agent-{g}" for g in GROUPS]
+        kill_all(run, names)
+        restart_all(run, names)
+        assert asyncio.run(overlay_views(agents)) == {g: set(GROUPS) for g in GROUPS}
+    finally:
+        down(run)
