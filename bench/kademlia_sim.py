@@ -50,9 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.placement.kademlia.lookup import Lookup, LookupStats, lookup_many  # noqa: E402
-from agent.placement.kademlia.table import Contact, RoutingTable  # noqa: E402
-from wancrawl.xorspace import ID_BITS  # noqa: E402
+from agent.placement.kademlia.lookup import Lookup, LookupStats, lookup_many
+from agent.placement.kademlia.table import Contact, RoutingTable
+from wancrawl.xorspace import ID_BITS
 
 PAPER_REFRESH = 3600.0
 
