@@ -211,3 +211,22 @@ def test_with_mutual_tls_hosts_go_by_the_ids_the_certificates_give(run, tmp_path
     ids = {n: xorspace.node_id_of_cert((d / f"agent-{n}.crt").read_bytes()) for n in names}
     for r in routes:
         assert [a for a, _ in r.agents] == closest(ids, r.host), r.host
+
+
+def test_drain_with_peers_makes_the_agent_leave_the_overlay(run, tmp_path):
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 3) as (servers, _):
+                await overlay_formed(servers)
+                leaving = servers[2].node.id
+                peers = ",".join(s.address for s in servers)
+                drained = await _manager("--peers", peers, "drain", leaving, "--timeout", "30")
+                async with PeerDirectory([servers[0].address]) as d:
+                    listed = await d.list_agents()
+                return leaving, drained, [a.agent_id for a in listed.agents]
+
+        leaving, (code, stdout, stderr), after = run(go())
+    assert code == 0, stdout + stderr
+    assert f"{leaving}: 0 queued URLs handed over" in stdout
+    assert leaving not in after and len(after) == 2
