@@ -247,8 +247,10 @@ def reference_crawl(seeds: list[str], addr: dict[str, tuple[str, int]]) -> dict[
 
 
 def _manager() -> list[str]:
-    script = Path(sys.executable).parent / "manager"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "manager.cli"]
+    """This checkout's `manager` (the installed script may belong to another checkout of the
+    project); the services it starts run this checkout's code too (wancrawl/procs.py)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); from manager.cli import main; "
+                                  "sys.exit(main())"]
 
 
 def _crawl_args(sites, out: Path, *extra: str) -> list[str]:
@@ -394,12 +396,8 @@ def test_manager_crawl_without_a_consultant_stores_exactly_the_reference_on_the_
     for log in sites["logs"].values():
         log.clear()
     out = tmp_path / "crawl"
-    # This tree's manager (the installed `manager` script may be another checkout's); its
-    # services run this tree's code too (wancrawl/procs.py puts it on their PYTHONPATH).
-    args = _crawl_args(sites, out, "--delay", "0", "--mode", "kademlia", "--agents", "3")
-    args[: len(_manager())] = [sys.executable, "-m", "manager.cli"]
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    p = subprocess.run(_crawl_args(sites, out, "--delay", "0", "--mode", "kademlia", "--agents", "3"),
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "crawl finished" in p.stdout and "no consultant" in p.stdout
     run = json.loads((out / "crawl.json").read_text())
