@@ -162,6 +162,8 @@ class PeerDirectory:
             except errors.Unavailable as exc:
                 tried.append(str(exc))
                 continue
+            except errors.FailedPrecondition as exc:  # an agent in consultant mode has no overlay
+                raise errors.FailedPrecondition(f"{exc}; use --consultant ADDR for such a cluster, not --peers") from None
             self._first = i
             return [contact_of(c) for c in r.members], r.epoch
         raise errors.Unavailable("no agent of --peers answers: " + "; ".join(tried))

@@ -247,8 +247,10 @@ def reference_crawl(seeds: list[str], addr: dict[str, tuple[str, int]]) -> dict[
 
 
 def _manager() -> list[str]:
-    script = Path(sys.executable).parent / "manager"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "manager.cli"]
+    """This checkout's `manager` (the installed script may belong to another checkout of the
+    project); the services it starts run this checkout's code too (wancrawl/procs.py)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); from manager.cli import main; "
+                                  "sys.exit(main())"]
 
 
 def _crawl_args(sites, out: Path, *extra: str) -> list[str]:
@@ -386,6 +388,37 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
     assert _alive_services(out) == []
 
 
+def test_manager_crawl_without_a_consultant_stores_exactly_the_reference_on_the_xor_owners(sites, tmp_path):
+    """`--mode kademlia`: no consultant process; each host stored by the agent XOR-closest to its
+    key, computed here from the agents' certificates (their node ids are their keys' hashes)."""
+    from wancrawl import xorspace
+
+    for log in sites["logs"].values():
+        log.clear()
+    out = tmp_path / "crawl"
+    p = subprocess.run(_crawl_args(sites, out, "--delay", "0", "--mode", "kademlia", "--agents", "3"),
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "crawl finished" in p.stdout and "no consultant" in p.stdout
+    run = json.loads((out / "crawl.json").read_text())
+    assert run["mode"] == "kademlia" and run["consultant"] == ""
+    assert sorted(x["name"] for x in run["procs"]) == ["agent-local-1", "agent-local-2", "agent-local-3", "storage"]
+    assert not (out / "configs" / "consultant.toml").exists()
+    stored = _stored(out)
+    ref = sites["ref"]["urls"]
+    assert set(stored) == ref, (sorted(set(stored) - ref)[:10], sorted(ref - set(stored))[:10])
+    assert max(stored.values()) == 1
+    assert not any(n > 1 for n in _crawler_requests(sites).values())
+    ids = {a: xorspace.node_id_of_cert((out / "pki" / f"agent-{a}.crt").read_bytes())
+           for a in ("local-1", "local-2", "local-3")}
+    for host, agents in _agents_per_host(out).items():
+        key = xorspace.host_key(host)
+        assert agents == {min(ids, key=lambda a: ids[a] ^ key)}, (host, agents)
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert summary["strategy"] == "kademlia" and summary["pages"] == len(ref)
+    assert _alive_services(out) == []
+
+
 def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
     from manager.cli import parser
     from manager.crawl import agent_toml, make_plan
@@ -401,7 +434,12 @@ def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
     assert plan("--follow-external").allowed_domains == []
     toml = agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "")
     assert 'allowed_domains = ["a.example", "b.example"]' in toml and "max_per_host = 1" in toml
+    k = plan("--mode", "kademlia")
+    assert k.kademlia and k.strategy == "kademlia" and not p.kademlia and p.strategy == "hash"
+    ktoml = agent_toml(k, "local-1", "127.0.0.1:1", "", "127.0.0.1:3", "", bootstrap=["127.0.0.1:4"])
+    assert 'mode = "kademlia"' in ktoml and 'bootstrap = ["127.0.0.1:4"]' in ktoml and "consultant" not in ktoml
     for extra, contact, says in [((), None, "--contact"), (("--strategy", "asn"), CONTACT, "ASN database"),
+                                 (("--mode", "kademlia", "--strategy", "xor"), CONTACT, "XOR distance among themselves"),
                                  (("--strategy", "nearest"), CONTACT, "one of"), (("--allow-network", "10.0.0/x"), CONTACT, "CIDR"),
                                  (("--agents", "0"), CONTACT, "1 to 64"), ((), "me (at) home", "without spaces")]:
         with pytest.raises(ConfigError, match=re.escape(says)):

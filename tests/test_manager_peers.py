@@ -12,7 +12,7 @@ import json
 import sys
 
 import pytest
-from agent_helpers import fetched_urls, kademlia_cluster, lab_web, normal_hosts, overlay_formed, truth_urls
+from agent_helpers import cluster, fetched_urls, kademlia_cluster, lab_web, normal_hosts, overlay_formed, truth_urls
 
 from conftest import REPO, free_port
 from lab.testing import ServerThread
@@ -84,6 +84,17 @@ def test_no_answering_peer_and_no_address_are_said_plainly(run):
     run(go())
     with pytest.raises(errors.ConfigError):
         PeerDirectory([" ", ""])
+
+
+def test_an_agent_in_consultant_mode_says_it_has_no_overlay(run, tmp_path):
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with cluster(tmp_path, lab, 1) as (_, _, servers, _):
+                async with PeerDirectory([servers[0].address]) as d:
+                    with pytest.raises(errors.FailedPrecondition, match="use --consultant"):
+                        await d.list_agents()
+        run(go())
 
 
 def test_seed_through_the_overlay_and_wait_reach_the_truth_once(run, tmp_path):
@@ -168,3 +179,54 @@ def test_manager_commands_with_peers_run_as_a_user_runs_them(run, tmp_path):
     assert code == 2 and "no live agent 'no-such-agent'" in stderr
     assert set(got) == truth
     assert not [u for u, n in collections.Counter(got).items() if n > 1]
+
+
+def test_with_mutual_tls_hosts_go_by_the_ids_the_certificates_give(run, tmp_path):
+    """With TLS (an operator certificate) the ids are the hashes of the agents' certificates'
+    keys, and the lookup dials each node it learns of by its id's certificate name."""
+    from wancrawl import pki
+    from wancrawl.grpcutil import TlsSettings
+
+    d = tmp_path / "pki"
+    pki.init(d)
+    pki.issue(d, "operator", "op")
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        blocks = lab.web.topology.blocks
+        names = [f"agent-{blocks[(i * 4) % len(blocks)].name}" for i in range(4)]
+        for n in names:
+            pki.issue(d, "agent", n)
+        per_agent = [{"tls.ca": str(d / "ca.crt"), "tls.cert": str(d / f"agent-{n}.crt"),
+                      "tls.key": str(d / f"agent-{n}.key")} for n in names]
+        op = TlsSettings(str(d / "ca.crt"), str(d / "operator-op.crt"), str(d / "operator-op.key"))
+
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 4, per_agent=per_agent) as (servers, _):
+                await overlay_formed(servers)
+                async with PeerDirectory([servers[2].address], tls=op) as d_:
+                    return await d_.list_agents(), await d_.resolve(HOSTS[:100])
+
+        listed, routes = run(go())
+    assert sorted(a.agent_id for a in listed.agents) == sorted(names)
+    ids = {n: xorspace.node_id_of_cert((d / f"agent-{n}.crt").read_bytes()) for n in names}
+    for r in routes:
+        assert [a for a, _ in r.agents] == closest(ids, r.host), r.host
+
+
+def test_drain_with_peers_makes_the_agent_leave_the_overlay(run, tmp_path):
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 3) as (servers, _):
+                await overlay_formed(servers)
+                leaving = servers[2].node.id
+                peers = ",".join(s.address for s in servers)
+                drained = await _manager("--peers", peers, "drain", leaving, "--timeout", "30")
+                async with PeerDirectory([servers[0].address]) as d:
+                    listed = await d.list_agents()
+                return leaving, drained, [a.agent_id for a in listed.agents]
+
+        leaving, (code, stdout, stderr), after = run(go())
+    assert code == 0, stdout + stderr
+    assert f"{leaving}: 0 queued URLs handed over" in stdout
+    assert leaving not in after and len(after) == 2
