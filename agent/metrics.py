@@ -137,6 +137,9 @@ HELP = {
     "overlay_left": "Kademlia mode: contacts removed because they left gracefully",
     "overlay_refused_ids": "Kademlia mode: answers from an address that named another contact than the one dialed",
     "overlay_lookups": "Kademlia mode: batched iterative lookups (Resolve of up to beta hosts, joins, refreshes)",
+    "reconcile_full": "ownership passes that looked at every host held and every replica (a registration, or no view log: consultant mode)",
+    "reconcile_ranged": "Kademlia mode: ownership passes that looked only at the hosts a newcomer is closer to (the firstdiff host-key index)",
+    "reconcile_hosts_read": "hosts and replicas ownership looked at in its passes (what the firstdiff index saves)",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)

@@ -140,7 +140,7 @@ class AgentNode:
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
             settle_seconds=rep.settle_seconds, backups=rep.backups, wait_in_flight=s.fetch.total_timeout + 5,
             unshipped_grace=rep.unshipped_grace, clock=clock,
-            may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
+            may_be_stored=self.stored_check.watch if self.stored_check is not None else None, view=self.overlay)
         replicas = self.replicas
         self.guard = PeerGuard(self.id, self.directory.routes, self.directory.forget, settling=self.ownership.settling,
                                replica_owner=replicas.owner if replicas is not None else (lambda h: None),

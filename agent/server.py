@@ -123,14 +123,14 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         sender = self._caller(context, request.sender)
         if overlay.left:
             raise FailedPrecondition("this agent left the overlay")
-        overlay.heard_from(sender, request.epoch)
+        await overlay.heard_from(sender, request.epoch)
         return agent_pb2.PingResponse(responder=to_proto(overlay.me), epoch=overlay.epoch)
 
     async def FindNode(self, request, context):
         validate.find_node(request)
         overlay = self._overlay()
         if request.HasField("sender"):
-            overlay.heard_from(self._caller(context, request.sender), request.epoch)
+            await overlay.heard_from(self._caller(context, request.sender), request.epoch)
         found = overlay.find([xorspace.id_from_bytes(t) for t in request.targets], request.count)
         return agent_pb2.FindNodeResponse(responder=to_proto(overlay.me), epoch=overlay.epoch,
                                           closest=[agent_pb2.Closest(contacts=[to_proto(c) for c in cs]) for cs in found])

@@ -4,6 +4,7 @@ the agents' ids, the independent reference), and crawl the lab's truth exactly o
 
 from __future__ import annotations
 
+import asyncio
 import collections
 
 from agent_helpers import fetched_urls, kademlia_cluster, lab_web, normal_hosts, overlay_formed, seed, truth_urls, wait_idle
@@ -70,3 +71,62 @@ def test_three_agents_without_a_consultant_fetch_the_truth_once_each_by_its_owne
         # Every overlay counter the metrics declare is exported in this mode.
         from agent.metrics import HELP
         assert {n for n in HELP if n.startswith("overlay_")} <= set(counters[0])
+
+
+def test_a_join_hands_over_only_the_hosts_the_newcomer_is_closer_to_read_by_firstdiff(run, tmp_path):
+    """Two agents crawl; a third joins mid-crawl. The old agents look only at the hosts the
+    newcomer is closer to (the host-key index, seed 000's firstdiff), hand those over, and the
+    truth is still fetched exactly once, every host's pages after the join by its XOR owner."""
+    from agent.server import create_server
+
+    from agent_helpers import agent_config
+
+    web = lab_web(seed=3, pages_max=80)
+    with ServerThread(web, zero_latency=True) as lab:
+        port = lab.port
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+
+        async def go():
+            keys = {"scope.allowed_domains": hosts, "politeness.delay": 0.1, "concurrency": 4}
+            async with kademlia_cluster(tmp_path, lab, 2, agent_keys=keys) as (servers, stores):
+                await overlay_formed(servers)
+                await seed(servers[0].node, seeds)
+                while sum(s.node.status_counters()["pages"] for s in servers) < len(truth) // 4:
+                    await asyncio.sleep(0.05)
+                b = web.topology.blocks[8 % len(web.topology.blocks)]
+                s = agent_config(tmp_path, "agent-newcomer", "", tmp_path / "hosts",
+                                 web.topology.agent_address(b.isp, b.city, 0), mode="kademlia",
+                                 kademlia__bootstrap=[servers[0].address], **keys)
+                from storage.testing import FakeStorageClient
+                st = FakeStorageClient(stores[0].group)
+                srv, _ = create_server(s, storage=st)
+                await srv.start()
+                servers.append(srv)
+                stores.append(st)
+                try:
+                    await overlay_formed(servers)
+                    await wait_idle([x.node for x in servers], timeout=120)
+                    ids = {x.node.id: xorspace.insecure_node_id(x.node.id) for x in servers}
+                    return ids, [x.node.status_counters() for x in servers], stores
+                finally:
+                    await srv.stop(0)
+                    servers.pop()
+
+        ids, counters, stores = run(go())
+        got = fetched_urls(lab, port)
+        dup = [u for u, n in collections.Counter(got).items() if n > 1]
+        assert not dup, f"fetched twice: {dup[:5]}"
+        assert set(got) == truth
+        newcomer = ids["agent-newcomer"]
+        for c in stores[2].captures.values():
+            key = xorspace.host_key(host_of(c.url))
+            assert min(ids.values(), key=lambda i: i ^ key) == newcomer
+        assert stores[2].captures, "the newcomer took hosts over"
+        for c in counters[:2]:
+            # The join was settled from the index (ranged passes), never by reading every host:
+            # the one full pass is the agent's own registration.
+            assert c["reconcile_ranged"] >= 1 and c["reconcile_full"] == 1
+        assert sum(c["hosts_moved_out"] for c in counters[:2]) >= 1

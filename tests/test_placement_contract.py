@@ -210,12 +210,12 @@ class MemoryNet:
         node = self._at(address)
         if node.left:
             raise errors.FailedPrecondition("left")
-        node.heard_from(me, epoch)
+        await node.heard_from(me, epoch)
         return node.me, node.epoch
 
     async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int, epoch: int):
         node = self._at(to.address)
-        node.heard_from(me, epoch)
+        await node.heard_from(me, epoch)
         return node.find(targets, count), node.epoch
 
     async def leave(self, to: Contact, me: Contact) -> None:

@@ -85,6 +85,11 @@ class HostLedger:
         seen set too), and queued hosts in case a seen set was lost."""
         return list(dict.fromkeys(self.seen.hosts() + list(self.frontier.hosts_ready())))
 
+    def hosts_moving(self, me: int, newcomer: int) -> list[str]:
+        """The hosts held here whose key is closer to `newcomer` than to `me`, read from the
+        host-key indexes (seed 000's firstdiff: only the key ranges that move)."""
+        return list(dict.fromkeys(self.seen.hosts_moving(me, newcomer) + self.frontier.hosts_moving(me, newcomer)))
+
     def holds(self, host: str) -> bool:
         """Does this agent hold any state of the host (history or queue)?"""
         return self.seen.holds(host) or self.frontier.has_work(host) or self.frontier.in_flight_of(host) > 0

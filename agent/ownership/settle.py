@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from agent.client import AgentPool
 from agent.ownership.handoff import HandOff
@@ -31,11 +32,12 @@ from agent.ownership.replicator import Replicator
 from agent.placement.directory import HostDirectory
 from agent.placement.gate import Gate
 from agent.placement.membership import Membership
+from agent.placement.kademlia.overlay import ViewChanges
 from agent.placement.port import HostRoute
 from agent.state.commit import Durable
 from agent.state.storable import Unstorable
 from agent.waker import Waker
-from wancrawl import errors
+from wancrawl import errors, xorspace
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -77,6 +79,14 @@ def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: st
     return Action("fetch")
 
 
+class ViewLog(Protocol):
+    """What ownership asks of a placement that logs its view (the Kademlia overlay)."""
+
+    seq: int
+
+    def changes_since(self, seq: int) -> ViewChanges | None: ...
+
+
 class Ownership:
     """Owns the settling of hosts: the hosts held while their state is asked for (with the
     agents still to answer and a deadline), the epoch last settled, the settle window."""
@@ -86,8 +96,13 @@ class Ownership:
                  membership: Membership, *, in_flight: Callable[[str], int], durable: Durable,
                  settle_seconds: float, wait_in_flight: float, unshipped_grace: float, clock: Callable[[], float],
                  backups: int = 1,
-                 may_be_stored: Callable[[list[str]], None] | None = None):
+                 may_be_stored: Callable[[list[str]], None] | None = None,
+                 view: ViewLog | None = None):
         self.self_id = self_id
+        # Kademlia mode: the overlay's log of view changes, so an epoch change looks only at the
+        # hosts a newcomer can take (seed 000's firstdiff). None (consultant mode): every host.
+        self.view = view
+        self._view_seq = 0
         self.address = address
         self.ledger = ledger
         self.replicas = replicas
@@ -122,6 +137,7 @@ class Ownership:
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
             "replicas_dropped": 0, "claims_timed_out": 0, "promotions_refused": 0,
+            "reconcile_full": 0, "reconcile_ranged": 0, "reconcile_hosts_read": 0,
         }
 
     def gauges(self) -> dict[str, float]:
@@ -192,7 +208,7 @@ class Ownership:
                 await self.reconcile(claim_all=True)
             finally:
                 self.gate.settled()  # what must wait is held now; never leave every host closed
-        elif self.directory.epoch != self._epoch and self.membership.registered:
+        elif (self.directory.epoch != self._epoch or self._view_news()) and self.membership.registered:
             self._settle_until = now + self._window()
             await self.reconcile(claim_all=False)
         if self._new or self._waiting:
@@ -206,11 +222,39 @@ class Ownership:
             log.warning("%d hosts released unsettled after %.0fs (claims unanswered)", len(late), self._window())
             self._release(late)
 
-    async def reconcile(self, claim_all: bool) -> None:
-        """One pass over every host held here and every replica, against fresh routes."""
-        self._epoch = self.directory.epoch
-        held = self.ledger.owned_hosts()
+    def _candidates(self, claim_all: bool) -> tuple[list[str], dict[str, str]]:
+        """The hosts held here and the replicas whose place may have changed: all of them, or
+        (Kademlia mode, after joins and departures only) the held hosts a newcomer is closer to,
+        read from the host-key indexes, and the replicas a newcomer is closer to, or all
+        replicas when a node went (a promotion, a new backup)."""
         rep = self.replicas.hosts() if self.replicas is not None else {}
+        ch = self.view.changes_since(self._view_seq) if self.view is not None and not claim_all else None
+        if self.view is not None:
+            self._view_seq = ch.seq if ch is not None else self.view.seq
+        if ch is None:
+            self.counters["reconcile_full"] += 1
+            held = self.ledger.owned_hosts()
+        else:
+            self.counters["reconcile_ranged"] += 1
+            held = list(dict.fromkeys(h for n in ch.joined for h in self.ledger.hosts_moving(ch.me, n)))
+            if not ch.removed:
+                rep = {h: o for h, o in rep.items()
+                       if any(xorspace.moves_to(xorspace.host_key(h), ch.me, n) for n in ch.joined)}
+            for h in (*held, *rep):
+                self.directory.forget(h)  # an admission takes no epoch: cached routes may predate it
+        self.counters["reconcile_hosts_read"] += len(held) + len(rep)
+        return held, rep
+
+    def _view_news(self) -> bool:
+        """The overlay's view changed since the last pass (an admission takes no epoch of its
+        own: it comes with the newcomer's; this catches one admitted after that epoch came)."""
+        return self.view is not None and self.view.seq != self._view_seq
+
+    async def reconcile(self, claim_all: bool) -> None:
+        """One pass over the hosts held here and the replicas that may have moved (all of them
+        after a registration, or without a view log), against fresh routes."""
+        self._epoch = self.directory.epoch
+        held, rep = self._candidates(claim_all)
         routes = await self.directory.routes(sorted(set(held) | set(rep)))
         out: dict[Peer, list[str]] = {}
         drop: list[str] = []

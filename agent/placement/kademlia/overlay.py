@@ -23,6 +23,7 @@ Decisions (docs/kademlia.md says why):
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -38,6 +39,19 @@ from wancrawl.v1 import agent_pb2
 log = logging.getLogger("agent")
 
 FIND_BATCH = 1_000  # targets per FindNode (agent/validate.py MAX_FIND_TARGETS)
+VIEW_LOG = 1_000    # view changes kept for changes_since (older: a full look at every host)
+
+
+@dataclass(frozen=True)
+class ViewChanges:
+    """The changes of this node's view after a given seq: newcomers, and whether any node went.
+    A host can change place for this node only if a newcomer is closer to it than this node
+    (it moves there), or a node went (this node may promote a replica or need a new backup)."""
+
+    seq: int
+    me: int
+    joined: tuple[int, ...]
+    removed: bool
 
 
 class Transport(Protocol):
@@ -97,6 +111,11 @@ class Overlay:
         # Contacts being verified (a Ping under way): not asked twice at once.
         self._verifying: set[int] = set()
         self.stats = LookupStats()
+        # The view's changes, for ownership to look only at the hosts they can move (seed 000's
+        # firstdiff, agent/state/keyindex.py): (seq, "join" | "remove" | "reset", node id).
+        # "reset" (this node joined or came back): anything may have moved.
+        self.seq = 0
+        self._log: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=VIEW_LOG)
         self.counters: dict[str, float] = {
             "overlay_pings": 0, "overlay_find_nodes": 0, "overlay_rpc_failures": 0, "overlay_dead": 0,
             "overlay_joined": 0, "overlay_find_nodes_answered": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
@@ -127,6 +146,7 @@ class Overlay:
         self._heard[c.node_id] = now
         lrs = self.table.touch(c, now)
         if new and c.node_id in self.table:
+            self._note("join", c.node_id)
             # No new epoch here: the newcomer took one when it joined (or came back) and carries
             # it in its messages, which every node adopts; so one change is one epoch everywhere.
             self.counters["overlay_joined"] += 1
@@ -143,8 +163,33 @@ class Overlay:
             self._heard.pop(c.node_id, None)
             self.counters["overlay_dead" if why == "dead" else "overlay_left"] += 1
             log.info("overlay: %s (%s) %s", c.agent_id, xorspace.id_hex(c.node_id)[:8], why)
+            self._note("remove", c.node_id)
             if near:
                 self.epoch += 1
+
+    def _note(self, kind: str, node_id: int) -> None:
+        self.seq += 1
+        self._log.append((self.seq, kind, node_id))
+
+    def changes_since(self, seq: int) -> ViewChanges | None:
+        """What changed after `seq`; None when it cannot say exactly (a reset, or older than the
+        log keeps): then every host must be looked at."""
+        if seq >= self.seq:
+            return ViewChanges(self.seq, self.me.node_id, (), False)
+        if not self._log or self._log[0][0] > seq + 1:
+            return None
+        joined: list[int] = []
+        removed = False
+        for n, kind, node in self._log:
+            if n <= seq:
+                continue
+            if kind == "reset":
+                return None
+            if kind == "join":
+                joined.append(node)
+            else:
+                removed = True
+        return ViewChanges(self.seq, self.me.node_id, tuple(joined), removed)
 
     async def _check_lrs(self, lrs: Contact) -> None:
         try:
@@ -178,19 +223,23 @@ class Overlay:
         return True
 
     # -- inbound ----------------------------------------------------------------------------------
-    def heard_from(self, sender: Contact, epoch: int) -> None:
+    async def heard_from(self, sender: Contact, epoch: int) -> None:
         """A verified caller (its id checked against its certificate by the server): known
-        contacts are refreshed; a new one is pinged back before it enters the table (its
-        address must answer with its id)."""
+        contacts are refreshed; a new one (or one at a new address) is pinged back before it
+        enters the table, since its address must answer with its id: a caller naming an address
+        that does not answer would otherwise sit among the k closest and stall every lease.
+
+        The call is answered after that, and the epoch it carries adopted after it: a joiner's
+        announcement (agent/placement/kademlia/overlay.py join) then always finds it admitted,
+        so the new epoch's settle sees the newcomer."""
+        if not self.left and sender.node_id != self.me.node_id:
+            known = self.table.get(sender.node_id)
+            if known == sender:
+                self._heard[sender.node_id] = self.clock()
+                self.table.touch(sender, self.clock())
+            else:
+                await self.verify(sender)
         self.saw_epoch(epoch)
-        if self.left or sender.node_id == self.me.node_id:
-            return
-        known = self.table.get(sender.node_id)
-        if known == sender:
-            self._heard[sender.node_id] = self.clock()
-            self.table.touch(sender, self.clock())
-        elif sender.node_id not in self._verifying:
-            asyncio.get_running_loop().create_task(self.verify(sender))
 
     def find(self, targets: Iterable[int], count: int) -> list[list[Contact]]:
         """FIND_NODE: the `count` closest this node knows to each target, itself included."""
@@ -234,6 +283,7 @@ class Overlay:
         # which adopts it (they admitted this node while it was looking up).
         self.epoch += 1
         self.joined = True
+        self._note("reset", self.me.node_id)
         await asyncio.gather(*(self._ping(c) for c in self.neighbourhood()))
         return True
 
@@ -294,6 +344,7 @@ class Overlay:
                 # Heard from nobody for more than a lease (paused, partitioned): the others may
                 # have moved this node's hosts. Coming back is a change, like a join.
                 self.epoch += 1
+                self._note("reset", self.me.node_id)
         dead: list[Contact] = []
         if answered or not near:
             now = self.clock()
