@@ -169,8 +169,8 @@ fallback = "geo"
 {consultant_tables}"""
     if not kademlia:
         consultant.write_text(consultant_text)
-    # Without a consultant storage cannot check a capture's placement: its check is off.
-    storage_consultant = "" if kademlia else f'consultant = "127.0.0.1:{cport}"\n'
+    # Without a consultant storage asks the agents' overlay who is placed where (its `peers`).
+    storage_consultant = (f"peers = {_toml_list(addresses)}\n" if kademlia else f'consultant = "127.0.0.1:{cport}"\n')
     storage = run / "storage.toml"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"

@@ -183,10 +183,12 @@ def consultant_toml(plan: Plan, listen: str, tls: str) -> str:
             f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
 
 
-def storage_toml(plan: Plan, listen: str, consultant: str, tls: str) -> str:
+def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list[str] | None = None) -> str:
     # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
-    # "" (Kademlia mode): there is none to ask, so storage does not check placement.
+    # "" (Kademlia mode): the agents' overlay answers that question instead (`peers`).
     line = f"consultant = {_q(consultant)}\n" if consultant else ""
+    if not consultant and peers:
+        line = "peers = [" + ", ".join(_q(p) for p in peers) + "]\n"
     return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(plan.out / 'storage'))}\n"
             f"{line}[ingest]\nfsync = \"always\"\n{tls}")
 
@@ -286,10 +288,11 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
         paths["consultant"] = cfg / "consultant.toml"
         paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
         consultant_settings(paths["consultant"])
-    paths["storage"].write_text(storage_toml(plan, run.storage, run.consultant, tls("service", "storage")))
-    storage_config.load(paths["storage"])
     for a in plan.agents:
         run.agents[a] = f"127.0.0.1:{procs.free_port()}"
+    paths["storage"].write_text(storage_toml(plan, run.storage, run.consultant, tls("service", "storage"),
+                                             peers=list(run.agents.values())))
+    storage_config.load(paths["storage"])
     for a in plan.agents:
         paths[a] = cfg / f"{a}.toml"
         # Kademlia mode: every agent bootstraps through all the others (whichever is up first answers).

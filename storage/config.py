@@ -63,12 +63,17 @@ class PlacementSettings:
     timeout: float = 5.0
     # Hosts whose route (preference list, epoch, TTL) storage keeps.
     cache_size: int = 100_000
+    # With `peers`: a host's preference list is its key's closest nodes, this many (1 + the
+    # agents' replication.backups; the consultant names its own list and needs none).
+    preference: int = 3
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ValueError("placement.timeout must be > 0")
         if self.cache_size < 1:
             raise ValueError("placement.cache_size must be at least 1")
+        if not 1 <= self.preference <= 20:
+            raise ValueError("placement.preference must be 1..20")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ class StorageSettings:
     # host:port of the consultant. Set: a capture is stored only from an agent the consultant
     # places on its host (owner or backup); "" = no such check (any agent may ingest any host).
     consultant: str = ""
+    # Without a consultant (the agents' Kademlia mode): agents to ask the same question (their
+    # overlay answers it, docs/kademlia.md); the first that answers is asked.
+    peers: tuple[str, ...] = ()
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     warc: WarcSettings = field(default_factory=WarcSettings)

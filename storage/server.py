@@ -7,19 +7,18 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from agent.placement.kademlia.query import PeerDirectory
 from consultant.client import ConsultantClient
-
-from wancrawl import grpcutil
-from wancrawl.auth import Rules
-from wancrawl.metrics import Sample, serve_metrics
-from wancrawl.v1 import storage_pb2, storage_pb2_grpc
-
 from storage import validate
 from storage.config import StorageSettings
 from storage.index import Row
 from storage.metrics import SCHEMA as METRICS
 from storage.placement import PlacementCheck, Resolve, Route, RouteCache
 from storage.store import BatchResult, Store
+from wancrawl import grpcutil
+from wancrawl.auth import Rules
+from wancrawl.metrics import Sample, serve_metrics
+from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +199,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         return stats_message(s)
 
 
-def consultant_resolve(client: ConsultantClient) -> Resolve:
-    """The consultant's Resolve as the placement check needs it: agent ids, no addresses."""
+def consultant_resolve(client: ConsultantClient | PeerDirectory) -> Resolve:
+    """The consultant's Resolve (or the overlay's, which answers alike) as the placement check
+    needs it: agent ids, no addresses."""
     async def resolve(hosts: list[str]) -> list[Route]:
         return [Route(r.host, tuple(a for a, _ in r.agents), r.epoch, r.ttl, r.error) for r in await client.resolve(hosts)]
     return resolve
@@ -220,10 +220,15 @@ class StorageService:
         # over mutual TLS with storage's own certificate (the consultant admits services to Resolve).
         self.consultant: ConsultantClient | None = None
         self.placement: PlacementCheck | None = None
+        self.peers: PeerDirectory | None = None
+        p = settings.placement
         if settings.consultant:
-            p = settings.placement
             self.consultant = ConsultantClient(settings.consultant, timeout=p.timeout, tls=settings.tls)
             self.placement = PlacementCheck(consultant_resolve(self.consultant), RouteCache(p.cache_size), time.monotonic)
+        elif settings.peers:
+            # No consultant: the agents' overlay answers, asked as a non-node (docs/kademlia.md).
+            self.peers = PeerDirectory(settings.peers, tls=settings.tls, timeout=p.timeout, preference=p.preference)
+            self.placement = PlacementCheck(consultant_resolve(self.peers), RouteCache(p.cache_size), time.monotonic)
         self.servicer = StorageServicer(self.store, self.committer, self.placement)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
         self.metrics_server = None
@@ -259,6 +264,8 @@ class StorageService:
         self.store.close()
         if self.consultant is not None:
             await self.consultant.close()
+        if self.peers is not None:
+            await self.peers.close()
 
 
 def create_server(settings: StorageSettings) -> tuple[StorageService, int]:

@@ -323,3 +323,42 @@ def test_one_resolve_per_batch_for_every_host_to_ask_and_cached_routes_only_acce
     now[0] = 301.0  # TTLs ran out: every host asked again, in one call
     run(check.refused(caps))
     assert asked == [["a.example", "b.example", "c.example"]]
+
+
+def test_without_a_consultant_storage_asks_the_agents_overlay(tmp_path, run):
+    """Kademlia mode: storage's `peers` are agents of the overlay; a capture is stored only from
+    its host's XOR owner or backups (the preference list computed here, independently, from the
+    agents' ids), and refused from any other agent."""
+    from lab.testing import ServerThread
+    from wancrawl import xorspace
+
+    from agent_helpers import kademlia_cluster, lab_web, overlay_formed
+
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 4) as (servers, _):
+                await overlay_formed(servers)
+                ids = {s.node.id: xorspace.insecure_node_id(s.node.id) for s in servers}
+                ss = storage_settings(None, {"listen": "127.0.0.1:0", "data_dir": str(tmp_path / "storage"),
+                                             "ingest.fsync": "os", "peers": [servers[1].address, servers[0].address]})
+                ssrv, _ = create_storage(ss)
+                await ssrv.start()
+                sc = GrpcStorageClient(ssrv.address)
+                try:
+                    host = HOSTS[0]
+                    key = xorspace.host_key(host)
+                    ranked = sorted(ids, key=lambda a: ids[a] ^ key)
+                    placed, outsider = ranked[:3], ranked[3]
+                    url = f"http://{host}/p.html"
+                    out = await sc.send(batch("k1", cap(url, outsider)))
+                    assert out.stored == 0 and [(b, i) for b, i, _, _ in out.not_placed] == [("k1", 0)]
+                    for n, a in enumerate(placed):
+                        ack = await sc.send(batch(f"k{n + 2}", cap(url, a, n + 1)))
+                        assert (ack.stored, ack.not_placed) == (1, []), a
+                    assert stored_by(ssrv, url) == sorted(placed)
+                finally:
+                    await sc.close()
+                    await ssrv.stop(0)
+
+        run(go())

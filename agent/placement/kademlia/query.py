@@ -1,0 +1,203 @@
+"""PeerDirectory: what the manager and storage ask of the consultant, answered by the agents'
+Kademlia overlay (`mode = "kademlia"`, docs/kademlia.md "The manager without a consultant").
+
+The overlay's query client for processes that are not nodes: it lives beside the overlay so that
+the manager (manager/peers.py) and storage (its Ingest check, storage/server.py) use one copy;
+the import-linter floors let storage import this module alone of the agent's.
+
+There is no consultant process in that mode, so the manager asks any agent: the first of
+`addresses` that answers (the next one on Unavailable). `list_agents` is that agent's Members
+(the overlay's live members as it sees them); `resolve` is an iterative FIND_NODE of every host's
+key (Kademlia §2.3, agent/placement/kademlia/lookup.py) started at that agent and asked as a
+plain query (no `sender`: the manager is not a node and enters no routing table), whose
+`preference` closest answering nodes are the host's preference list, owner first, the same list
+the agents compute (agent/placement/kademlia/placement.py `preference`).
+
+The answers are shaped like the consultant's (consultant.client.HostRoute, a ListAgentsResponse)
+so that manager/seed.py and manager/status.py take either. Errors are translated at this
+boundary (agent/client.py): callers see wancrawl.errors, never a raw grpc error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agent.client import AgentClient, AgentPool
+from agent.placement.kademlia.lookup import lookup_many
+from agent.placement.kademlia.table import Contact
+from agent.placement.port import HostRoute
+from agent.settings import KademliaSettings
+from wancrawl import checks, errors, grpcutil, xorspace
+from wancrawl.urls import canonical_host
+from wancrawl.v1 import agent_pb2, consultant_pb2
+
+DEFAULTS = KademliaSettings()
+FIND_BATCH = 1_000  # targets per FindNode (the agents' limit, agent/validate.py)
+MAX_NAME = 253      # a DNS name
+STRATEGY = "kademlia"
+
+
+# --- pure: the answers' shapes --------------------------------------------------------------------
+
+
+def contact_of(c: agent_pb2.Contact) -> Contact:
+    """A contact from an answer; Unavailable when malformed (an agent's answer is not trusted blindly)."""
+    try:
+        return Contact(xorspace.id_from_bytes(c.node_id), c.agent_id, c.address)
+    except ValueError as exc:
+        raise errors.Unavailable(f"a malformed contact in an agent's answer: {exc}") from None
+
+
+def listing(members: Sequence[Contact], epoch: int) -> consultant_pb2.ListAgentsResponse:
+    """The overlay's live members as the consultant's ListAgents would list them: alive, no
+    location (the overlay knows none), strategy "kademlia"."""
+    alive = consultant_pb2.AGENT_STATE_ALIVE
+    seen: dict[str, None] = {}
+    agents = []
+    for c in members:
+        if c.agent_id in seen:
+            continue
+        seen[c.agent_id] = None
+        agents.append(consultant_pb2.AgentInfo(agent_id=c.agent_id, address=c.address, state=alive, weight=1.0))
+    return consultant_pb2.ListAgentsResponse(epoch=epoch, strategy=STRATEGY, agents=agents)
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """The hosts of a resolve: each one's canonical name and key, or why it has none."""
+
+    names: list[str | None]
+    keys: dict[int, int]       # index in hosts -> host key
+    errors: dict[int, str]     # index in hosts -> reason
+
+
+def keyed(hosts: Sequence[str]) -> Keyed:
+    """Canonical host names and their keys (wancrawl/xorspace.py host_key), as the agents' placement does."""
+    if not hosts:
+        raise errors.InvalidArgument("resolve: no hosts")
+    names: list[str | None] = []
+    keys: dict[int, int] = {}
+    errs: dict[int, str] = {}
+    for i, h in enumerate(hosts):
+        try:
+            if len(h) > checks.MAX_HOST:
+                raise errors.InvalidArgument(f"{len(h)} characters long; at most {checks.MAX_HOST}")
+            name = canonical_host(h)
+            if len(name) > MAX_NAME:
+                raise errors.InvalidArgument(f"host name is {len(name)} characters long; at most {MAX_NAME}")
+        except errors.InvalidArgument as exc:
+            names.append(None)
+            errs[i] = f"hosts[{i}]: {exc}"
+            continue
+        names.append(name)
+        keys[i] = xorspace.host_key(name)
+    return Keyed(names, keys, errs)
+
+
+def routes(hosts: Sequence[str], k: Keyed, found: Mapping[int, Sequence[Contact]], *, preference: int, ttl: int,
+           epoch: int) -> list[HostRoute]:
+    """Each host's route: its key's `preference` closest nodes among those found, owner first."""
+    out = []
+    for i, h in enumerate(hosts):
+        name = k.names[i]
+        if name is None:
+            out.append(HostRoute(h, (), 0, epoch, k.errors[i]))
+            continue
+        key = k.keys[i]
+        near = sorted({c.node_id: c for c in found.get(key, ())}.values(), key=lambda c: c.node_id ^ key)[:preference]
+        if not near:
+            out.append(HostRoute(name, (), 0, epoch, "no live agent answered a lookup of this host's key"))
+        else:
+            out.append(HostRoute(name, tuple((c.agent_id, c.address) for c in near), ttl, epoch))
+    return out
+
+
+# --- the client -----------------------------------------------------------------------------------
+
+
+class PeerDirectory:
+    """The overlay through its agents, for the manager: `list_agents` and `resolve` as
+    consultant.client.ConsultantClient answers them. Owns its agent clients.
+
+    addresses: agents to ask, in order (any live member will do); preference: the length of a
+    host's preference list, 1 + replication.backups (3 with the default r = 2); k and alpha: the
+    lookup's (the agents' [kademlia] defaults); ttl: what a route's TTL says (the agents'
+    kademlia.route_ttl default)."""
+
+    def __init__(self, addresses: Iterable[str], *, tls: grpcutil.TlsSettings | None = None, timeout: float = 10.0,
+                 preference: int = 3, k: int = DEFAULTS.k, alpha: int = DEFAULTS.alpha, ttl: int = DEFAULTS.route_ttl):
+        self.addresses = [a.strip() for a in addresses if a.strip()]
+        if not self.addresses:
+            raise errors.ConfigError("--peers: give at least one agent address (host:port)")
+        if not 1 <= preference <= k:
+            raise errors.ConfigError(f"preference = {preference}: 1..k ({k})")
+        self.tls = tls
+        self.preference, self.k, self.alpha, self.ttl = preference, k, alpha, ttl
+        self.pool = AgentPool(timeout, tls=tls)
+        self._first = 0  # the agent that answered last: asked first next time
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def __aenter__(self) -> PeerDirectory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _secure(self, address: str) -> bool:
+        return not grpcutil.effective_tls(self.tls, address).insecure
+
+    def _client(self, c: Contact) -> AgentClient:
+        """A node dialed by its id: with TLS its certificate must carry the name its id gives, so
+        an address that answers with another key fails (agent/placement/kademlia/wire.py)."""
+        return self.pool.get(c.address, xorspace.id_san(c.node_id) if self._secure(c.address) else "")
+
+    async def members(self) -> tuple[list[Contact], int]:
+        """The first answering agent's live members (itself first) and its view epoch."""
+        tried = []
+        n = len(self.addresses)
+        for j in range(n):
+            i = (self._first + j) % n
+            address = self.addresses[i]
+            try:
+                r = await self.pool.get(address).members()
+            except errors.Unavailable as exc:
+                tried.append(str(exc))
+                continue
+            except errors.FailedPrecondition as exc:  # an agent in consultant mode has no overlay
+                raise errors.FailedPrecondition(f"{exc}; use --consultant ADDR for such a cluster, not --peers") from None
+            self._first = i
+            return [contact_of(c) for c in r.members], r.epoch
+        raise errors.Unavailable("no agent of --peers answers: " + "; ".join(tried))
+
+    async def list_agents(self, include_dead: bool = False) -> consultant_pb2.ListAgentsResponse:
+        """The overlay's live members as a ListAgentsResponse. include_dead is accepted for the
+        consultant's signature: an overlay forgets dead and departed nodes, so there are none to add."""
+        members, epoch = await self.members()
+        return listing(members, epoch)
+
+    async def resolve(self, hosts: list[str]) -> list[HostRoute]:
+        """Each host's preference list by XOR distance among the live nodes an iterative lookup of
+        its key finds (started at the first answering agent; only nodes that answered count)."""
+        k = keyed(hosts)
+        members, epoch = await self.members()
+        if not members:
+            raise errors.Unavailable("the agent asked lists no member (it left the overlay)")
+        entry = members[0]
+        epochs = [epoch]
+
+        async def find_nodes(c: Contact, targets: list[int]) -> dict[int, list[Contact]]:
+            out: dict[int, list[Contact]] = {}
+            for i in range(0, len(targets), FIND_BATCH):
+                part = targets[i : i + FIND_BATCH]
+                r = await self._client(c).find_node(None, [xorspace.id_bytes(t) for t in part], self.k, 0)
+                if len(r.closest) != len(part):
+                    raise errors.Unavailable(f"FindNode from {c.agent_id}: {len(r.closest)} answers to {len(part)} targets")
+                epochs.append(r.epoch)
+                out.update({t: [contact_of(x) for x in cl.contacts] for t, cl in zip(part, r.closest)})
+            return out
+
+        found = await lookup_many(sorted(set(k.keys.values())), lambda t: [entry], find_nodes, k=self.k, alpha=self.alpha)
+        return routes(hosts, k, found, preference=self.preference, ttl=self.ttl, epoch=max(epochs))
