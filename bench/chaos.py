@@ -899,7 +899,8 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
     elif name == "drain":
         t = time.time()
         # The operator's command, as a process: it blocks until the agent has handed over.
-        p = subprocess.Popen([sys.executable, "-m", "manager.cli", "--consultant", cl.consultant, "drain", victim],
+        where = (["--peers", ",".join(cl.agents.values())] if cl.mode == "kademlia" else ["--consultant", cl.consultant])
+        p = subprocess.Popen([sys.executable, "-m", "manager.cli", *where, "drain", victim],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT), **operator_env(cl)})
 
