@@ -835,6 +835,7 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
         proc = cluster.add_agent(run, ctx.args.join)  # returns once the consultant lists it
         fresh = cluster.Cluster.load(run)
         cl.agents, cl.agent_sources, cl.procs = fresh.agents, fresh.agent_sources, fresh.procs
+        cluster.use_cluster_tls(cl)  # this process dials the joiner too (its Status; kademlia: its overlay)
         ctx.joined = proc.name.removeprefix("agent-")
         # The fault is in place once the consultant's answers name the joiner.
         ctx.joined_hosts, t = asyncio.run(_owned_once_listed(cl, ctx.truth_hosts, ctx.joined))

@@ -138,10 +138,12 @@ class HandOff:
         hosts: set[str] = set()
         refused: dict[str, str] = {}
         queued = seen = 0
+        sender = ""
         # Hosts this agent held something of before: their state is reconciled with the
         # sender's (the previous owner's) once all of its parts are in.
         theirs: dict[str, tuple[set[str], set[int]]] = {}
         async for req in parts:
+            sender = req.sender_id
             self.directory.saw_epoch(req.epoch)
             h = req.host.host
             if not h:
@@ -164,8 +166,13 @@ class HandOff:
             q, s = self.ledger.import_(st)
             queued += q
             seen += s
+        dropped = 0
         for h, (q_urls, fps) in theirs.items():
-            self.counters["handover_dropped_done"] += self.ledger.reconcile(h, q_urls, fps)
+            dropped += self.ledger.reconcile(h, q_urls, fps)
+        self.counters["handover_dropped_done"] += dropped
+        if hosts:
+            log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
+                     len(hosts), sender or "?", queued, seen, len(theirs), dropped)
         await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
         self.counters["hosts_handed_in"] += len(hosts)
         if refused:

@@ -166,7 +166,10 @@ class Ownership:
         but that has a replica here or may have state elsewhere (settle window), is held before
         its first fetch; the loop decides promote or claim."""
         now = self.clock()
-        settling = now < self._settle_until
+        # Also before this loop has seen a registration: a Kademlia node is visible to its peers
+        # (who push to it) while it is still joining, before its registration is settled.
+        settling = (now < self._settle_until or not self.membership.registered
+                    or self.membership.registrations != self._registrations)
         for h in hosts:
             if self.gate.held(h) or self.ledger.holds(h):
                 continue
@@ -301,6 +304,8 @@ class Ownership:
                 fetch.append(h)
         if promote:
             self.promote(promote)
+        if fetch:
+            log.info("%d held hosts released to fetch (nobody else holds them: %s)", len(fetch), ", ".join(fetch[:3]))
         self._release(fetch)
         for peer, hs in out.items():
             await self.hand_out(peer, hs)
