@@ -26,6 +26,7 @@ GAUGES = frozenset({
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
+    "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
 })
 
 HELP = {
@@ -137,6 +138,9 @@ HELP = {
     "overlay_left": "Kademlia mode: contacts removed because they left gracefully",
     "overlay_refused_ids": "Kademlia mode: answers from an address that named another contact than the one dialed",
     "overlay_lookups": "Kademlia mode: batched iterative lookups (Resolve of up to beta hosts, joins, refreshes)",
+    "overlay_delegations": "Kademlia mode: hosts this agent, their XOR owner, delegated to a lighter neighbour (kademlia.balance)",
+    "overlay_delegations_out": "Kademlia mode: hosts this agent delegates now (it is their XOR owner)",
+    "overlay_delegations_in": "Kademlia mode: hosts delegated to this agent by their XOR owners, as announced",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)
