@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"mode {args.mode}, lab seed {args.seed}, strategy {args.strategy if args.mode == 'consultant' else 'xor (overlay)'}, agents {', '.join(args.groups)}; {args.slow}: concurrency "
                   f"{args.slow_concurrency}, politeness delay {args.slow_delay:g}s; the others {args.concurrency}, "
                   f"{args.delay:g}s; "
-                  f"balance interval {args.interval:g}s, load.period {args.period:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
+                  + (f"balance interval {args.interval:g}s, " if args.mode == "consultant" else "balance at each heartbeat (1 s), ")
+                  + f"load.period {args.period:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
                   f"cooldown {args.cooldown:g}s")
     t = Table()
     for h in HEADERS:

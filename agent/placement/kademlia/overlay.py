@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.placement.kademlia.balance import NodeLoad
-from agent.placement.kademlia.delegation import EMPTY, Announce, Delegations
+from agent.placement.kademlia.delegation import Announce, Delegations
 from agent.placement.kademlia.lookup import LookupStats, lookup_many
 from agent.placement.kademlia.table import Contact, RoutingTable
 from agent.settings import KademliaSettings
@@ -213,11 +213,12 @@ class Overlay:
         return True
 
     # -- inbound ----------------------------------------------------------------------------------
-    def heard_from(self, sender: Contact, epoch: int, said: Announce = EMPTY) -> None:
+    def heard_from(self, sender: Contact, epoch: int, said: Announce | None = None) -> None:
         """A verified caller (its id checked against its certificate by the server): known
         contacts are refreshed; a new one is pinged back before it enters the table (its
-        address must answer with its id). What a Ping says (load, delegations) is taken from
-        a contact in the table only; a new one says it again in its answer to the ping back."""
+        address must answer with its id). What a Ping says (load, delegations; None for the
+        other calls, which say nothing of them) is taken from a contact in the table only; a new
+        one says it again in its answer to the ping back."""
         self.saw_epoch(epoch)
         if self.left or sender.node_id == self.me.node_id:
             return
@@ -225,7 +226,8 @@ class Overlay:
         if known == sender:
             self._heard[sender.node_id] = self.clock()
             self.table.touch(sender, self.clock())
-            self.learned(sender.node_id, epoch, said)
+            if said is not None:
+                self.learned(sender.node_id, epoch, said)
         elif sender.node_id not in self._verifying:
             asyncio.get_running_loop().create_task(self.verify(sender))
 

@@ -42,8 +42,12 @@ MAX_NAME = 253  # a DNS name
 class KademliaPlacement:
     """Implements agent.placement.port.Placement over an Overlay (the only writer of the view)."""
 
-    def __init__(self, overlay: Overlay, *, backups: int):
+    def __init__(self, overlay: Overlay, *, backups: int, heartbeat: float = 0.0):
         self.overlay = overlay
+        # A node this node delegated to is left out of its plans for three heartbeats: the epoch
+        # spreads (at once, by the announce), the handover runs, and the target measures its
+        # load with the host and sends it in its next Ping. (0: a lease.)
+        self.settle = 3 * heartbeat if heartbeat > 0 else overlay.s.lease_seconds
         self.preference_length = 1 + backups
         self.ttl = overlay.s.route_ttl
 
@@ -77,7 +81,7 @@ class KademliaPlacement:
         now = ov.clock()
         d.moved_at = {k: t for k, t in d.moved_at.items() if now - t < s.balance_cooldown}
         # Delegations of keys this node no longer owns by XOR go: the new owner decides.
-        changed = d.take_back([k for k in d.own if self.xor_list(k, [])[0].node_id != ov.me.node_id], now)
+        changed = d.take_back([k for k in d.own if not self.owns(k)], now)
         me = d.my_load
         if me is None or me.rate <= 0:
             return self._changed(changed)
@@ -87,11 +91,11 @@ class KademliaPlacement:
             key = xorspace.host_key(h.host)
             if key in d.own:
                 leaving += h.queue_length  # still queued here, on its way to its delegate
-            elif key not in d.moved_at and self.xor_list(key, [])[0].node_id == ov.me.node_id:
+            elif key not in d.moved_at and self.owns(key):
                 hosts.append(balance.Host(h.host, key, h.queue_length))
         me = NodeLoad(max(0, me.queue - leaving), me.work_area, me.rate, me.level)
         # Loads heard in this round (the neighbours' last heartbeats), of live nodes only.
-        loads = d.neighbour_loads(since=sent - s.lease_seconds, settle=s.lease_seconds)
+        loads = d.neighbour_loads(since=sent - s.lease_seconds, settle=self.settle)
         neighbours = [balance.Neighbour(n, lo) for n, lo in loads.items() if n in ov.table]
         policy = balance.Policy(max_moves=min(s.balance_max_moves, s.balance_max_delegations - len(d.own)),
                                 min_gap=s.balance_min_gap, min_ratio=s.balance_min_ratio)
@@ -103,6 +107,11 @@ class KademliaPlacement:
                 ov.counters["overlay_delegations"] += 1
                 log.info("balance: %s (%d URLs) delegated to %s (bucket %d)", m.host, m.urls, to.agent_id, m.bucket)
         return self._changed(changed or bool(moves))
+
+    def owns(self, key: int) -> bool:
+        """Is this node the key's XOR owner by its own view (only the XOR owner may delegate)?"""
+        xor = self.xor_list(key, [])
+        return bool(xor) and xor[0].node_id == self.overlay.me.node_id
 
     def _changed(self, changed: bool) -> bool:
         """A change of this node's delegations is a change of placement: a new epoch."""
@@ -186,4 +195,5 @@ def kademlia_placement(settings: AgentSettings, address: str, *, clock) -> Kadem
     transport = GrpcTransport(AgentPool(tls=settings.tls), secure=not tls.insecure,
                               timeout=min(2.0, settings.kademlia.lease_seconds / 5))
     return KademliaPlacement(Overlay(me, settings.kademlia, transport, clock=clock),
-                             backups=settings.replication.backups)
+                             backups=settings.replication.backups,
+                             heartbeat=settings.heartbeat_interval or settings.kademlia.lease_seconds / 3)
