@@ -88,9 +88,12 @@ class AgentClient:
             raise self._error(exc, "Claim") from None
 
     # -- the Kademlia overlay (docs/kademlia.md) ----------------------------------------------------
-    async def ping(self, sender: agent_pb2.Contact, epoch: int, timeout: float | None = None) -> agent_pb2.PingResponse:
+    async def ping(self, sender: agent_pb2.Contact, epoch: int, timeout: float | None = None,
+                   request: agent_pb2.PingRequest | None = None) -> agent_pb2.PingResponse:
+        """`request`: a whole PingRequest (with the sender's load and delegations) instead of sender and epoch."""
         try:
-            return await self._stub.Ping(agent_pb2.PingRequest(sender=sender, epoch=epoch), timeout=timeout or self.timeout)
+            req = request or agent_pb2.PingRequest(sender=sender, epoch=epoch)
+            return await self._stub.Ping(req, timeout=timeout or self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "Ping") from None
 

@@ -26,6 +26,7 @@ GAUGES = frozenset({
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
+    "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
 })
 
 HELP = {
@@ -140,6 +141,9 @@ HELP = {
     "reconcile_full": "ownership passes that looked at every host held and every replica (a registration, or no view log: consultant mode)",
     "reconcile_ranged": "Kademlia mode: ownership passes that looked only at the hosts a newcomer is closer to (the firstdiff host-key index)",
     "reconcile_hosts_read": "hosts and replicas ownership looked at in its passes (what the firstdiff index saves)",
+    "overlay_delegations": "Kademlia mode: hosts this agent, their XOR owner, delegated to a lighter neighbour (kademlia.balance)",
+    "overlay_delegations_out": "Kademlia mode: hosts this agent delegates now (it is their XOR owner)",
+    "overlay_delegations_in": "Kademlia mode: hosts delegated to this agent by their XOR owners, as announced",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)

@@ -278,7 +278,8 @@ class AgentNode:
         if self.replicator is not None:
             out.update(self.replicator.gauges())
         if self.overlay is not None:
-            out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch)
+            out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch,
+                       **self.overlay.balancing.gauges())
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
                    parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2
 from agent import metrics, validate
 from agent.node import AgentNode
 from agent.placement.kademlia.identity import caller_node_id
-from agent.placement.kademlia.overlay import from_proto, to_proto
+from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from agent.settings import AgentSettings
 from wancrawl import grpcutil, xorspace
 from wancrawl.auth import Rules
@@ -123,8 +123,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         sender = self._caller(context, request.sender)
         if overlay.left:
             raise FailedPrecondition("this agent left the overlay")
-        await overlay.heard_from(sender, request.epoch)
-        return agent_pb2.PingResponse(responder=to_proto(overlay.me), epoch=overlay.epoch)
+        await overlay.heard_from(sender, request.epoch, announce_from_proto(request))
+        answer = agent_pb2.PingResponse(responder=to_proto(overlay.me), epoch=overlay.epoch)
+        announce_to_proto(overlay.balancing.announce(), answer)
+        return answer
 
     async def FindNode(self, request, context):
         validate.find_node(request)

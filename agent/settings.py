@@ -208,8 +208,22 @@ class KademliaSettings:
     dead_after: float = 15.0
     refresh_interval: float = 600.0  # bucket refresh (Kademlia: 3600 s; libp2p: 600 s)
     route_ttl: int = 300             # seconds an agent caches a host's preference list
+    # Load balancing by diffusion (seed 000 §1.4; docs/kademlia.md "Load balancing in this mode"):
+    # each node sends its load level in its Pings and, when heavy, delegates some of the hosts it
+    # owns by XOR to light neighbours, nearest k-bucket first. Off by default, as in consultant
+    # mode ([balance] enabled): measured on the lab's unequal cluster only.
+    balance: bool = False
+    balance_max_moves: int = 4        # hosts one node delegates per heartbeat, at most
+    balance_min_gap: float = 5.0      # a move needs this node's predicted runtime this far above the target's...
+    balance_min_ratio: float = 1.5    # ...and this many times it (hysteresis: no ping-pong)
+    balance_cooldown: float = 60.0    # a delegated host stays put this long
+    balance_max_delegations: int = 64  # delegations one node holds at once (each travels in every Ping; at most 256)
 
     def __post_init__(self) -> None:
+        if not 0 <= self.balance_max_moves <= 100 or not 1 <= self.balance_max_delegations <= 256:
+            raise ValueError("kademlia: balance_max_moves must be 0..100 and balance_max_delegations 1..256")
+        if self.balance_min_gap < 0 or self.balance_min_ratio < 1 or self.balance_cooldown < 0:
+            raise ValueError("kademlia: balance_min_gap >= 0, balance_min_ratio >= 1, balance_cooldown >= 0")
         if not 1 <= self.k <= 100 or not 1 <= self.alpha <= self.k:
             raise ValueError("kademlia: k must be 1..100 and alpha 1..k")
         if self.lease_seconds <= 0 or self.refresh_interval <= 0:

@@ -32,6 +32,8 @@ MAX_STATUS = 999  # an HTTP status; 0 = no answer
 # at 1,000) and contacts per target (k is at most 100: agent/settings.py KademliaSettings).
 MAX_FIND_TARGETS = 1_000
 MAX_FIND_COUNT = 100
+MAX_DELEGATIONS = 256  # per Ping (kademlia.balance_max_delegations is at most this)
+MAX_RATE = 1e9         # pages per second in a node's load
 
 
 def sender(field: str, value: str) -> str:
@@ -136,6 +138,22 @@ def contact(field: str, c: agent_pb2.Contact) -> None:
 def ping(r: agent_pb2.PingRequest) -> None:
     contact("sender", r.sender)
     checks.epoch("epoch", r.epoch)
+    ping_announce(r)
+
+
+def ping_announce(m: agent_pb2.PingRequest | agent_pb2.PingResponse) -> None:
+    """A Ping's load and delegations (a request's, and a peer's answer: agent/placement/kademlia/wire.py)."""
+    if m.HasField("load"):
+        checks.finite("load.load_level", m.load.load_level, low=-float(checks.MAX_COUNT), high=float(checks.MAX_COUNT))
+        checks.finite("load.work_area", m.load.work_area, low=0.0, high=float(checks.MAX_COUNT))
+        checks.integer("load.queue_length", m.load.queue_length)
+        checks.finite("load.rate", m.load.rate, low=0.0, high=MAX_RATE)
+    checks.count("delegations", m.delegations, MAX_DELEGATIONS)
+    for i, d in enumerate(m.delegations):
+        f = checks.indexed("delegations", i)
+        if len(d.key) != 20:
+            raise InvalidArgument(f"{f}.key is {len(d.key)} bytes; a key is 20")
+        contact(f + ".delegate", d.delegate)
 
 
 def find_node(r: agent_pb2.FindNodeRequest) -> None:

@@ -17,6 +17,11 @@ With the balancer on, the consultant ([balance] enabled) moves hosts off it thro
 nearest region first (its same-ISP neighbour telecom-guangzhou before the others).
 `--slow-concurrency 32 --slow-delay 0.05` runs the equal cluster (the balancer must not hurt).
 
+`--mode kademlia` runs the same cluster with no consultant (lab up --mode kademlia): the agents
+place hosts by XOR distance and, with balancing on (`[kademlia] balance = true`), a heavy agent
+delegates hosts it owns to light neighbours, nearest k-bucket first (docs/kademlia.md, "Load
+balancing in this mode"). "balance moves" is then the agents' overlay_delegations summed.
+
 Columns, per mode (truth, lost and stored twice are chaos.py's `compare`, on storage's index and
 the lab's request log):
   crawl s        seeding to the last page request in the lab's log (the crawl's makespan)
@@ -84,10 +89,15 @@ async def _consultant_moves(cl: cluster.Cluster) -> int:
 def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
     run = chaos.fresh_run_dir(base / mode)
     res = Result(mode)
+    kad = args.mode == "kademlia"
+    kademlia_keys = (f"balance = {'true' if mode == 'on' else 'false'}\nbalance_max_moves = {args.max_moves}\n"
+                     f"balance_min_gap = {args.min_gap}\nbalance_cooldown = {args.cooldown}\n")
     cl = cluster.up(run, strategy=args.strategy, groups=args.groups, seed=args.seed, time_scale=args.time_scale,
                     delay=args.delay, concurrency=args.concurrency, lease=args.lease,
                     agent_keys={args.slow: {"concurrency": args.slow_concurrency, "delay": args.slow_delay}},
-                    consultant_tables=balance_table(args, mode == "on"), agent_tables=f"[load]\nperiod = {args.period}\n")
+                    consultant_tables="" if kad else balance_table(args, mode == "on"),
+                    agent_tables=f"[load]\nperiod = {args.period}\n", mode=args.mode,
+                    kademlia_keys=kademlia_keys if kad else "")
     t_end = time.time()
     seeded_at = time.time()
     truth: set[str] = set()
@@ -100,7 +110,8 @@ def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
             res.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
         counters = chaos.agent_counters(cl)
         res.hosts_moved = int(sum(c.get("hosts_handed_out", 0) for c in counters.values()))
-        res.balance_moves = asyncio.run(_consultant_moves(cl))
+        res.balance_moves = (int(sum(c.get("overlay_delegations", 0) for c in counters.values())) if kad
+                             else asyncio.run(_consultant_moves(cl)))
     finally:
         t_end = time.time()
         cluster.down(run)
@@ -156,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", help="keep the runs here (default: a temporary directory, removed)")
     p.add_argument("--modes", default="off,on", help="off, on or both (default)")
+    p.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
+                   help="placement: the consultant's asn strategy with its balancer, or the agents' overlay (no consultant)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--seed", type=int, default=chaos.DEFAULT_SEED)
     p.add_argument("--strategy", default="asn")
@@ -199,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(width=160)
     console.print(f"$ python bench/balance.py {' '.join(sys.argv[1:] if argv is None else argv)}")
-    console.print(f"lab seed {args.seed}, strategy {args.strategy}, agents {', '.join(args.groups)}; {args.slow}: concurrency "
+    console.print(f"mode {args.mode}, lab seed {args.seed}, strategy {args.strategy if args.mode == 'consultant' else 'xor (overlay)'}, agents {', '.join(args.groups)}; {args.slow}: concurrency "
                   f"{args.slow_concurrency}, politeness delay {args.slow_delay:g}s; the others {args.concurrency}, "
                   f"{args.delay:g}s; "
-                  f"balance interval {args.interval:g}s, load.period {args.period:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
+                  + (f"balance interval {args.interval:g}s, " if args.mode == "consultant" else "balance at each heartbeat (1 s), ")
+                  + f"load.period {args.period:g}s, max {args.max_moves} moves/round, min gap {args.min_gap:g}s, "
                   f"cooldown {args.cooldown:g}s")
     t = Table()
     for h in HEADERS:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from consultant.membership import Snapshot
 from consultant.partition.asn import isp_of
+from wancrawl import loadmodel
 from wancrawl.geo import great_circle_km
 
 # Region tiers, nearest first: same ISP and city, same ISP, same city, anywhere (by distance).
@@ -92,7 +93,7 @@ def distance(a: AgentLoad, b: AgentLoad) -> float:
 
 def worth(src: AgentLoad, dst: AgentLoad, policy: Policy) -> bool:
     """Hysteresis: the imbalance between the two is large enough to pay for a handover."""
-    return src.runtime - dst.runtime >= policy.min_gap_seconds and src.runtime >= policy.min_ratio * dst.runtime
+    return loadmodel.worth(src.runtime, dst.runtime, policy.min_gap_seconds, policy.min_ratio)
 
 
 def after(src: AgentLoad, dst: AgentLoad, host: str, urls: int) -> tuple[AgentLoad, AgentLoad]:
@@ -104,7 +105,7 @@ def after(src: AgentLoad, dst: AgentLoad, host: str, urls: int) -> tuple[AgentLo
 
 def improves(src: AgentLoad, dst: AgentLoad, urls: int) -> bool:
     """The larger runtime of the pair goes down: the model's maximum never goes up."""
-    return max((src.queue - urls) / src.rate, (dst.queue + urls) / dst.rate) < max(src.runtime, dst.runtime)
+    return loadmodel.improves(src.queue, src.rate, dst.queue, dst.rate, urls)
 
 
 def regions(src: AgentLoad, others: Iterable[AgentLoad]) -> list[list[AgentLoad]]:
@@ -136,7 +137,7 @@ def best_move(src: AgentLoad, others: list[AgentLoad], policy: Policy, frozen: f
             for host, urls in movable:
                 if urls >= room or not improves(src, dst, urls):
                     continue
-                peak = max((src.queue - urls) / src.rate, (dst.queue + urls) / dst.rate)
+                peak = loadmodel.peak_after(src.queue, src.rate, dst.queue, dst.rate, urls)
                 key = (peak, -urls, dst.agent_id, host)
                 if best is None or key < best:
                     best = key
@@ -183,10 +184,7 @@ def load_of(record_load: dict, agent_id: str, *, isp: str, city: str, lat: float
     work_area = float(record_load.get("work_area", 0) or 0)
     now = float(record_load.get("pages_per_second", 0) or 0)
     peak = float(record_load.get("peak_pages_per_second", 0) or 0)
-    # The runtime model's rate: a heavy agent is busy, so its rate now is what it does with the
-    # hosts it has (fewer hosts left, each under its politeness delay: slower, though its peak
-    # was higher); a light agent is idle for want of work, so its peak is what it could do.
-    rate = now if queue > work_area and now > 0 else peak
+    rate = loadmodel.model_rate(queue, work_area, now, peak)
     return AgentLoad(agent_id, queue=queue, work_area=work_area, rate=rate, hosts={h: n for h, n in hosts.items() if h},
                      isp=isp, city=city, lat=lat, lon=lon)
 

@@ -133,11 +133,12 @@ def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False,
                   agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-                  agent_tables: str = "", mode: str = "consultant") -> Configs:
+                  agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "") -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
     unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
-    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true").
+    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
+    lines added to every agent's [kademlia] table (e.g. "balance = true").
     mode "kademlia": no consultant config (Configs.consultant is None), storage without
     `consultant`, and every agent bootstraps through all the others (kademlia_table)."""
     if mode not in MODES:
@@ -184,7 +185,7 @@ fsync = "os"
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         own = (agent_keys or {}).get(spec, {})
         head = 'mode = "kademlia"' if kademlia else f'consultant = "127.0.0.1:{cport}"'
-        tail = kademlia_table([a for a in addresses if a != address], lease) if kademlia else ""
+        tail = kademlia_table([a for a in addresses if a != address], lease) + kademlia_keys if kademlia else ""
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(f"""# written by lab up
@@ -242,7 +243,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-       agent_tables: str = "", mode: str = "consultant") -> Cluster:
+       agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "") -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
     health and, in kademlia mode, every agent's overlay lists every agent."""
     run = Path(run_dir).resolve()
@@ -259,7 +260,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     web_port = free_port()
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
                          allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
-                         agent_tables=agent_tables, mode=mode)
+                         agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:

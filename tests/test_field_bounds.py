@@ -121,7 +121,10 @@ BASELINES: dict[str, Any] = {
         unshipped=[1])]),
     "/wancrawl.v1.Agent/Claim": agent_pb2.ClaimRequest(claimer_id="peer-1", claimer_address="127.0.0.1:1", epoch=1,
                                                       hosts=["bounds-c.invalid"]),
-    "/wancrawl.v1.Agent/Ping": agent_pb2.PingRequest(sender=_contact(), epoch=1),
+    "/wancrawl.v1.Agent/Ping": agent_pb2.PingRequest(
+        sender=_contact(), epoch=1,
+        load=agent_pb2.NodeLoad(load_level=-1.5, work_area=30.0, queue_length=2, rate=3.0),
+        delegations=[agent_pb2.Delegation(key=b"\x03" * 20, delegate=_contact())]),
     "/wancrawl.v1.Agent/FindNode": agent_pb2.FindNodeRequest(sender=_contact(), targets=[b"\x01" * 20], count=3, epoch=1),
     "/wancrawl.v1.Agent/Leave": agent_pb2.LeaveRequest(sender=_contact()),
     "/wancrawl.v1.Agent/Members": agent_pb2.MembersRequest(),

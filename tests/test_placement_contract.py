@@ -64,6 +64,7 @@ import pytest
 from consultant_helpers import settings_for
 
 from agent.placement.consultant import consultant_placement
+from agent.placement.kademlia.delegation import EMPTY, Announce
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import KademliaPlacement
 from agent.placement.kademlia.table import Contact
@@ -203,15 +204,16 @@ class MemoryNet:
             raise errors.Unavailable(f"{address} does not answer")
         return node
 
-    async def ping(self, to: Contact, me: Contact, epoch: int) -> tuple[Contact, int]:
-        return await self.bootstrap_ping(to.address, me, epoch)
+    async def ping(self, to: Contact, me: Contact, epoch: int, said: Announce = EMPTY) -> tuple[Contact, int, Announce]:
+        return await self.bootstrap_ping(to.address, me, epoch, said)
 
-    async def bootstrap_ping(self, address: str, me: Contact, epoch: int) -> tuple[Contact, int]:
+    async def bootstrap_ping(self, address: str, me: Contact, epoch: int,
+                             said: Announce = EMPTY) -> tuple[Contact, int, Announce]:
         node = self._at(address)
         if node.left:
             raise errors.FailedPrecondition("left")
-        await node.heard_from(me, epoch)
-        return node.me, node.epoch
+        await node.heard_from(me, epoch, said)
+        return node.me, node.epoch, node.balancing.announce()
 
     async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int, epoch: int):
         node = self._at(to.address)

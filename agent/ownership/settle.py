@@ -31,8 +31,8 @@ from agent.ownership.replica import ReplicaStore
 from agent.ownership.replicator import Replicator
 from agent.placement.directory import HostDirectory
 from agent.placement.gate import Gate
-from agent.placement.membership import Membership
 from agent.placement.kademlia.overlay import ViewChanges
+from agent.placement.membership import Membership
 from agent.placement.port import HostRoute
 from agent.state.commit import Durable
 from agent.state.storable import Unstorable

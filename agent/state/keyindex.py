@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from agent.state.storable import INT64_MAX
-
 from wancrawl.xorspace import (
     KEY_PREFIX_OFFSET,
     KEY_PREFIX_SHIFT,

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import Unstorable, text_ok
-
 from wancrawl.xorspace import host_prefix
 
 _SCHEMA = """

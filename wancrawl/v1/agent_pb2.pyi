@@ -18,20 +18,48 @@ class Contact(_message.Message):
     def __init__(self, node_id: _Optional[bytes] = ..., agent_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class PingRequest(_message.Message):
-    __slots__ = ("sender", "epoch")
+    __slots__ = ("sender", "epoch", "load", "delegations")
     SENDER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
     sender: Contact
     epoch: int
-    def __init__(self, sender: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    load: NodeLoad
+    delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
+    def __init__(self, sender: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ..., load: _Optional[_Union[NodeLoad, _Mapping]] = ..., delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...
 
 class PingResponse(_message.Message):
-    __slots__ = ("responder", "epoch")
+    __slots__ = ("responder", "epoch", "load", "delegations")
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
     responder: Contact
     epoch: int
-    def __init__(self, responder: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    load: NodeLoad
+    delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
+    def __init__(self, responder: _Optional[_Union[Contact, _Mapping]] = ..., epoch: _Optional[int] = ..., load: _Optional[_Union[NodeLoad, _Mapping]] = ..., delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...
+
+class NodeLoad(_message.Message):
+    __slots__ = ("load_level", "work_area", "queue_length", "rate")
+    LOAD_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    WORK_AREA_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    load_level: float
+    work_area: float
+    queue_length: int
+    rate: float
+    def __init__(self, load_level: _Optional[float] = ..., work_area: _Optional[float] = ..., queue_length: _Optional[int] = ..., rate: _Optional[float] = ...) -> None: ...
+
+class Delegation(_message.Message):
+    __slots__ = ("key", "delegate")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DELEGATE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    delegate: Contact
+    def __init__(self, key: _Optional[bytes] = ..., delegate: _Optional[_Union[Contact, _Mapping]] = ...) -> None: ...
 
 class FindNodeRequest(_message.Message):
     __slots__ = ("sender", "targets", "count", "epoch")

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.placement.kademlia.balance import NodeLoad
+from agent.placement.kademlia.delegation import Announce, Delegations
 from agent.placement.kademlia.lookup import LookupStats, lookup_many
 from agent.placement.kademlia.table import Contact, RoutingTable
 from agent.settings import KademliaSettings
@@ -59,11 +61,12 @@ class Transport(Protocol):
     nodes in memory). Every call raises errors.WancrawlError when the contact does not answer
     as itself."""
 
-    async def ping(self, to: Contact, me: Contact, epoch: int) -> tuple[Contact, int]: ...
+    async def ping(self, to: Contact, me: Contact, epoch: int, said: Announce) -> tuple[Contact, int, Announce]: ...
     async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int,
                         epoch: int) -> tuple[list[list[Contact]], int]: ...
     async def leave(self, to: Contact, me: Contact) -> None: ...
-    async def bootstrap_ping(self, address: str, me: Contact, epoch: int) -> tuple[Contact, int]: ...
+    async def bootstrap_ping(self, address: str, me: Contact, epoch: int,
+                             said: Announce) -> tuple[Contact, int, Announce]: ...
     async def close(self) -> None: ...
 
 
@@ -73,6 +76,23 @@ def to_proto(c: Contact) -> agent_pb2.Contact:
 
 def from_proto(c: agent_pb2.Contact) -> Contact:
     return Contact(xorspace.id_from_bytes(c.node_id), c.agent_id, c.address)
+
+
+def announce_to_proto(a: Announce, msg: agent_pb2.PingRequest | agent_pb2.PingResponse) -> None:
+    """Fill a Ping message's load and delegations from `a`."""
+    if a.load is not None:
+        msg.load.CopyFrom(agent_pb2.NodeLoad(load_level=a.load.level, work_area=a.load.work_area,
+                                             queue_length=a.load.queue, rate=a.load.rate))
+    msg.delegations.extend(agent_pb2.Delegation(key=xorspace.id_bytes(k), delegate=to_proto(d)) for k, d in a.delegations)
+
+
+def announce_from_proto(msg: agent_pb2.PingRequest | agent_pb2.PingResponse) -> Announce:
+    """The Announce of a Ping message whose fields were checked (agent/validate.py ping_announce)."""
+    load = None
+    if msg.HasField("load"):
+        m = msg.load
+        load = NodeLoad(queue=m.queue_length, work_area=m.work_area, rate=m.rate, level=m.load_level)
+    return Announce(load, tuple((xorspace.id_from_bytes(d.key), from_proto(d.delegate)) for d in msg.delegations))
 
 
 @dataclass
@@ -110,6 +130,8 @@ class Overlay:
         self._heard: dict[int, float] = {}
         # Contacts being verified (a Ping under way): not asked twice at once.
         self._verifying: set[int] = set()
+        # Load balancing (docs/kademlia.md): loads and delegations heard in Pings, and this node's own.
+        self.balancing = Delegations(me, limit=settings.balance_max_delegations)
         self.stats = LookupStats()
         # The view's changes, for ownership to look only at the hosts they can move (seed 000's
         # firstdiff, agent/state/keyindex.py): (seq, "join" | "remove" | "reset", node id).
@@ -119,6 +141,7 @@ class Overlay:
         self.counters: dict[str, float] = {
             "overlay_pings": 0, "overlay_find_nodes": 0, "overlay_rpc_failures": 0, "overlay_dead": 0,
             "overlay_joined": 0, "overlay_find_nodes_answered": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
+            "overlay_delegations": 0,
         }
 
     # -- the view ---------------------------------------------------------------------------------
@@ -157,15 +180,24 @@ class Overlay:
 
     def _remove(self, c: Contact, why: str) -> None:
         """c is dead or left. Every node that sees it goes from the same settled epoch to the
-        next one, so they agree again without a message."""
+        next one, so they agree again without a message. Delegations to or by it go with it (its
+        hosts return to XOR placement), and that too is a change of placement."""
         near = self._near(c)
         if self.table.remove(c.node_id) is not None:
             self._heard.pop(c.node_id, None)
             self.counters["overlay_dead" if why == "dead" else "overlay_left"] += 1
             log.info("overlay: %s (%s) %s", c.agent_id, xorspace.id_hex(c.node_id)[:8], why)
             self._note("remove", c.node_id)
-            if near:
+            if self.balancing.forget(c.node_id):
+                self.placement_changed()
+            elif near:
                 self.epoch += 1
+
+    def placement_changed(self) -> None:
+        """Delegations changed (load balancing): hosts may move anywhere in this node's view, so a
+        new epoch and a full look at every host (no firstdiff range says which)."""
+        self.epoch += 1
+        self._note("reset", self.me.node_id)
 
     def _note(self, kind: str, node_id: int) -> None:
         self.seq += 1
@@ -191,14 +223,27 @@ class Overlay:
                 removed = True
         return ViewChanges(self.seq, self.me.node_id, tuple(joined), removed)
 
+    def learned(self, sender: int, epoch: int, said: Announce) -> None:
+        """A verified node's epoch and announcements. When its delegations changed, this node's
+        epoch must go up (so its cached routes are asked again and its hosts settle): to the
+        sender's epoch when that is newer (the sender took it for this change), else by one."""
+        before = self.epoch
+        self.saw_epoch(epoch)
+        if self.balancing.heard(sender, said, self.clock()):
+            if self.epoch == before:
+                self.epoch += 1
+            self._note("reset", sender)
+
     async def _check_lrs(self, lrs: Contact) -> None:
         try:
-            who, epoch = await self.transport.ping(lrs, self.me, self.epoch)
+            who, epoch, said = await self.transport.ping(lrs, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
             self.counters["overlay_rpc_failures"] += 1
             self._remove(lrs, "dead")
             return
         self.saw_epoch(epoch)
+        if who == lrs:
+            self.learned(lrs.node_id, epoch, said)
         self._heard[lrs.node_id] = self.clock()
         self.table.touch(lrs, self.clock())
 
@@ -209,7 +254,7 @@ class Overlay:
         self._verifying.add(c.node_id)
         try:
             self.counters["overlay_pings"] += 1
-            who, epoch = await self.transport.ping(c, self.me, self.epoch)
+            who, epoch, said = await self.transport.ping(c, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
             self.counters["overlay_rpc_failures"] += 1
             return False
@@ -218,12 +263,12 @@ class Overlay:
         if who != c:
             self.counters["overlay_refused_ids"] += 1
             return False
-        self.saw_epoch(epoch)
         self._admit(c, self.clock())
+        self.learned(c.node_id, epoch, said)
         return True
 
     # -- inbound ----------------------------------------------------------------------------------
-    async def heard_from(self, sender: Contact, epoch: int) -> None:
+    async def heard_from(self, sender: Contact, epoch: int, said: Announce | None = None) -> None:
         """A verified caller (its id checked against its certificate by the server): known
         contacts are refreshed; a new one (or one at a new address) is pinged back before it
         enters the table, since its address must answer with its id: a caller naming an address
@@ -231,7 +276,8 @@ class Overlay:
 
         The call is answered after that, and the epoch it carries adopted after it: a joiner's
         announcement (agent/placement/kademlia/overlay.py join) then always finds it admitted,
-        so the new epoch's settle sees the newcomer."""
+        so the new epoch's settle sees the newcomer. What a Ping says (load, delegations; None
+        for the other calls) is taken from a contact in the table only."""
         if not self.left and sender.node_id != self.me.node_id:
             known = self.table.get(sender.node_id)
             if known == sender:
@@ -239,6 +285,9 @@ class Overlay:
                 self.table.touch(sender, self.clock())
             else:
                 await self.verify(sender)
+            if said is not None and self.table.get(sender.node_id) == sender:
+                self.learned(sender.node_id, epoch, said)
+                return
         self.saw_epoch(epoch)
 
     def find(self, targets: Iterable[int], count: int) -> list[list[Contact]]:
@@ -269,7 +318,7 @@ class Overlay:
         for addr in others:
             try:
                 self.counters["overlay_pings"] += 1
-                who, epoch = await self.transport.bootstrap_ping(addr, self.me, self.epoch)
+                who, epoch, _said = await self.transport.bootstrap_ping(addr, self.me, self.epoch, self.balancing.announce())
             except errors.WancrawlError as exc:
                 log.info("overlay: bootstrap %s does not answer (%s)", addr, exc)
                 continue
@@ -337,7 +386,17 @@ class Overlay:
         near = self.neighbourhood()
         sent = self.clock()
         quiet = sent - max(self._heard.values(), default=sent)
+        # This node's delegates are pinged too (not part of the lease): they learn the
+        # delegations from these pings, and a silent one is dropped (its host goes back).
+        ids = {c.node_id for c in near}
+        delegates = list({d.node_id: d for d, _t in self.balancing.own.values()
+                          if d.node_id not in ids and d.node_id in self.table}.values())
         results = await asyncio.gather(*(self._ping(c) for c in near))
+        far = await asyncio.gather(*(self._ping(c) for c in delegates))
+        now = self.clock()
+        for c, ok in zip(delegates, far):
+            if not ok and now - self._heard.get(c.node_id, now) >= self.s.dead_after:
+                self._remove(c, "dead")
         answered = sum(results)
         if answered == len(near):
             if quiet > self.s.lease_seconds and self.joined:
@@ -357,16 +416,25 @@ class Overlay:
     async def _ping(self, c: Contact) -> bool:
         self.counters["overlay_pings"] += 1
         try:
-            who, epoch = await self.transport.ping(c, self.me, self.epoch)
+            who, epoch, said = await self.transport.ping(c, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
             self.counters["overlay_rpc_failures"] += 1
             return False
         if who != c:
             self.counters["overlay_refused_ids"] += 1
             return False
-        self.saw_epoch(epoch)
         self._admit(c, self.clock())
+        self.learned(c.node_id, epoch, said)
         return True
+
+    async def announce(self) -> None:
+        """Tell the neighbourhood and the delegates now (after this node delegated hosts), rather
+        than at the next heartbeat."""
+        near = {c.node_id: c for c in self.neighbourhood()}
+        for d, _t in self.balancing.own.values():
+            if d.node_id in self.table:
+                near.setdefault(d.node_id, d)
+        await asyncio.gather(*(self._ping(c) for c in near.values()))
 
     async def refresh(self, force: bool = False) -> None:
         """Bucket refresh (Kademlia §2.3): a lookup of a random id in each bucket not looked up

@@ -4,10 +4,13 @@ gives (wancrawl/xorspace.py id_san), so an address that answers with another key
 
 from __future__ import annotations
 
+from agent import validate
 from agent.client import AgentPool
-from agent.placement.kademlia.overlay import from_proto, to_proto
+from agent.placement.kademlia.delegation import Announce
+from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from agent.placement.kademlia.table import Contact
 from wancrawl import errors, xorspace
+from wancrawl.v1 import agent_pb2
 
 
 class GrpcTransport:
@@ -21,15 +24,15 @@ class GrpcTransport:
     def _client(self, c: Contact):
         return self.pool.get(c.address, xorspace.id_san(c.node_id) if self.secure else "")
 
-    async def ping(self, to: Contact, me: Contact, epoch: int) -> tuple[Contact, int]:
-        r = await self._client(to).ping(to_proto(me), epoch, timeout=self.timeout)
-        return _contact(r.responder), r.epoch
+    async def ping(self, to: Contact, me: Contact, epoch: int, said: Announce) -> tuple[Contact, int, Announce]:
+        r = await self._client(to).ping(to_proto(me), epoch, timeout=self.timeout, request=_request(me, epoch, said))
+        return _contact(r.responder), r.epoch, _announce(r)
 
-    async def bootstrap_ping(self, address: str, me: Contact, epoch: int) -> tuple[Contact, int]:
+    async def bootstrap_ping(self, address: str, me: Contact, epoch: int, said: Announce) -> tuple[Contact, int, Announce]:
         """A bootstrap peer is known by address only: the answer names its contact, which the
         overlay then verifies by id before it enters the table."""
-        r = await self.pool.get(address).ping(to_proto(me), epoch, timeout=self.timeout)
-        return _contact(r.responder), r.epoch
+        r = await self.pool.get(address).ping(to_proto(me), epoch, timeout=self.timeout, request=_request(me, epoch, said))
+        return _contact(r.responder), r.epoch, _announce(r)
 
     async def find_node(self, to: Contact, me: Contact, targets: list[int], count: int,
                         epoch: int) -> tuple[list[list[Contact]], int]:
@@ -51,3 +54,18 @@ def _contact(c) -> Contact:
         return from_proto(c)
     except ValueError as exc:
         raise errors.Unavailable(f"a malformed contact in an answer: {exc}") from None
+
+
+def _request(me: Contact, epoch: int, said: Announce) -> agent_pb2.PingRequest:
+    req = agent_pb2.PingRequest(sender=to_proto(me), epoch=epoch)
+    announce_to_proto(said, req)
+    return req
+
+
+def _announce(r: agent_pb2.PingResponse) -> Announce:
+    """A peer's answer is checked as a request would be: a bad load or delegation fails the call."""
+    try:
+        validate.ping_announce(r)
+        return announce_from_proto(r)
+    except (errors.InvalidArgument, ValueError) as exc:
+        raise errors.Unavailable(f"a malformed Ping answer: {exc}") from None
