@@ -425,7 +425,7 @@ def test_seed_exits_1_listing_the_urls_agents_refused(run, monkeypatch, capsys):
         res.refused += seed.refusals(urls, [f"{urls.index(long_url)}: out of scope (url_length)"])
         return res
 
-    monkeypatch.setattr(seed, "ConsultantClient", Consultant)
+    monkeypatch.setattr(seed, "open_directory", lambda args: Consultant(args.consultant))
     monkeypatch.setattr(seed, "inject_all", inject_all)
 
     async def go(text):
