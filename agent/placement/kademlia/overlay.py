@@ -42,6 +42,8 @@ log = logging.getLogger("agent")
 
 FIND_BATCH = 1_000  # targets per FindNode (agent/validate.py MAX_FIND_TARGETS)
 VIEW_LOG = 1_000    # view changes kept for changes_since (older: a full look at every host)
+PENDING_MAX = 1_000  # contacts heard of and waiting to be verified
+PENDING_TRIES = 10   # failed pings before such a contact is forgotten
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,11 @@ class Overlay:
         self._heard: dict[int, float] = {}
         # Contacts being verified (a Ping under way): not asked twice at once.
         self._verifying: set[int] = set()
+        # Contacts heard of but not (yet) verified: in FindNode answers, or whose ping back
+        # failed (a slow moment). Each ping round tries a few again, so a pair of nodes that
+        # missed each other once still meet (nothing else would: neither pings the other).
+        # node id -> (contact, tries so far); bounded.
+        self._pending: dict[int, tuple[Contact, int]] = {}
         # Load balancing (docs/kademlia.md): loads and delegations heard in Pings, and this node's own.
         self.balancing = Delegations(me, limit=settings.balance_max_delegations)
         self.stats = LookupStats()
@@ -257,15 +264,37 @@ class Overlay:
             who, epoch, said = await self.transport.ping(c, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
             self.counters["overlay_rpc_failures"] += 1
+            self._candidate(c, failed=True)
             return False
         finally:
             self._verifying.discard(c.node_id)
         if who != c:
             self.counters["overlay_refused_ids"] += 1
+            self._pending.pop(c.node_id, None)  # another key answers there: never this contact
             return False
+        self._pending.pop(c.node_id, None)
         self._admit(c, self.clock())
         self.learned(c.node_id, epoch, said)
         return True
+
+    def _candidate(self, c: Contact, *, failed: bool = False) -> None:
+        """Remember a contact to verify in a later round (at most PENDING_TRIES tries)."""
+        if c.node_id == self.me.node_id or c.node_id in self.table or self.left:
+            return
+        _, tries = self._pending.get(c.node_id, (c, 0))
+        tries += failed
+        if tries >= PENDING_TRIES:
+            self._pending.pop(c.node_id, None)
+        elif c.node_id in self._pending or len(self._pending) < PENDING_MAX:
+            self._pending[c.node_id] = (c, tries)
+
+    async def verify_pending(self) -> None:
+        """Try again up to k contacts heard of but not verified yet."""
+        for node_id in [n for n in self._pending if n in self.table]:
+            del self._pending[node_id]  # admitted meanwhile (it called, or a lookup reached it)
+        batch = [c for c, _ in list(self._pending.values())[: self.s.k]]
+        if batch:
+            await asyncio.gather(*(self.verify(c) for c in batch))
 
     # -- inbound ----------------------------------------------------------------------------------
     async def heard_from(self, sender: Contact, epoch: int, said: Announce | None = None) -> None:
@@ -372,6 +401,9 @@ class Overlay:
             self._admit(to, self.clock())  # it answered over a channel that checked its id
             for t, cs in zip(part, found):
                 out[t] = [c for c in cs if c.node_id != self.me.node_id]
+                for c in out[t]:
+                    if c.node_id not in self.table:
+                        self._candidate(c)
         return out
 
     def _failed(self, c: Contact) -> None:

@@ -67,6 +67,7 @@ class KademliaPlacement:
         ov.balancing.my_load = node_load(load)
         r = await ov.ping_round()
         await ov.refresh()
+        await ov.verify_pending()
         if not r.complete:
             raise errors.Unavailable(f"kademlia: {r.asked - r.answered} of {r.asked} neighbours did not answer")
         if ov.s.balance and self.balance_round(load, r.sent):
