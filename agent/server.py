@@ -17,7 +17,7 @@ from agent.placement.kademlia.overlay import announce_from_proto, announce_to_pr
 from agent.settings import AgentSettings
 from wancrawl import grpcutil, xorspace
 from wancrawl.auth import Rules
-from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
+from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 from wancrawl.metrics import Sample, serve_metrics
 from wancrawl.pki import Identity, identity_of_pem
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
@@ -145,6 +145,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     async def Members(self, request, context):
         validate.members(request)
         overlay = self._overlay()
+        if not overlay.joined:
+            # Not in the overlay (yet, or any more): its view is itself alone. The asker (the
+            # manager, storage's placement check) must ask another agent, not trust that.
+            raise Unavailable("this agent is not in the overlay yet (joining through kademlia.bootstrap)")
         return agent_pb2.MembersResponse(members=[to_proto(c) for c in overlay.members()], epoch=overlay.epoch)
 
     async def Drain(self, request, context):

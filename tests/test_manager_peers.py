@@ -230,3 +230,29 @@ def test_drain_with_peers_makes_the_agent_leave_the_overlay(run, tmp_path):
     assert code == 0, stdout + stderr
     assert f"{leaving}: 0 queued URLs handed over" in stdout
     assert leaving not in after and len(after) == 2
+
+
+def test_an_agent_not_in_the_overlay_yet_is_not_asked_for_its_view(run, tmp_path):
+    """An agent still joining (its bootstrap peers not up) knows only itself: Members refuses
+    (Unavailable), so the manager and storage ask the next agent instead of taking that view."""
+    from lab.testing import ServerThread
+
+    from agent_helpers import kademlia_cluster, lab_web
+
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            lonely = {"kademlia.bootstrap": ["127.0.0.1:1"]}  # nobody answers there: it never joins
+            async with kademlia_cluster(tmp_path, lab, 3, per_agent=[{}, {}, lonely]) as (servers, _):
+                a0, a1, alone = servers
+                while len(a0.node.overlay.table) < 1 or len(a1.node.overlay.table) < 1:
+                    await asyncio.sleep(0.02)
+                assert not alone.node.overlay.joined
+                async with PeerDirectory([alone.address, a0.address]) as d:
+                    listed = await d.list_agents()
+                    routes = await d.resolve(["www.example.com"])
+                return sorted(a.agent_id for a in listed.agents), routes, a0.node.id, a1.node.id
+
+        listed, routes, id0, id1 = run(go())
+    assert listed == sorted([id0, id1])
+    assert {a for a, _ in routes[0].agents} == {id0, id1}
