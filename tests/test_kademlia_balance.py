@@ -6,6 +6,8 @@ agent's hosts move to the others and the truth is still fetched exactly once."""
 
 from __future__ import annotations
 
+import asyncio
+
 import collections
 import math
 
@@ -153,7 +155,7 @@ def test_only_the_xor_owner_may_delegate_a_host_and_a_dead_delegate_gives_it_bac
     assert pref[0] == other and pref[1] == b and len(pref) == 3
     # The same announcement again changes nothing, and nor does a call that carries none (FindNode).
     node.overlay.learned(b.node_id, 0, Announce(None, ((key, other),)))
-    node.overlay.heard_from(b, 0)
+    asyncio.run(node.overlay.heard_from(b, 0))  # b is in the table: no ping back, no I/O
     assert node.overlay.epoch == epoch + 1 and node.preference(key, [])[0] == other
     # The delegate dies: the host is back at its XOR owner, with a new epoch.
     node.overlay._remove(other, "dead")
