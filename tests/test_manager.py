@@ -34,3 +34,17 @@ def test_wait_times_out_with_a_non_zero_exit(tmp_path):
     p = subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", f"127.0.0.1:{free_port()}", "wait", "--timeout", "1", "--quiet"],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert p.returncode == 1 and "timed out" in p.stdout
+
+
+def test_progress_key_ignores_the_order_the_directory_lists_agents_in():
+    """An overlay lists agents by XOR distance from whichever agent answered: the same idle crawl
+    listed in another order is no progress (else `wait` never sees it stay idle: the Kademlia
+    join scenario timed out with every agent idle)."""
+    from manager.status import AgentView, Snapshot
+
+    def view(name: str, pages: float) -> AgentView:
+        return AgentView(name, "127.0.0.1:1", "alive", "", "", counters={"pages": pages, "idle": 1.0}, reachable=True)
+
+    a, b = view("a", 10), view("b", 20)
+    assert Snapshot(1, "", [a, b]).progress_key() == Snapshot(1, "", [b, a]).progress_key()
+    assert Snapshot(1, "", [a, b]).progress_key() != Snapshot(1, "", [a, view("b", 21)]).progress_key()
