@@ -241,10 +241,15 @@ class LoadSettings:
     block: int = 20             # H: URLs per heavy block (the paper's 20); only scales L
     peak_window: float = 120.0  # seconds the peak fetch rate is remembered (an idle agent keeps its capability)
     report_hosts: int = 32      # longest host queues sent with each heartbeat (the movable hosts)
+    # The disk write rate (MB/s) reported as seed 003's disk_io; 0 = unknown (not measured: the
+    # agent's writes are a WAL append per flush, rarely its bottleneck).
+    disk_mbps: float = 0.0
 
     def __post_init__(self) -> None:
         if self.period <= 0 or self.block < 1 or self.peak_window <= 0 or not 0 <= self.report_hosts <= 1000:
             raise ValueError("load: period and peak_window > 0, block >= 1, report_hosts 0-1000")
+        if not 0 <= self.disk_mbps <= 1e9:
+            raise ValueError("load.disk_mbps must be 0..1e9")
 
 
 @dataclass(frozen=True)

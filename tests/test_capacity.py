@@ -133,3 +133,61 @@ def test_the_model_drives_the_allocator():
     m = RateModel(prior_seconds=0.0).fit(_samples(lambda a, r, n: n / (40.0 if a == "fast" else 10.0), agents))
     a = A.bisect(A.tabulate(runtimes(m, agents), 2, 100), 2, 100)
     assert a.counts == (80, 20)
+
+
+def test_interval_meter_counts_only_backlogged_intervals():
+    """A sample of capacity needs work at both ends of the interval: an agent short of work
+    fetches what it has, not what it can."""
+    from agent.placement.load import IntervalMeter
+
+    now = [0.0]
+    m = IntervalMeter(lambda: now[0])
+    assert m.sample(0, 0, queue=10).seconds == 0          # the first report only starts the clock
+    now[0] = 2.0
+    s = m.sample(40, 1_000_000, queue=5)
+    assert (s.pages, s.seconds, s.mbps) == (40, 2.0, 4.0)
+    now[0] = 4.0
+    assert m.sample(50, 1_100_000, queue=0).seconds == 0  # ran dry: no sample
+    now[0] = 6.0
+    assert m.sample(60, 1_200_000, queue=3).seconds == 0  # started dry: no sample
+    assert m.bandwidth == 4.0
+
+
+def test_the_consultant_learns_each_agents_rate_from_heartbeats(run, tmp_path):
+    """Heartbeats carry resources and interval samples; ListAgents shows each agent's measured
+    rate beside the model's prediction, and which model won the cross-validation."""
+    import asyncio
+    import sys
+
+    from conftest import REPO
+    from consultant_helpers import running, settings_for
+
+    from wancrawl.v1 import common_pb2
+
+    async def go():
+        async with running(settings_for(tmp_path)) as (_, c):
+            rates = {"fast": 40.0, "slow": 10.0}
+            for a in rates:
+                await c.register(a, f"127.0.0.{11 + len(a)}:7001")
+            for k in range(6):
+                for a, r in rates.items():
+                    n = 20 + 10 * k
+                    await c.heartbeat(a, common_pb2.LoadReport(
+                        queue_length=100, interval_pages=n, interval_seconds=n / r,
+                        resources=common_pb2.Resources(cores=4, bandwidth_mbps=r)))
+            listed = await c.list_agents()
+            got = {a.agent_id: a for a in listed.agents}
+            for a, r in rates.items():
+                assert got[a].samples == 6
+                assert abs(got[a].measured_rate - r) < 1e-6
+                assert abs(got[a].predicted_rate - r) / r < 0.1
+            assert listed.capacity_model in ("rate", "mlp") and set(listed.capacity_errors) == {"rate", "mlp"}
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "consultant.cli", "explain", "--capacity", "--consultant", c.target,
+                cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 0, err.decode()
+            rows = {line.split()[0]: line.split() for line in out.decode().splitlines()[2:]}
+            assert float(rows["fast"][-2]) == 40.0 and float(rows["slow"][-2]) == 10.0   # measured pages/s
+
+    run(go())

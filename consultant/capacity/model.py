@@ -90,7 +90,7 @@ class MlpModel:
         y = np.array([[s.seconds] for s in samples], dtype=float)
         self._xs, self._ys = _MinMax(x), _MinMax(y)
         net = MLPRegressor(hidden_layer_sizes=(self.hidden,), activation="tanh", solver="lbfgs",
-                           max_iter=5000, random_state=self.seed, alpha=1e-4)
+                           max_iter=2000, random_state=self.seed, alpha=1e-4)
         net.fit(self._xs(x), self._ys(y).ravel())
         self._net = net
         return self
