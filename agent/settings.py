@@ -299,7 +299,7 @@ class AgentSettings:
             raise ValueError("concurrency must be >= 1")
         if self.mode not in ("consultant", "kademlia"):
             raise ValueError(f"mode must be \"consultant\" or \"kademlia\", got {self.mode!r}")
-        if self.consultants and self.consultant not in ("127.0.0.1:50051", ",".join(self.consultants)):
+        if self.consultants and self.consultant not in ("", "127.0.0.1:50051", ",".join(self.consultants)):
             raise ValueError(f"consultant {self.consultant!r} and consultants {list(self.consultants)} differ: set one")
         try:
             consultant_addresses(self)
