@@ -65,6 +65,13 @@ class ConsultantClient:
     async def close(self) -> None:
         await self.replicas.close()
 
+    def metrics(self) -> dict[str, float]:
+        """For the agent's Status and Prometheus (agent/metrics.py): calls that moved to another
+        replica, calls no replica answered, and which replica answered last (0 = the first listed)."""
+        c = self.replicas.counters
+        return {"consultant_failovers": c["failovers"], "consultant_unanswered": c["all_failed"],
+                "consultant_replica": float(self.replicas.current)}
+
     async def __aenter__(self) -> "ConsultantClient":
         return self
 

@@ -123,6 +123,7 @@ class FailoverChannels:
         self.clock = clock
         self._channels: dict[int, grpc.aio.Channel] = {}
         self.counters: dict[str, float] = {"attempts": 0, "failovers": 0, "all_failed": 0}
+        self.current = 0  # the address that answered last (the one in use)
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -155,11 +156,13 @@ class FailoverChannels:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in FAILOVER_CODES:
                     self.ranking.answered(i)
+                    self.current = i
                     raise
                 self.ranking.failed(i, self.clock())
                 last = exc
                 continue
             self.ranking.answered(i)
+            self.current = i
             return result
         self.counters["all_failed"] += 1
         assert last is not None
