@@ -151,6 +151,7 @@ HELP = {
     "overlay_delegations_in": "Kademlia mode: hosts delegated to this agent by their XOR owners, as announced",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
+    "lease_ran_out": "times the lease had run out when an answer renewed it (the fence was closed meanwhile)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)
     "hosts_settling": "hosts held until their ownership is settled",
     "replica_hosts": "other agents' hosts backed up here",

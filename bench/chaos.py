@@ -776,7 +776,7 @@ def replica_notes(before: dict[str, dict[str, float]], after: dict[str, dict[str
 
     return (f"agents after the fault: {delta('consultant_failovers'):.0f} consultant calls failed over, "
             f"{delta('consultant_unanswered'):.0f} unanswered by every replica, {delta('fence_refusals'):.0f} fence "
-            f"refusals, {delta('lease_lapses'):.0f} lease lapses (0 and 0: no lease lapsed)")
+            f"refusals, {delta('lease_ran_out') + delta('lease_lapses'):.0f} leases run out or forgotten")
 
 
 class Rolling(threading.Thread):
