@@ -43,6 +43,12 @@ def test_stays_on_the_replica_that_answers_and_goes_back_once_its_time_is_up():
     r.answered(0)
     r.failed(0, 60.0)                       # an answer reset the doubling
     assert r.order(65.0)[0] == 0
+    r.trying(0, 65.0)                       # a probe under way: other calls go to b meanwhile
+    assert r.order(65.0)[0] == 1 and r.order(70.0)[0] == 0
+    r.trying(1, 65.0)                       # an address that never failed is not held off
+    assert not r.is_down(1, 65.0)
+    r.answered(0)
+    assert r.order(65.0)[0] == 0
 
 
 def test_every_address_down_tries_the_one_back_soonest_first():
@@ -77,7 +83,7 @@ class Model:
         return up + sorted((i for i in range(self.n) if i not in up), key=lambda i: (self.back_at(i), i))
 
 
-events = st.lists(st.tuples(st.floats(0, 30), st.integers(0, 3), st.booleans()), max_size=40)
+events = st.lists(st.tuples(st.floats(0, 30), st.integers(0, 3), st.sampled_from(["answered", "failed", "trying"])), max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
@@ -85,16 +91,20 @@ events = st.lists(st.tuples(st.floats(0, 30), st.integers(0, 3), st.booleans()),
 def test_ranking_agrees_with_the_model(n, retry, cap_factor, steps):
     r, m = Ranking(tuple(f"r{i}:1" for i in range(n)), retry, retry * cap_factor), Model(n, retry, retry * cap_factor)
     now = 0.0
-    for dt, i, ok in steps:
+    for dt, i, what in steps:
         now += dt
         i %= n
         order = r.order(now)
         assert sorted(order) == list(range(n)), "each address once per call"
         assert order == m.order(now)
         assert [k for k in order if not r.is_down(k, now)] == sorted(k for k in order if not r.is_down(k, now)), "up ones keep their rank"
-        if ok:
+        if what == "answered":
             r.answered(i)
             m.row[i] = 0
+        elif what == "trying":
+            r.trying(i, now)
+            if m.row[i]:
+                m.last[i] = now  # a probe: held off for the wait it just served
         else:
             r.failed(i, now)
             m.row[i] += 1

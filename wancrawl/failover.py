@@ -64,7 +64,9 @@ class Ranking:
     failed in it. An address that fails is down for `retry_after` seconds, doubling with each
     failure in a row up to `max_retry_after`; an answer clears that. So a client stays on the
     address that answers and goes back to a better-ranked one once its time is up (one call
-    probes it; if it fails again, it waits twice as long).
+    probes it; if it fails again, it waits twice as long). While that probe is under way
+    (`trying`) the address counts as down again for the same wait, so calls made meanwhile do not
+    all queue behind a server that may still hang.
 
     Invariant: `_failures[i] == 0` iff `_down_until[i] == 0`."""
 
@@ -98,10 +100,17 @@ class Ranking:
     def is_down(self, i: int, now: float) -> bool:
         return self._down_until[i] > now
 
+    def _wait(self, i: int) -> float:
+        return min(self.max_retry_after, self.retry_after * 2 ** (self._failures[i] - 1))
+
+    def trying(self, i: int, now: float) -> None:
+        """A call starts on address i: if it had failed (this is a probe), hold others off it."""
+        if self._failures[i]:
+            self._down_until[i] = now + self._wait(i)
+
     def failed(self, i: int, now: float) -> None:
         self._failures[i] += 1
-        wait = min(self.max_retry_after, self.retry_after * 2 ** (self._failures[i] - 1))
-        self._down_until[i] = now + wait
+        self._down_until[i] = now + self._wait(i)
 
     def answered(self, i: int) -> None:
         self._failures[i] = 0
@@ -151,6 +160,7 @@ class FailoverChannels:
             self.counters["attempts"] += 1
             if last is not None:
                 self.counters["failovers"] += 1
+            self.ranking.trying(i, now)
             try:
                 result = await invoke(self.channel(i), max(budget, 0.001))
             except grpc.aio.AioRpcError as exc:
