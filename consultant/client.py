@@ -88,7 +88,9 @@ class ConsultantClient:
         try:
             return await self.replicas.call(invoke, self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise grpcutil.translate(exc, "consultant") from None
+            several = len(self.replicas.addresses) > 1 and exc.code() in failover.FAILOVER_CODES
+            raise grpcutil.translate(exc, f"consultant (no replica of {self.target} answered; the last)" if several
+                                     else "consultant") from None
 
     async def register(self, agent_id, address, *, location=None, source_ip="", capacity=0.0) -> Registration:
         r = await self._call("Register", pb.RegisterRequest(
