@@ -137,7 +137,7 @@ def test_web_survives_a_client_that_vanishes_mid_response():
 
 
 def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
-    from agent.settings import load_settings as agent_settings
+    from agent.settings import consultant_addresses, load_settings as agent_settings
     from consultant.settings import load_settings as consultant_settings
     from lab import topology as topo_mod
     from lab.cluster import write_configs
@@ -150,7 +150,7 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     c = consultant_settings(cfgs.consultant.config)
     assert c.strategy == "hash" and c.listen == cfgs.consultant.address
     a = agent_settings(cfgs.agents["unicom-beijing-2"].config)
-    assert a.consultant == cfgs.consultant.address and a.storage == cfgs.storage.address
+    assert consultant_addresses(a) == (cfgs.consultant.address,) and a.storage == cfgs.storage.address
     assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
     # Each agent's certificate binds its block address: the consultant places it there (lab
     # agents reach the consultant from 127.0.0.1) and refuses another (docs/security.md).
