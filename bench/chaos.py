@@ -1365,6 +1365,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if not args.run_dir:
+            from wancrawl import procs
+
+            for n in names:  # the replicas' state goes with the temporary run dirs
+                if n in REPLICA_SCENARIOS:
+                    procs.drop_schema(procs.PG_URL, procs.run_schema(base / n, "lab"))
             shutil.rmtree(base, ignore_errors=True)
     if args.json:
         lost, pct = worst(rows)

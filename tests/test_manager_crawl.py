@@ -457,16 +457,7 @@ def test_manager_crawl_with_two_consultant_replicas_survives_the_first_ones_deat
     for a in ("agent-local-1", "agent-local-2"):  # no lease lapsed: each agent registered once
         assert (out / "logs" / f"{a}.log").read_text().count("registered local-") == 1, a
     assert _alive_services(out) == []
-    _drop_schema(pg_server, procs.run_schema(out, "crawl"))
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    import sqlalchemy as sa
-
-    eng = sa.create_engine(url)
-    with eng.begin() as c:
-        c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    eng.dispose()
+    procs.drop_schema(pg_server, procs.run_schema(out, "crawl"))
 
 
 def test_plan_takes_consultant_replicas_over_postgresql_only(tmp_path):

@@ -209,3 +209,17 @@ def pg_schema_url(base_url: str, schema: str, *, fresh: bool = False) -> str:
         eng.dispose()
     sep = "&" if "?" in base_url else "?"
     return f"{base_url}{sep}options=-csearch_path%3D{schema}"
+
+
+def drop_schema(base_url: str, schema: str) -> None:
+    """Drop a run's schema (pg_schema_url's) when the run's files go too; an unreachable database is left alone."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(base_url, connect_args={"connect_timeout": 5})
+    try:
+        with eng.begin() as c:
+            c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    except sa.exc.SQLAlchemyError:
+        pass
+    finally:
+        eng.dispose()
