@@ -279,6 +279,10 @@ class AgentNode:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
+        # The consultant's client reports its failovers between replicas (a Kademlia placement has none).
+        placement_metrics = getattr(self.placement, "metrics", None)
+        if callable(placement_metrics):
+            out.update(placement_metrics())
         out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges(),
                    **self.progress.gauges())
         if self.replicator is not None:
