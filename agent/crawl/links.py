@@ -158,7 +158,7 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
         # by what they depend on: the base's directory (which fixes its origin and scheme) for
         # paths and absolute URLs, the whole base for the rest ("", "?query", "#fragment", a
         # leading space, and "http:?q" or "http:" which WHATWG resolves like "?q" and "").
-        key = (directory if _directory_is_enough(href) else base, href, mode) if directory else (base, href, mode)
+        key = (directory if directory and _directory_is_enough(href) else base, href, mode)
         u = cache.get(key)
         if u is None:
             try:
