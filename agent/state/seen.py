@@ -42,11 +42,14 @@ _KEY_SQL = IndexSql(
 _BUCKET = 512
 _MIN_LEVEL = 4
 
-# The log's merge into `seen`, in steps (_MergeCycle): a slice's hid range covers about this many
-# rows of `seen` (the leaf pages its inserts rewrite), rows of the set-aside log are read this
-# many at a time, and each flush spends about this long on steps (one step at least).
+# The log's merge into `seen`, in steps (_MergeCycle): a slice's hid range covers about
+# _SLICE_ROWS rows of `seen` (the leaf pages its inserts rewrite) and _SLICE_LOG_ROWS rows of the
+# log (its inserts), whichever makes more slices; rows of the set-aside log are read _LOAD_ROWS
+# at a time; each flush does steps for about _STEP_SECONDS, and more if the merge would not end
+# before the new log fills up (steps spread in proportion to the rows flushed).
 _SLICE_ROWS = 100_000
-_LOAD_ROWS = 20_000
+_SLICE_LOG_ROWS = 10_000
+_LOAD_ROWS = 10_000
 _STEP_SECONDS = 0.02
 
 
@@ -71,7 +74,7 @@ class _MergeCycle:
     ranges of 1..max_hid, so a slice's inserts land in one stretch of the host-clustered
     table); then a slice per step, sorted; then the table is dropped.
 
-    Invariants: rows with rowid <= `loaded` are in `parts` (interleaved hid, fp) or, for slices
+    Invariants: rows with rowid <= `loaded` are in `hids`/`fps` (12 bytes a row) or, for slices
     before `next`, in `seen`. Nothing is deleted before every slice is in `seen`: a crash redoes
     the cycle from the start, and INSERT OR IGNORE makes a slice merged twice the same."""
 
@@ -79,7 +82,8 @@ class _MergeCycle:
         self.db = db
         self.slices = slices
         self.width = max(1, -(-max(max_hid, 1) // slices))
-        self.parts = [array("q") for _ in range(slices)]
+        self.hids = [array("i") for _ in range(slices)]
+        self.fps = [array("q") for _ in range(slices)]
         self.loaded = 0
         self.last = db.execute("SELECT max(rowid) FROM seen_merging").fetchone()[0] or 0
         self.next = 0
@@ -89,21 +93,20 @@ class _MergeCycle:
         db = self.db
         if self.loaded < self.last:
             top = self.slices - 1
-            parts, width = self.parts, self.width
+            hids, fps, width = self.hids, self.fps, self.width
             loaded = self.last
             for rowid, hid, fp in db.execute("SELECT rowid, hid, fp FROM seen_merging WHERE rowid > ? ORDER BY rowid LIMIT ?",
                                              (self.loaded, _LOAD_ROWS)).fetchall():
-                a = parts[min((hid - 1) // width, top)]
-                a.append(hid)
-                a.append(fp)
+                k = min((hid - 1) // width, top)
+                hids[k].append(hid)
+                fps[k].append(fp)
                 loaded = rowid
             self.loaded = loaded
             return False
         db.execute("BEGIN")
         try:
             if self.next < self.slices:
-                a = self.parts[self.next]
-                db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?)", sorted(zip(a[0::2], a[1::2])))
+                db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?)", sorted(zip(self.hids[self.next], self.fps[self.next])))
             else:
                 db.execute("DROP TABLE seen_merging")
             db.execute("COMMIT")
@@ -112,10 +115,13 @@ class _MergeCycle:
                 db.execute("ROLLBACK")
             raise
         if self.next < self.slices:
-            self.parts[self.next] = array("q")
+            self.hids[self.next], self.fps[self.next] = array("i"), array("q")
             self.next += 1
             return False
         return True
+
+    def steps_left(self) -> int:
+        return -(-(self.last - self.loaded) // _LOAD_ROWS) + self.slices - self.next + 1
 
 
 class SeenSet:
@@ -358,23 +364,27 @@ class SeenSet:
             self._pending[:0], self._new_hosts[:0] = rows, hosts
             raise
         self._log_rows += len(rows)
-        self._merge_work()
+        self._merge_work(len(rows))
         return len(rows)
 
-    def _merge_work(self) -> None:
+    def _merge_work(self, flushed: int = 0) -> None:
         """Once the log holds merge_rows rows it is set aside (renamed `seen_merging`, O(1)) and a
         fresh log begins; the set-aside rows then go into `seen` a step per flush (_MergeCycle).
         The one big sorted merge this replaces held the event loop for seconds (4.7 s at 1M rows)."""
         if self._cycle is None and self._log_rows >= self.merge_rows:
             self._rotate()
+            flushed = 0  # those rows are the ones set aside
         if self._cycle is None:
             return
-        # A log that filled up again before the cycle ended: finish the cycle now (the merge
-        # must keep up with the log; a stall, but only when steps were too few).
-        catch_up = self._log_rows >= self.merge_rows
+        # The steps owed for this flush's rows: the cycle ends before the new log fills up. A log
+        # that filled up anyway finishes the cycle now (a stall, only if the rows came too fast).
+        room = self.merge_rows - self._log_rows
+        owed = 1 << 62 if room <= 0 else -(-self._cycle.steps_left() * flushed // room)
         end = time.perf_counter() + _STEP_SECONDS
+        done = 0
         while not self._cycle.step():
-            if not catch_up and time.perf_counter() >= end:
+            done += 1
+            if done >= owed and time.perf_counter() >= end:
                 return
         self._cycle = None
 
@@ -393,7 +403,7 @@ class SeenSet:
         self._log_rows = 0
 
     def _new_cycle(self, rows: int) -> _MergeCycle:
-        slices = max(1, -(-(max(self._n - rows, 0) + rows) // _SLICE_ROWS))
+        slices = max(1, -(-(max(self._n - rows, 0) + rows) // _SLICE_ROWS), -(-rows // _SLICE_LOG_ROWS))
         return _MergeCycle(self._db, slices, self._next_hid - 1)
 
     def merge(self) -> None:
