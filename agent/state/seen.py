@@ -141,9 +141,9 @@ class SeenSet:
         path: str | Path,
         *,
         capacity: int = 0,
-        merge_rows: int = 1_000_000,
+        merge_rows: int = 500_000,
         synchronous: str = "NORMAL",
-        cache_kib: int = 8192,
+        cache_kib: int = 4096,
         bucket: int = _BUCKET,
     ) -> None:
         if bucket < 1:

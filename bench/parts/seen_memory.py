@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=10_000_000, help="URLs to insert (default 10,000,000)")
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=50, help="URLs per add_new call (links of one page)")
-    ap.add_argument("--flush-every", type=int, default=20_000, help="URLs between group commits")
+    ap.add_argument("--flush-every", type=int, default=3_000,
+                    help="URLs between group commits (default 3,000: an agent committing every 0.1 s at 1,000 pages/s "
+                         "with 30 new links a page)")
     ap.add_argument("--lookups", type=int, default=1_000_000)
     ap.add_argument("--dir", type=Path, default=None, help="data dir (default: a temporary one)")
     args = ap.parse_args(argv)
