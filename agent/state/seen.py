@@ -37,9 +37,9 @@ _KEY_SQL = IndexSql(
 # Linear hashing over sorted buckets: a bucket is split in two once the set holds more than
 # _BUCKET fingerprints per bucket on average, one bucket at a time, so growth never rebuilds the
 # whole set (the old open-addressing table's rehash held the event loop for seconds at tens of
-# millions). 512 keeps a bucket's insert (bisect + memmove of <= ~8 KB) well under a microsecond
-# and the per-bucket overhead (array header, allocator, slack) near 0.5 bytes per fingerprint.
-_BUCKET = 512
+# millions). 1024 keeps a bucket's insert (bisect + memmove of <= ~16 KB) near a microsecond and
+# the per-bucket overhead (array header, allocator, 6% slack) near 0.3 bytes per fingerprint.
+_BUCKET = 1024
 _MIN_LEVEL = 4
 
 # The log's merge into `seen`, in steps (_MergeCycle): a slice's hid range covers about
@@ -143,7 +143,7 @@ class SeenSet:
         capacity: int = 0,
         merge_rows: int = 500_000,
         synchronous: str = "NORMAL",
-        cache_kib: int = 4096,
+        cache_kib: int = 2048,
         bucket: int = _BUCKET,
     ) -> None:
         if bucket < 1:
