@@ -48,8 +48,8 @@ _MIN_LEVEL = 4
 # at a time; each flush does steps for about _STEP_SECONDS, and more if the merge would not end
 # before the new log fills up (steps spread in proportion to the rows flushed).
 _SLICE_ROWS = 100_000
-_SLICE_LOG_ROWS = 10_000
-_LOAD_ROWS = 10_000
+_SLICE_LOG_ROWS = 5_000
+_LOAD_ROWS = 5_000
 _STEP_SECONDS = 0.02
 
 

@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     disk = sum(p.stat().st_size for p in d.iterdir()) / 1e6
     print(f"seen set: {n:,} URLs over {args.hosts:,} hosts, add_new batches of {args.batch}, "
           f"flush every {args.flush_every:,} (Python {sys.version.split()[0]})")
-    print(f"  table: {s.capacity:,} slots, {s.memory_bytes() / 1e6:.0f} MB, load {len(s) / s.capacity:.2f}")
+    print(f"  buckets: {len(s._b):,}, {s.memory_bytes() / 1e6:.0f} MB = {s.memory_bytes() / len(s):.2f} bytes/URL")
     print(f"  RSS delta {delta:.0f} MB = {delta * 1e6 / n:.1f} bytes/URL; process RSS {after:.0f} MB")
-    print(f"  peak process RSS during inserts (last rehash: both tables live): {peak:.0f} MB")
+    print(f"  peak process RSS during inserts: {peak:.0f} MB")
     print(f"  target {target:.0f} MB for {n:,} URLs ({TARGET_BYTES_PER_URL:.0f} bytes/URL): ratio {delta / target:.2f} of target "
           f"({'ok' if delta <= target else 'OVER'})")
     print(f"  longest call {longest[0] * 1000:.1f} ms CPU, {longest[1] * 1000:.1f} ms wall ({longest[2]}; "
