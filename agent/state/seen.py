@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 import sys
+import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -74,7 +74,8 @@ class _MergeCycle:
     ranges of 1..max_hid, so a slice's inserts land in one stretch of the host-clustered
     table); then a slice per step, sorted; then the table is dropped.
 
-    Invariants: rows with rowid <= `loaded` are in `hids`/`fps` (12 bytes a row) or, for slices
+    Invariants: rows with rowid <= `loaded` are in `hids`/`fps` (12 bytes a row: host ids are
+    handed out from 1 up, one per host ever held, far below 2^31) or, for slices
     before `next`, in `seen`. Nothing is deleted before every slice is in `seen`: a crash redoes
     the cycle from the start, and INSERT OR IGNORE makes a slice merged twice the same."""
 
@@ -128,9 +129,10 @@ class SeenSet:
     """URLs already queued or fetched by this agent, for the hosts it owns.
 
     Memory: the signed 64-bit fingerprints in sorted `array('q')` buckets under linear hashing
-    (about 8.5 bytes per URL at any size), grown one bucket split at a time (no rehash stall).
-    Disk: `seen(hid, fp)` clustered by host so a handover reads or deletes one key range, plus an append-only `seen_log` that flush() writes
-    (a group commit touches only the log's last pages, not one page per active host); once the log
+    (about 8.4 bytes per URL at any size), grown one bucket split at a time (no rehash stall).
+    Disk: `seen(hid, fp)` clustered by host so a handover reads or deletes one key range, plus an
+    append-only `seen_log` that flush() writes (a group commit touches only the log's last
+    pages, not one page per active host); once the log
     holds merge_rows rows it is set aside as `seen_merging` and merged into `seen` a short step
     per flush (_MergeCycle). A flushed fingerprint is in `seen`, `seen_merging` or `seen_log`; an
     unflushed one only in memory.
