@@ -26,6 +26,7 @@ GAUGES = frozenset({
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
     "consultant_replica",                                                                        # ConsultantClient
+    "loop_lag_max", "loop_busy_max",                                                             # LoopLag
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
     "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
 })
@@ -105,6 +106,11 @@ HELP = {
     "rows_rejected": "frontier changes left out of a commit because they could not be written (poison rows)",
     "stalls": "times the agent went without a completed commit for commit_stall_seconds (NOT_SERVING, no heartbeat)",
     "stalled": "1 while no group commit has completed for commit_stall_seconds, else 0",
+    "loop_lag_max": "longest event-loop lag (wall clock) sampled since start, seconds (loop_lag_interval > 0 only)",
+    "loop_busy_max": "longest busy lag sampled since start: CPU the loop thread spent in a sample beyond the "
+                     "interval, seconds (a stall of the agent's own making; loop_lag_interval > 0 only)",
+    "loop_stalls": "loop lag samples whose busy lag was over 0.1 s (loop_lag_interval > 0 only)",
+    "loop_late": "loop lag samples whose wall-clock lag was over 0.1 s, busy or not scheduled (loop_lag_interval > 0 only)",
     # Queues (the node)
     "frontier": "URLs queued in the frontier",
     "hosts_with_work": "hosts with queued URLs",

@@ -53,6 +53,7 @@ from agent.waker import HostSignal
 from storage.client import GrpcStorageClient, StorageClient
 from wancrawl import errors
 from wancrawl.hostres import HostResolver, parse_hosts_file
+from wancrawl.looplag import LoopLag
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
@@ -101,6 +102,7 @@ class AgentNode:
         self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
         # Fed by every commit; read by membership (no heartbeat while stalled) and the server's health.
         self.progress = ProgressWatch(s.commit_stall_seconds, clock)
+        self.loop_lag = LoopLag(s.loop_lag_interval) if s.loop_lag_interval > 0 else None
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
                                     flush_interval=s.storage_out.flush_interval, clock=clock, progress=self.progress)
         storage_client = storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None)
@@ -170,6 +172,8 @@ class AgentNode:
         }
         if self.replicator is not None:
             loops["replication"] = self.replicator.run()
+        if self.loop_lag is not None:
+            loops["loop_lag"] = self.loop_lag.run()
         self.tasks = [asyncio.create_task(coro, name=name) for name, coro in loops.items()]
         for t in self.tasks:
             t.add_done_callback(_report_end)
@@ -274,7 +278,7 @@ class AgentNode:
         out: dict[str, float] = {}
         parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
                  self.gate, self.ownership, self.guard, self.commit_log, self.progress,
-                 *(p for p in (self.replicator, self.replicas, self.stored_check, self.overlay) if p is not None)]
+                 *(p for p in (self.replicator, self.replicas, self.stored_check, self.overlay, self.loop_lag) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
@@ -287,6 +291,8 @@ class AgentNode:
                    **self.progress.gauges())
         if self.replicator is not None:
             out.update(self.replicator.gauges())
+        if self.loop_lag is not None:
+            out.update(self.loop_lag.gauges())
         if self.overlay is not None:
             out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch,
                        **self.overlay.balancing.gauges())

@@ -281,6 +281,10 @@ class AgentSettings:
     commit_stall_seconds: float = 5.0
     metrics_listen: str = ""          # host:port for Prometheus metrics ("" = off)
     progress_interval: float = 30.0   # seconds between progress lines in the log (0 = none)
+    # Sample the event loop's lag every this many seconds (0 = off): gauges loop_lag_max (wall)
+    # and loop_busy_max (the loop thread's own CPU), counters loop_stalls and loop_late (over
+    # 0.1 s; wancrawl/looplag.py). Off by default: a 10 ms timer costs the agent ~1% CPU.
+    loop_lag_interval: float = 0.0
     fetcher: str = "aiohttp"          # aiohttp or httpx (docs/agent-fetching.md)
     sort_query: bool = False          # canonicalisation: sort query parameters
     log_level: str = "INFO"
@@ -310,6 +314,8 @@ class AgentSettings:
             consultant_addresses(self)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        if self.loop_lag_interval < 0:
+            raise ValueError(f"loop_lag_interval must be >= 0 (0 = off), got {self.loop_lag_interval}")
         if self.commit_interval <= 0:
             raise ValueError("commit_interval must be > 0")
         if self.commit_stall_seconds <= 2 * self.commit_interval:

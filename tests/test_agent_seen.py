@@ -56,6 +56,67 @@ def test_flushed_survives_a_crash_and_unflushed_does_not(tmp_path):
     assert len(SeenSet(tmp_path / "s.db")) == 8
 
 
+def _on_disk(path) -> set[tuple[str, int]]:
+    import sqlite3
+
+    db = sqlite3.connect(str(path))
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'seen%'")]
+    rows = {(h, fp) for t in tables for h, fp in db.execute(f"SELECT host, fp FROM {t} JOIN hosts USING (hid)")}
+    db.close()
+    return rows
+
+
+def test_log_merges_in_steps_and_a_crash_mid_merge_loses_nothing(tmp_path, monkeypatch):
+    import agent.state.seen as seen_mod
+
+    monkeypatch.setattr(seen_mod, "_SLICE_ROWS", 40)   # many slices
+    monkeypatch.setattr(seen_mod, "_LOAD_ROWS", 25)    # several load steps
+    monkeypatch.setattr(seen_mod, "_STEP_SECONDS", 0)  # one step per flush
+    path = tmp_path / "s.db"
+    s = SeenSet(path, merge_rows=100)
+    urls = {f"h{h}": _urls(f"h{h}", 30) for h in range(8)}
+    for h, us in urls.items():
+        s.add_new(h, us)
+    s.flush()  # 240 rows >= merge_rows: set aside, one load step
+    assert s._cycle is not None and s._cycle.slices > 2
+    want = {(h, fingerprint(u)) for h, us in urls.items() for u in us}
+    steps = 0
+    while s._cycle is not None and s._cycle.next < 2:
+        s.flush()  # nothing new: steps only
+        steps += 1
+    assert _on_disk(path) >= want and steps > 3
+    del s  # a crash mid-merge: two slices in `seen`, the rest only in seen_merging
+    t = SeenSet(path, merge_rows=100)
+    assert len(t) == len(want) and all(u in t for us in urls.values() for u in us)
+    assert t._cycle is not None  # the merge starts again
+    while t._cycle is not None:
+        t.flush()
+    db_tables = {r[0] for r in t._db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'seen%'")}
+    assert "seen_merging" not in db_tables
+    assert {(h, fp) for h, fp in t._db.execute("SELECT host, fp FROM seen JOIN hosts USING (hid)")} == want
+    assert sorted(t.export_host("h3")) == sorted(fingerprint(u) for u in urls["h3"])
+    t.close()
+
+
+def test_handover_mid_merge_moves_the_whole_host(tmp_path, monkeypatch):
+    import agent.state.seen as seen_mod
+
+    monkeypatch.setattr(seen_mod, "_SLICE_ROWS", 40)
+    monkeypatch.setattr(seen_mod, "_STEP_SECONDS", 0)
+    s = SeenSet(tmp_path / "s.db", merge_rows=50)
+    s.add_new("a", _urls("a", 60))
+    s.add_new("b", _urls("b", 60))
+    s.flush()  # set aside: a cycle under way
+    s.add_new("a", _urls("a", 5, "log"))
+    s.flush()  # in the new log
+    s.add_new("a", _urls("a", 3, "mem"))  # not flushed
+    assert s._cycle is not None
+    assert sorted(s.export_host("a")) == sorted(fingerprint(u) for u in _urls("a", 60) + _urls("a", 5, "log") + _urls("a", 3, "mem"))
+    assert s.drop_host("b") == 60 and not any(u in s for u in _urls("b", 60))
+    s.close()
+    assert len(SeenSet(tmp_path / "s.db")) == 68
+
+
 def test_handover_moves_one_host(tmp_path):
     old = SeenSet(tmp_path / "old.db", merge_rows=50)
     old.add_new("a", _urls("a", 120))
@@ -91,14 +152,14 @@ def test_fingerprint_is_stable_64_bit_and_never_zero():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=300))
-def test_deletion_keeps_probe_runs_intact(tmp_path_factory, ops):
-    # Fingerprints sharing low bits collide in a small table, so runs wrap and interleave: the
-    # case where a wrong backward shift would hide a member.
-    s = SeenSet(tmp_path_factory.mktemp("s") / "s.db")
-    mask = s._mask
-    keyspace = [((k % 5) + (k // 5) * (mask + 1)) or 1 for k in range(41)]
-    keyspace = [k - 3 if k > 3 else k + mask - 3 for k in keyspace]  # some homes near the end: wraps
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 200)), max_size=400))
+def test_buckets_split_and_remove_like_a_set(tmp_path_factory, ops):
+    # Two fingerprints per bucket on average: a split every other insert, so inserts and removals
+    # meet buckets mid-way through every level of the linear hashing; the keys share low bits
+    # (multiples of 8 and small offsets), the case where a wrong bucket index would hide a member.
+    d = tmp_path_factory.mktemp("s")
+    s = SeenSet(d / "s.db", bucket=2)
+    keyspace = [((k % 7) + (k // 7) * 8 - 100) or 1 for k in range(201)]
     model: set[int] = set()
     for insert, k in ops:
         fp = keyspace[k]
@@ -111,3 +172,28 @@ def test_deletion_keeps_probe_runs_intact(tmp_path_factory, ops):
         assert len(s) == len(model)
     assert all(s._has(fp) for fp in model)
     assert not any(s._has(fp) for fp in set(keyspace) - model)
+    assert all(list(b) == sorted(b) for b in s._b)
+    # Reloaded from disk into as many buckets as the count asks: the same members.
+    s._pending = [(s._host_id("h"), fp) for fp in model]
+    s.close()
+    t = SeenSet(d / "s.db", bucket=2)
+    assert len(t) == len(model) and all(t._has(fp) for fp in model)
+    t.close()
+
+
+def test_growth_takes_no_long_step(tmp_path):
+    """Every insert does O(one bucket) of work: no call is much slower than the median, where the
+    old table's rehash made one call in a doubling as slow as all the inserts before it. Counted
+    in work (fingerprints moved by the largest split), not time."""
+    s = SeenSet(tmp_path / "s.db", bucket=64)
+    moved = []
+    grow = s._grow
+
+    def counting() -> None:
+        moved.append(len(s._b[s._split]))
+        grow()
+
+    s._grow = counting  # type: ignore[method-assign]
+    s.add_new("h", [f"http://h/{i}" for i in range(50_000)])
+    assert len(s) == 50_000 and len(moved) > 500
+    assert max(moved) <= 4 * 64  # one bucket, never the set

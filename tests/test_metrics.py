@@ -277,8 +277,10 @@ def test_the_agent_schema_matches_who_counts_and_who_measures(crawl):
                 for n, _ in values(crawl.texts[a], "agent")}
     # Nothing declared that no agent exports (a renamed counter leaves its old name behind). The
     # overlay's are exported in the Kademlia mode only (tests/test_kademlia_agents.py sees them).
+    # The loop lag's, with loop_lag_interval > 0 only (tests/test_looplag.py).
     kademlia_only = {n for n in AGENT.help if n.startswith("overlay_")}
-    assert set(AGENT.help) - SERVER_ONLY_WITH_TLS - kademlia_only - exported == set()
+    loop_lag_only = {n for n in AGENT.help if n.startswith("loop_")}
+    assert set(AGENT.help) - SERVER_ONLY_WITH_TLS - kademlia_only - loop_lag_only - exported == set()
     for key, schema in (("consultant", CONSULTANT), ("storage", STORAGE)):
         names = {n[len(schema.prefix) + 1:].removesuffix("_total") for n, _ in values(crawl.texts[key], key)}
         assert set(schema.help) - SERVER_ONLY_WITH_TLS - names == set(), key

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
+import time
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable
 from hashlib import blake2b
 from pathlib import Path
@@ -31,31 +34,108 @@ _KEY_SQL = IndexSql(
     scan="SELECT hkey, host FROM hosts WHERE hkey >= ? ORDER BY hkey",
 )
 
-_MAX_LOAD = 0.75
-_MIN_CAP = 1 << 10
+# Linear hashing over sorted buckets: a bucket is split in two once the set holds more than
+# _BUCKET fingerprints per bucket on average, one bucket at a time, so growth never rebuilds the
+# whole set (the old open-addressing table's rehash held the event loop for seconds at tens of
+# millions). 1024 keeps a bucket's insert (bisect + memmove of <= ~16 KB) near a microsecond and
+# the per-bucket overhead (array header, allocator, 6% slack) near 0.3 bytes per fingerprint.
+_BUCKET = 1024
+_MIN_LEVEL = 4
+
+# The log's merge into `seen`, in steps (_MergeCycle): a slice's hid range covers about
+# _SLICE_ROWS rows of `seen` (the leaf pages its inserts rewrite) and _SLICE_LOG_ROWS rows of the
+# log (its inserts), whichever makes more slices; rows of the set-aside log are read _LOAD_ROWS
+# at a time; each flush does steps for about _STEP_SECONDS, and more if the merge would not end
+# before the new log fills up (steps spread in proportion to the rows flushed).
+_SLICE_ROWS = 100_000
+_SLICE_LOG_ROWS = 5_000
+_LOAD_ROWS = 5_000
+_STEP_SECONDS = 0.02
 
 
 def fingerprint(url: str) -> int:
-    """Signed 64-bit blake2b fingerprint of a canonical URL, never 0 (0 marks an empty slot).
+    """Signed 64-bit blake2b fingerprint of a canonical URL, never 0 (0 marked an empty slot of the
+    old table; kept so fingerprints on disk and in handovers stay valid).
 
     Among n distinct URLs the chance of any collision is about n^2 / 2^65: 2.7e-6 for 10 million.
     A collision makes one URL look seen (it is not fetched), nothing worse."""
     return int.from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
 
 
-def _table(cap: int) -> array:
-    return array("q", bytes(8 * cap))
+def _bucket_of(fp: int, level: int, split: int) -> int:
+    """Linear hashing: the low `level` bits, or `level + 1` for buckets already split."""
+    i = fp & ((1 << level) - 1)
+    return fp & ((2 << level) - 1) if i < split else i
+
+
+class _MergeCycle:
+    """The set-aside log `seen_merging` into `seen`, a short transaction per step: first its rows
+    are read, _LOAD_ROWS at a time, into one bucket per slice of host ids (`slices` equal hid
+    ranges of 1..max_hid, so a slice's inserts land in one stretch of the host-clustered
+    table); then a slice per step, sorted; then the table is dropped.
+
+    Invariants: rows with rowid <= `loaded` are in `hids`/`fps` (12 bytes a row: host ids are
+    handed out from 1 up, one per host ever held, far below 2^31) or, for slices
+    before `next`, in `seen`. Nothing is deleted before every slice is in `seen`: a crash redoes
+    the cycle from the start, and INSERT OR IGNORE makes a slice merged twice the same."""
+
+    def __init__(self, db: sqlite3.Connection, slices: int, max_hid: int):
+        self.db = db
+        self.slices = slices
+        self.width = max(1, -(-max(max_hid, 1) // slices))
+        self.hids = [array("i") for _ in range(slices)]
+        self.fps = [array("q") for _ in range(slices)]
+        self.loaded = 0
+        self.last = db.execute("SELECT max(rowid) FROM seen_merging").fetchone()[0] or 0
+        self.next = 0
+
+    def step(self) -> bool:
+        """One step; True once the cycle is over (the table dropped)."""
+        db = self.db
+        if self.loaded < self.last:
+            top = self.slices - 1
+            hids, fps, width = self.hids, self.fps, self.width
+            loaded = self.last
+            for rowid, hid, fp in db.execute("SELECT rowid, hid, fp FROM seen_merging WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                             (self.loaded, _LOAD_ROWS)).fetchall():
+                k = min((hid - 1) // width, top)
+                hids[k].append(hid)
+                fps[k].append(fp)
+                loaded = rowid
+            self.loaded = loaded
+            return False
+        db.execute("BEGIN")
+        try:
+            if self.next < self.slices:
+                db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?)", sorted(zip(self.hids[self.next], self.fps[self.next])))
+            else:
+                db.execute("DROP TABLE seen_merging")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        if self.next < self.slices:
+            self.hids[self.next], self.fps[self.next] = array("i"), array("q")
+            self.next += 1
+            return False
+        return True
+
+    def steps_left(self) -> int:
+        return -(-(self.last - self.loaded) // _LOAD_ROWS) + self.slices - self.next + 1
 
 
 class SeenSet:
     """URLs already queued or fetched by this agent, for the hosts it owns.
 
-    Memory: one signed 64-bit slot per entry in a linear-probing table of power-of-two capacity at
-    most 75% full (8-14 bytes per URL), grown by rehash. Disk: `seen(hid, fp)` clustered by host so
-    a handover reads or deletes one key range, plus an append-only `seen_log` that flush() writes
-    (a group commit touches only the log's last pages, not one page per active host); the log is
-    merged into `seen` in big sorted batches once it holds merge_rows rows. A flushed fingerprint is
-    in `seen` or `seen_log`; an unflushed one only in memory.
+    Memory: the signed 64-bit fingerprints in sorted `array('q')` buckets under linear hashing
+    (about 8.4 bytes per URL at any size), grown one bucket split at a time (no rehash stall).
+    Disk: `seen(hid, fp)` clustered by host so a handover reads or deletes one key range, plus an
+    append-only `seen_log` that flush() writes (a group commit touches only the log's last
+    pages, not one page per active host); once the log
+    holds merge_rows rows it is set aside as `seen_merging` and merged into `seen` a short step
+    per flush (_MergeCycle). A flushed fingerprint is in `seen`, `seen_merging` or `seen_log`; an
+    unflushed one only in memory.
     """
 
     def __init__(
@@ -63,17 +143,22 @@ class SeenSet:
         path: str | Path,
         *,
         capacity: int = 0,
-        merge_rows: int = 1_000_000,
+        merge_rows: int = 500_000,
         synchronous: str = "NORMAL",
-        cache_kib: int = 8192,
+        cache_kib: int = 2048,
+        bucket: int = _BUCKET,
     ) -> None:
+        if bucket < 1:
+            raise ValueError(f"bucket must be >= 1, got {bucket}")
         self.path = Path(path)
+        self._bucket = bucket
         self.merge_rows = merge_rows
         self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
-        # A merge writes many pages to the WAL; do not keep a huge WAL file around afterwards.
+        # A merge writes many pages to the WAL; do not keep a huge WAL file around afterwards (its
+        # steps are small transactions: the WAL is checkpointed every 1,000 pages as usual).
         self._db.execute("PRAGMA journal_size_limit=67108864")
         self._db.executescript(_SCHEMA)
         self._migrate()
@@ -82,19 +167,34 @@ class SeenSet:
         self._new_hosts: list[tuple[int, str, int]] = []  # (hid, host, hkey) rows not flushed
         self._pending: list[tuple[int, int]] = []
         self._log_rows = self._db.execute("SELECT count(*) FROM seen_log").fetchone()[0]
-        n = self._db.execute("SELECT count(*) FROM seen").fetchone()[0] + self._log_rows
-        # Invariants: _table has _mask + 1 (a power of two) slots; 0 = empty; every fingerprint in
-        # memory sits in the probe run starting at fp & _mask with no empty slot before it; _n counts
-        # the non-zero slots and stays <= _MAX_LOAD * capacity.
-        cap = _MIN_CAP
-        while cap * _MAX_LOAD < max(n, capacity):
-            cap <<= 1
-        self._t = _table(cap)
-        self._mask = cap - 1
+        # A log set aside for merging when the process stopped: its cycle starts again (below).
+        merging = self._db.execute("SELECT 1 FROM sqlite_master WHERE name='seen_merging'").fetchone() is not None
+        parts = "seen UNION ALL SELECT fp FROM seen_log" + (" UNION ALL SELECT fp FROM seen_merging" if merging else "")
+        n = self._db.execute(f"SELECT count(*) FROM (SELECT fp FROM {parts})").fetchone()[0]
+        # Invariants: 2**_level + _split buckets (0 <= _split < 2**_level); every fingerprint in
+        # memory sits, once, in bucket _bucket_of(fp, _level, _split), each bucket sorted
+        # ascending; _n counts them; a split happens when _n > _grow_at = bucket * buckets.
+        level = _MIN_LEVEL
+        while (bucket << level) < max(n, capacity):
+            level += 1
+        self._level, self._split = level, 0
         self._n = 0
-        self._grow_at = int(cap * _MAX_LOAD)
-        for (fp,) in self._db.execute("SELECT fp FROM seen UNION ALL SELECT fp FROM seen_log"):
-            self._insert(fp)
+        fill: list[list[int]] = [[] for _ in range(1 << level)]
+        mask = (1 << level) - 1
+        for (fp,) in self._db.execute(f"SELECT fp FROM {parts}"):
+            fill[fp & mask].append(fp)
+        self._b: list[array] = []
+        for k, xs in enumerate(fill):
+            self._b.append(array("q", sorted(set(xs))))
+            self._n += len(self._b[-1])
+            fill[k] = []
+        self._grow_at = bucket * len(self._b)
+        while self._n > self._grow_at:
+            self._grow()
+        self._cycle: _MergeCycle | None = None
+        if merging:
+            rows = self._db.execute("SELECT count(*) FROM seen_merging").fetchone()[0]
+            self._cycle = self._new_cycle(rows)
 
     def _migrate(self) -> None:
         """Bring an older database to SCHEMA_VERSION in one transaction (a crash leaves it whole)."""
@@ -116,62 +216,42 @@ class SeenSet:
                 db.execute("ROLLBACK")
             raise
 
-    # -- in-memory table ----------------------------------------------------------------------------
-    def _slot(self, fp: int) -> int:
-        """Index of fp in the table, or of the empty slot where it would go (linear probing)."""
-        t, mask = self._t, self._mask
-        i = fp & mask
-        while True:
-            v = t[i]
-            if v == fp or not v:
-                return i
-            i = (i + 1) & mask
+    # -- in-memory buckets ---------------------------------------------------------------------------
+    def _where(self, fp: int) -> tuple[array, int, bool]:
+        """fp's bucket, its position there (or where it would go), and whether it is there."""
+        a = self._b[_bucket_of(fp, self._level, self._split)]
+        j = bisect_left(a, fp)
+        return a, j, j < len(a) and a[j] == fp
 
     def _insert(self, fp: int) -> bool:
-        i = self._slot(fp)
-        if self._t[i]:
+        a, j, there = self._where(fp)
+        if there:
             return False
-        self._t[i] = fp
+        a.insert(j, fp)
         self._n += 1
         if self._n > self._grow_at:
             self._grow()
         return True
 
     def _has(self, fp: int) -> bool:
-        return bool(self._t[self._slot(fp)])
+        return self._where(fp)[2]
 
     def _grow(self) -> None:
-        old = self._t
-        cap = (self._mask + 1) * 2
-        t = _table(cap)
-        mask = cap - 1
-        for fp in old:
-            if fp:
-                i = fp & mask
-                while t[i]:
-                    i = (i + 1) & mask
-                t[i] = fp
-        self._t, self._mask, self._grow_at = t, mask, int(cap * _MAX_LOAD)
+        """Split bucket _split by bit _level (both halves stay sorted): O(one bucket)."""
+        bit = 1 << self._level
+        old = self._b[self._split]
+        self._b[self._split] = array("q", [x for x in old if not x & bit])
+        self._b.append(array("q", [x for x in old if x & bit]))
+        self._split += 1
+        if self._split == bit:
+            self._level, self._split = self._level + 1, 0
+        self._grow_at = self._bucket * len(self._b)
 
     def _remove(self, fp: int) -> bool:
-        t, mask = self._t, self._mask
-        i = self._slot(fp)
-        if not t[i]:
+        a, j, there = self._where(fp)
+        if not there:
             return False
-        # Backward-shift deletion: pull later members of the run into the hole when their home slot
-        # does not lie cyclically in (hole, j], so every run stays contiguous without tombstones.
-        t[i] = 0
-        j = i
-        while True:
-            j = (j + 1) & mask
-            v = t[j]
-            if not v:
-                break
-            k = v & mask
-            if (i <= j and (k <= i or k > j)) or (i > j and k <= i and k > j):
-                t[i] = v
-                t[j] = 0
-                i = j
+        del a[j]
         self._n -= 1
         return True
 
@@ -181,11 +261,12 @@ class SeenSet:
 
     @property
     def capacity(self) -> int:
-        return self._mask + 1
+        """Fingerprints the buckets hold before the next split."""
+        return self._grow_at
 
     def memory_bytes(self) -> int:
-        """Bytes of the fingerprint table (the part that grows with the number of URLs)."""
-        return self._t.itemsize * len(self._t)
+        """Bytes of the buckets (the part that grows with the number of URLs): O(buckets)."""
+        return sum(map(sys.getsizeof, self._b)) + sys.getsizeof(self._b)
 
     def _host_id(self, host: str) -> int:
         hid = self._hid.get(host)
@@ -208,27 +289,24 @@ class SeenSet:
         mark = len(self._pending)
         pend = self._pending.append
         from_bytes = int.from_bytes
-        t, mask = self._t, self._mask
+        b, low, split = self._b, (1 << self._level) - 1, self._split
         try:
             for url in urls:
                 fp = from_bytes(blake2b(url.encode(), digest_size=8).digest(), "little", signed=True) or 1
-                # Inlined probe (the hot path of the agent's link handling).
-                i = fp & mask
-                while True:
-                    v = t[i]
-                    if v == fp:
-                        append(False)
-                        break
-                    if not v:
-                        t[i] = fp
-                        self._n += 1
-                        pend((hid, fp))
-                        append(True)
-                        if self._n > self._grow_at:
-                            self._grow()
-                            t, mask = self._t, self._mask
-                        break
-                    i = (i + 1) & mask
+                # Inlined _where/_insert (the hot path of the agent's link handling).
+                i = fp & low
+                a = b[fp & (2 * low + 1) if i < split else i]
+                j = bisect_left(a, fp)
+                if j < len(a) and a[j] == fp:
+                    append(False)
+                    continue
+                a.insert(j, fp)
+                self._n += 1
+                pend((hid, fp))
+                append(True)
+                if self._n > self._grow_at:
+                    self._grow()
+                    low, split = (1 << self._level) - 1, self._split
         except BaseException as exc:
             for _, fp in self._pending[mark:]:
                 self._remove(fp)
@@ -267,9 +345,11 @@ class SeenSet:
         return len(self._pending)
 
     def flush(self) -> int:
-        """Append the fingerprints recorded since the last flush to the log in one transaction."""
+        """Append the fingerprints recorded since the last flush to the log in one transaction,
+        then move on the merge of an older log into `seen` by a step of at most ~_STEP_SECONDS."""
         rows, hosts = self._pending, self._new_hosts
         if not rows and not hosts:
+            self._merge_work()
             return 0
         self._pending, self._new_hosts = [], []
         db = self._db
@@ -286,12 +366,56 @@ class SeenSet:
             self._pending[:0], self._new_hosts[:0] = rows, hosts
             raise
         self._log_rows += len(rows)
-        if self._log_rows >= self.merge_rows:
-            self.merge()
+        self._merge_work(len(rows))
         return len(rows)
 
+    def _merge_work(self, flushed: int = 0) -> None:
+        """Once the log holds merge_rows rows it is set aside (renamed `seen_merging`, O(1)) and a
+        fresh log begins; the set-aside rows then go into `seen` a step per flush (_MergeCycle).
+        The one big sorted merge this replaces held the event loop for seconds (4.7 s at 1M rows)."""
+        if self._cycle is None and self._log_rows >= self.merge_rows:
+            self._rotate()
+            flushed = 0  # those rows are the ones set aside
+        if self._cycle is None:
+            return
+        # The steps owed for this flush's rows: the cycle ends before the new log fills up. A log
+        # that filled up anyway finishes the cycle now (a stall, only if the rows came too fast).
+        room = self.merge_rows - self._log_rows
+        owed = 1 << 62 if room <= 0 else -(-self._cycle.steps_left() * flushed // room)
+        end = time.perf_counter() + _STEP_SECONDS
+        done = 0
+        while not self._cycle.step():
+            done += 1
+            if done >= owed and time.perf_counter() >= end:
+                return
+        self._cycle = None
+
+    def _rotate(self) -> None:
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            db.execute("ALTER TABLE seen_log RENAME TO seen_merging")
+            db.execute("CREATE TABLE seen_log (hid INTEGER NOT NULL, fp INTEGER NOT NULL)")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        self._cycle = self._new_cycle(self._log_rows)
+        self._log_rows = 0
+
+    def _new_cycle(self, rows: int) -> _MergeCycle:
+        slices = max(1, -(-(max(self._n - rows, 0) + rows) // _SLICE_ROWS), -(-rows // _SLICE_LOG_ROWS))
+        return _MergeCycle(self._db, slices, self._next_hid - 1)
+
     def merge(self) -> None:
-        """Move the log into the host-clustered table: one sorted pass, each leaf page written once."""
+        """Everything into the host-clustered table now (handover reads one key range): the cycle
+        under way to its end, then the log in one sorted pass, each leaf page written once."""
+        while self._cycle is not None and not self._cycle.step():
+            pass
+        self._cycle = None
+        if not self._log_rows:
+            return
         db = self._db
         db.execute("BEGIN")
         try:
@@ -302,7 +426,6 @@ class SeenSet:
             db.execute("ROLLBACK")
             raise
         self._log_rows = 0
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # -- handover (by host: cost proportional to the host's URLs, after merging the log) -----------
     def export_host(self, host: str) -> list[int]:
@@ -312,7 +435,7 @@ class SeenSet:
         hid = self._hid.get(host)
         if hid is None:
             return []
-        if self._log_rows:
+        if self._log_rows or self._cycle is not None:
             self.merge()
         fps = [fp for (fp,) in self._db.execute("SELECT fp FROM seen WHERE hid=?", (hid,))]
         return fps + [fp for h, fp in self._pending if h == hid]
