@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
-from lab.objectstore import SeaweedFS
+from wancrawl.seaweedfs import SeaweedFS, storage_tables
 from wancrawl import procs
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 from wancrawl.grpcutil import TlsSettings, register_client_tls
@@ -192,9 +192,7 @@ fallback = "geo"
     for i, wport in enumerate(wports):
         name = "storage" if i == 0 else f"storage-{i + 1}"
         index = f'[index]\nurl = "{index_url}"\n' + (f'schema = "{index_schema}"\n' if index_schema else "") if index_url else ""
-        sink = (f'[warc]\nsink = "s3"\n[object_store]\nendpoint = "{object_store}"\nbucket = "wancrawl-lab"\n'
-                f'access_key_id = "wancrawl"\nsecret_access_key = "wancrawl-lab-secret"\nwriter_id = "w{i + 1}"\n'
-                'create_bucket = true\n') if object_store else ""
+        sink = storage_tables(object_store, "wancrawl-lab", f"w{i + 1}") if object_store else ""
         cfg_path = run / f"{name}.toml"
         cfg_path.write_text(f"""# written by lab up
 listen = "127.0.0.1:{wport}"

