@@ -161,7 +161,6 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
                           "give --object-store and --index-url (PostgreSQL)")
     cport = free_port()
     wports = [free_port() for _ in range(storage_writers)]
-    sport = wports[0]
     # Every agent's port is chosen before any config is written: in kademlia mode each agent's
     # bootstrap list names all the others.
     placed = [(spec, *agent_group(topo, spec), free_port()) for spec in groups]

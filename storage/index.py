@@ -90,6 +90,9 @@ class Row:
 
 
 
+_SCHEMA_LOCK = 0x77637374  # "wcst": the advisory lock key of storage's table creation
+
+
 class Index:
     """Reads and writes the capture index; every method is blocking (call it off the event loop)."""
 
@@ -117,6 +120,11 @@ class Index:
         self.parts = make_parts_table(self.metadata)
         try:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":
+                    # Several writers starting at once over one database: IF NOT EXISTS is not
+                    # atomic in PostgreSQL (two creators collide on the catalog's unique index),
+                    # so creation is serialised by a transaction-scoped advisory lock.
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
                 if schema and self.engine.dialect.name == "postgresql":
                     conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
                 self.metadata.create_all(conn)

@@ -1,7 +1,8 @@
 """The WARC sink port: where capture groups are appended and read back (no SQL, no gRPC).
 
 Two implementations, picked by `warc.sink` in storage's config: `LocalSink` (a directory, the
-default) and `storage.s3sink.S3Sink` (S3-compatible object storage). One contract suite runs
+default) and `storage.s3sink.S3Sink` (S3-compatible object storage); storage.store.open_sink
+picks one. One contract suite runs
 over both (tests/test_storage_sink_contract.py).
 
 A write group is what one index transaction covers:
@@ -24,7 +25,6 @@ from typing import BinaryIO, Protocol
 
 from wancrawl.errors import NotFound
 
-from storage.config import StorageSettings
 from storage.warcfile import SUFFIX, WarcWriter, recover
 
 
@@ -135,14 +135,3 @@ class LocalSink:
 
     def names(self) -> Iterator[str]:
         return (p.name for p in sorted(self.dir.glob(f"*{SUFFIX}")))
-
-
-def open_sink(settings: StorageSettings) -> WarcSink:
-    """The sink `warc.sink` names."""
-    durable = settings.ingest.fsync == "always"
-    if settings.warc.sink == "s3":
-        from storage.s3sink import S3Sink  # boto3 is imported only when asked for
-
-        return S3Sink(settings.object_store, settings.warc.prefix, settings.warc.max_file_bytes)
-    return LocalSink(settings.warc_dir(), settings.warc.prefix, settings.warc.max_file_bytes, fsync=durable)
-

@@ -22,7 +22,7 @@ from wancrawl.v1 import storage_pb2
 from storage import validate
 from storage.config import StorageSettings
 from storage.index import Index, Row
-from storage.sink import WarcSink, open_sink
+from storage.sink import LocalSink, WarcSink
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,16 @@ def surt(url: str) -> str:
     path = (parts.path or "/").lower()
     query = "&".join(sorted(parts.query.split("&"))).lower() if parts.query else ""
     return f"{key}){path}" + (f"?{query}" if query else "")
+
+
+def open_sink(settings: StorageSettings) -> WarcSink:
+    """The WARC sink `warc.sink` names (storage/sink.py)."""
+    if settings.warc.sink == "s3":
+        from storage.s3sink import S3Sink  # boto3 is imported only when asked for
+
+        return S3Sink(settings.object_store, settings.warc.prefix, settings.warc.max_file_bytes)
+    return LocalSink(settings.warc_dir(), settings.warc.prefix, settings.warc.max_file_bytes,
+                     fsync=settings.ingest.fsync == "always")
 
 
 def timestamp14(epoch: float) -> str:
