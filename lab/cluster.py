@@ -207,13 +207,15 @@ fsync = "os"
         own = (agent_keys or {}).get(spec, {})
         head = 'mode = "kademlia"' if kademlia else f'consultant = "127.0.0.1:{cport}"'
         tail = kademlia_table([a for a in addresses if a != address], lease) + kademlia_keys if kademlia else ""
+        # Its own writer first, then the others (failover: storage.client.FailoverStorageClient).
+        ranked = ",".join(w.address for w in writers[n % len(writers):] + writers[:n % len(writers)])
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(f"""# written by lab up
 agent_id = "{g}"
 listen = "{address}"
 {head}
-storage = "{writers[n % len(writers)].address}"
+storage = "{ranked}"
 data_dir = "{run}/agents/{g}"
 hosts_file = "{paths[geodb.HOSTS]}"
 system_dns = false

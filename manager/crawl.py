@@ -332,7 +332,8 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
         paths[a] = cfg / f"{a}.toml"
         # Kademlia mode: every agent bootstraps through all the others (whichever is up first answers).
         others = [addr for b, addr in run.agents.items() if b != a]
-        writer = run.storage_writers[n % len(run.storage_writers)]
+        k = n % len(run.storage_writers)  # its own writer first, then the others (failover)
+        writer = ",".join(run.storage_writers[k:] + run.storage_writers[:k])
         paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, writer, agent_tls(a), bootstrap=others))
         agent_settings(paths[a])
     return paths
