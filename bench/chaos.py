@@ -851,18 +851,15 @@ def storage_lab(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _storage_scenario_fault(name: str, cl: cluster.Cluster, notes: list[str]) -> tuple[float, Callable[[], None]]:
-    """storage-writer-kill: kill -9 the second writer mid-crawl (its agents spool), restart it
-    OUTAGE_S later; object-store-down: stop SeaweedFS (SIGTERM) for OUTAGE_S (both writers answer
-    UNAVAILABLE, every agent spools), start it again on its ports and volumes."""
-    import signal
-
+    """storage-writer-kill: kill -9 the second writer mid-crawl (its agents fail over to the first
+    or spool), restart it OUTAGE_S later; object-store-down: kill -9 SeaweedFS (its graceful stop
+    takes ~25 s) and keep it away OUTAGE_S (both writers answer UNAVAILABLE, every agent spools),
+    then start it again on its ports and volumes."""
     victim = "storage-2" if name == "storage-writer-kill" else "seaweedfs"
-    sig = signal.SIGKILL if name == "storage-writer-kill" else signal.SIGTERM
-    cluster.kill(cl.run_dir, victim, sig)
+    cluster.kill(cl.run_dir, victim)
     t = time.time()
     spooled = sum(c.get("spool_batches", 0.0) for c in agent_counters(cl).values())
-    notes.append(f"{victim} {'killed (-9)' if sig == signal.SIGKILL else 'stopped'}; "
-                 f"{spooled:.0f} batches in the agents' spools just after")
+    notes.append(f"{victim} killed (-9); {spooled:.0f} batches in the agents' spools just after")
 
     def come_back() -> None:
         time.sleep(max(0.0, t + OUTAGE_S[name] - time.time()))
@@ -1159,7 +1156,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         if r.victim:
             notes.insert(0, f"victim {r.victim}")
         if r.fault_at is not None:
-            notes.insert(1 if r.victim else 0, f"fault at {r.fault_at:.0%} ({r.fault_after_s:.1f}s)")
+            notes.insert(1 if r.victim else 0, f"fault at {r.fault_at:.0%} ({_secs(r.fault_after_s)}s)")
         if r.recovery is not None:
             notes.append(f"{r.recovery.affected} hosts affected")
         if m and m.outside_truth:
