@@ -188,33 +188,41 @@ def object_store_columns(tmp: Path, batches, args, local_per_core: float) -> lis
         url, schema, drop = pg
         try:
             index = f'[index]\nurl = "{url}"\nschema = "{schema}"\n'
+            # The same index for the reference: the local directory over PostgreSQL.
+            stored_l, _dup, _stats, _wall, cpu_l, _ = ingest_run(tmp, "localpg", [index.replace(schema, schema + "_l")], batches, args)
+            local_pg = stored_l / cpu_l if cpu_l > 0 else float("inf")
+            out.append(f"{'local directory, PostgreSQL index: pages/s/core':44} {local_pg:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
+                       f"{local_pg / TARGET_PAGES_PER_CORE_S:6.2f}x")
             w0 = cpu_seconds(server.process.pid)
             stored, _dup, _stats, wall, cpu, _ = ingest_run(
                 tmp, "s3x2", [index + storage_tables(server.endpoint, "bench-two", f"w{i}") for i in (1, 2)], batches, args)
             sw_cpu = cpu_seconds(server.process.pid) - w0
         finally:
             drop()
+            drop_l = pg_schema(args.pg, schema + "_l")
+            if not isinstance(drop_l, str):
+                drop_l[2]()
         per_core2 = stored / cpu if cpu > 0 else float("inf")
         out.append(f"{'two writers (PostgreSQL index): pages/s/core':44} {per_core2:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
                    f"{per_core2 / TARGET_PAGES_PER_CORE_S:6.2f}x  (SeaweedFS {sw_cpu / stored * 1e6:.0f} us CPU per page)")
         out.append(f"{'two writers: pages/s wall clock (both)':44} {stored / wall:12.2f}")
-        out.append(f"object store, two writers / local ingest per core: {per_core2 / local_per_core:.2f}")
+        out.append(f"object store, two writers / local ingest per core (both over PostgreSQL): {per_core2 / local_pg:.2f}")
     finally:
         server.stop()
     return out
 
 
-def pg_schema(url: str):
-    """(url, a fresh schema, a function dropping it) or why not."""
+def pg_schema(url: str, schema: str = ""):
+    """(url, a fresh schema (or `schema`, made if missing), a function dropping it) or why not."""
     import uuid
 
     import sqlalchemy as sa
 
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    schema = schema or f"bench_{uuid.uuid4().hex[:10]}"
     try:
         eng = sa.create_engine(url, connect_args={"connect_timeout": 2})
         with eng.begin() as c:
-            c.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+            c.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     except Exception as exc:  # noqa: BLE001 - any reason: say it
         return f"{url}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
 
