@@ -52,11 +52,16 @@ def test_writer_choice_follows_the_rules(n, back_after, evs):
 
 
 def test_one_address_is_a_plain_client_several_fail_over():
-    assert not isinstance(storage_client("127.0.0.1:1"), FailoverStorageClient)
-    both = storage_client("127.0.0.1:1, 127.0.0.1:2")
-    assert isinstance(both, FailoverStorageClient) and both.targets == ["127.0.0.1:1", "127.0.0.1:2"]
-    assert isinstance(both, StorageClient)
-    asyncio.run(both.close())
+    async def go():  # grpc.aio channels belong to a running loop
+        one = storage_client("127.0.0.1:1")
+        assert not isinstance(one, FailoverStorageClient)
+        both = storage_client("127.0.0.1:1, 127.0.0.1:2")
+        assert isinstance(both, FailoverStorageClient) and both.targets == ["127.0.0.1:1", "127.0.0.1:2"]
+        assert isinstance(both, StorageClient)
+        await one.close()
+        await both.close()
+
+    asyncio.run(go())
 
 
 def test_an_agent_fails_over_to_the_next_writer_and_back(tmp_path):
