@@ -31,5 +31,5 @@ USER wancrawl
 # A named volume mounted here starts out owned by wancrawl (Docker copies the image's owner).
 VOLUME ["/data"]
 # consultant, storage, agents' gRPC, agents' Prometheus metrics
-EXPOSE 50051 50052 50061 9101
+EXPOSE 50051 50052 50054 50061 9101
 CMD ["consultant", "serve", "--config", "/app/configs/consultant-geo.toml", "--listen", "0.0.0.0:50051"]

@@ -50,7 +50,7 @@ from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
 from agent.waker import HostSignal
-from storage.client import GrpcStorageClient, StorageClient
+from storage.client import StorageClient, storage_client as make_storage_client
 from wancrawl import errors
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.looplag import LoopLag
@@ -105,7 +105,7 @@ class AgentNode:
         self.loop_lag = LoopLag(s.loop_lag_interval) if s.loop_lag_interval > 0 else None
         self.commit_log = CommitLog(self.frontier, self.seen, self.outbox, self.spool, batch_pages=s.storage_out.batch_pages,
                                     flush_interval=s.storage_out.flush_interval, clock=clock, progress=self.progress)
-        storage_client = storage or (GrpcStorageClient(s.storage, tls=s.tls) if s.storage else None)
+        storage_client = storage or (make_storage_client(s.storage, tls=s.tls) if s.storage else None)
         check = rep.enabled and rep.check_storage and storage_client is not None
         # Pages spooled before a lease lapse are checked at storage first: the agent that took
         # the hosts over meanwhile may have stored them already.

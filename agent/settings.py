@@ -266,7 +266,7 @@ class AgentSettings:
     # (docs/consultant.md "Replicas and failover").
     consultant: str = "127.0.0.1:50051"
     consultants: tuple[str, ...] = ()
-    storage: str = ""                 # storage address; empty: pages stay in the spool
+    storage: str = ""                 # storage address, or several "a,b" ranked (own region first; failover); empty: pages stay in the spool
     data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
     source_ip: str = ""               # local address fetches come from (the lab needs it); also fetch.source_ip
     hosts_file: str = ""              # host -> IP before DNS (the lab's names live only there)

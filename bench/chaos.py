@@ -164,6 +164,9 @@ ROLLING_EVERY_S = 20.0  # consultant-rolling: a kill of the replica in use this 
 ROLLING_DOWN_S = 3.0    # ... started again this long after each kill (a supervisor's restart)
 # consultant-rolling's politeness delay: a crawl long enough for several kills.
 SCENARIO_DELAY = {"consultant-rolling": 0.2}
+# Storage at scale (issue 27): two storage writers over SeaweedFS and one PostgreSQL index.
+STORAGE_SCENARIOS = ("storage-writer-kill", "object-store-down")
+SCENARIOS = SCENARIOS + STORAGE_SCENARIOS
 AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup")  # the ones with a victim
 # Victims that stay gone: not expected running at the end, their requests are no recovery.
 GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup")
@@ -186,7 +189,9 @@ FLAP_EXTRA_S = 5.0  # flap: the victim stays stopped for lease + this
 DEFAULT_SEED = 9
 OUTAGE_S = {"restart": 10.0, "consultant": 20.0, "storage": 30.0,
             # A crash and an ordinary restart (a supervisor's), not an outage to ride out.
-            "storage-kill9": 3.0, "cluster-kill9": 3.0}
+            "storage-kill9": 3.0, "cluster-kill9": 3.0,
+            # storage-writer-kill: a supervisor restarts the writer; object-store-down: SeaweedFS away 30 s.
+            "storage-writer-kill": 3.0, "object-store-down": 30.0}
 # consultant-stop: the consultant stays stopped this many leases (45 s at the default 15 s), so
 # every agent's lease runs out while it is stopped: the agents' fence must stop their fetching.
 CONSULTANT_STOP_LEASES = 3.0
@@ -889,6 +894,50 @@ def _storage_kill9(cl: cluster.Cluster, notes: list[str]) -> tuple[float, Callab
     return t, come_back
 
 
+# --- storage at scale: storage-writer-kill, object-store-down ------------------------------------------
+
+
+def storage_lab(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """lab.cluster.up's keys for a storage scenario: SeaweedFS, two writers (agent n ships to
+    writer n mod 2) over one PostgreSQL index in a fresh schema (the previous runs' chaos_*
+    schemas are dropped first); {} for the other scenarios."""
+    if name not in STORAGE_SCENARIOS:
+        return {}
+    import uuid
+
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(args.pg, connect_args={"connect_timeout": 3})
+    try:
+        with engine.begin() as conn:
+            old = conn.execute(sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'chaos\\_%'")).scalars().all()
+            for schema in old:
+                conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        engine.dispose()
+    return {"object_store": True, "storage_writers": 2, "index_url": args.pg,
+            "index_schema": f"chaos_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"}
+
+
+def _storage_scenario_fault(name: str, cl: cluster.Cluster, notes: list[str]) -> tuple[float, Callable[[], None]]:
+    """storage-writer-kill: kill -9 the second writer mid-crawl (its agents fail over to the first
+    or spool), restart it OUTAGE_S later; object-store-down: kill -9 SeaweedFS (its graceful stop
+    takes ~25 s) and keep it away OUTAGE_S (both writers answer UNAVAILABLE, every agent spools),
+    then start it again on its ports and volumes."""
+    victim = "storage-2" if name == "storage-writer-kill" else "seaweedfs"
+    cluster.kill(cl.run_dir, victim)
+    t = time.time()
+    spooled = sum(c.get("spool_batches", 0.0) for c in agent_counters(cl).values())
+    notes.append(f"{victim} killed (-9); {spooled:.0f} batches in the agents' spools just after")
+
+    def come_back() -> None:
+        time.sleep(max(0.0, t + OUTAGE_S[name] - time.time()))
+        cluster.restart(cl.run_dir, victim)
+        notes.append(f"{victim} answering again {time.time() - t:.1f}s after (restarted at {OUTAGE_S[name]:g}s)")
+
+    return t, come_back
+
+
 def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
            ctx: FaultContext) -> tuple[float, Callable[[], None]]:
     """Inject the scenario's fault; returns (fault time, a completion step to run before waiting
@@ -932,6 +981,8 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
         return _kill_owner_and_backup(cl, victim, notes, ctx)
     if name == "storage-kill9":
         return _storage_kill9(cl, notes)
+    if name in STORAGE_SCENARIOS:
+        return _storage_scenario_fault(name, cl, notes)
     if name == "consultant-stop":
         ctx.epoch_before = asyncio.run(_epoch(cl))
         cluster.pause(run, "consultant")
@@ -1040,7 +1091,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                         time_scale=args.time_scale, zero_latency=args.zero_latency,
                         delay=max(args.delay, SCENARIO_DELAY.get(name, 0.0)),
                         concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
-                        mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1)
+                        mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1, **storage_lab(name, args))
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -1206,7 +1257,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         if r.victim:
             notes.insert(0, f"victim {r.victim}")
         if r.fault_at is not None:
-            notes.insert(1 if r.victim else 0, f"fault at {r.fault_at:.0%} ({r.fault_after_s:.1f}s)")
+            notes.insert(1 if r.victim else 0, f"fault at {r.fault_at:.0%} ({_secs(r.fault_after_s)}s)")
         if r.recovery is not None:
             notes.append(f"{r.recovery.affected} hosts affected")
         if m and m.outside_truth:
@@ -1318,6 +1369,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--lease", type=float, default=15.0,
                    help="the consultant's agent lease (its default, 15 s): restart comes back within it, kill outlives it")
+    p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+                   help="PostgreSQL of the storage scenarios' shared index (a fresh chaos_* schema per run)")
     p.add_argument("--backups", type=int, default=DEFAULT_BACKUPS,
                    help=f"kill-owner-and-backup: the agents' replication.backups (r; default {DEFAULT_BACKUPS}), when the agent knows the setting")
     args = p.parse_args(argv)

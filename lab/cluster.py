@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
+from wancrawl.seaweedfs import SeaweedFS, storage_tables
 from wancrawl import procs
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 from wancrawl.grpcutil import TlsSettings, register_client_tls
@@ -61,6 +62,8 @@ class Cluster:
     time_scale: float = 60.0
     allowed_domains: list[str] = field(default_factory=list)
     mode: str = "consultant"  # "kademlia": no consultant process (`consultant` is "")
+    object_store: str = ""  # SeaweedFS's S3 endpoint with --object-store ("" = WARCs in a local directory)
+    storage_writers: list[str] = field(default_factory=list)  # every writer's address (the first is `storage`)
 
     def save(self) -> None:
         Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
@@ -94,6 +97,7 @@ class Configs:
     storage: Service
     agents: dict[str, Service]  # by agent id
     replicas: list[str] = field(default_factory=list)  # every consultant replica's address, first one first
+    writers: list[Service] = field(default_factory=list)  # every storage writer (the first is `storage`)
 
 
 PKI_DIR = procs.PKI_DIR
@@ -110,7 +114,7 @@ def use_cluster_tls(cl: Cluster) -> None:
     """Register the run's operator certificate for every address of the cluster (this process's
     ConsultantClient, AgentClient and storage clients of those addresses then use it)."""
     if (Path(cl.run_dir) / PKI_DIR / "ca.crt").is_file():
-        register_client_tls([a for a in (*replica_addresses(cl), cl.storage, *cl.agents.values()) if a], lab_tls(cl.run_dir))
+        register_client_tls([a for a in (*replica_addresses(cl), cl.storage, *cl.storage_writers, *cl.agents.values()) if a], lab_tls(cl.run_dir))
 
 
 def replica_addresses(cl: Cluster) -> list[str]:
@@ -149,8 +153,12 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False,
                   agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
                   agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "",
-                  consultants: int = 1) -> Configs:
+                  consultants: int = 1, object_store: str = "", storage_writers: int = 1, index_url: str = "",
+                  index_schema: str = "") -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on.
+    `object_store`: an S3 endpoint (the lab's SeaweedFS) for the WARCs instead of a directory;
+    `storage_writers`: that many storage processes over one index (`index_url`, PostgreSQL, in
+    `index_schema`) and one bucket, writer ids w1, w2, ...; agent n ships to writer n mod N.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
     unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
     to the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
@@ -165,7 +173,13 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     if consultants < 1 or (kademlia and consultants > 1):
         raise ConfigError(f"consultants = {consultants}: at least 1, and no replicas in kademlia mode")
     paths = geodb.write_all(topo, run / "geo")
-    cport, sport = free_port(), free_port()
+    if storage_writers < 1:
+        raise ConfigError("storage_writers must be at least 1")
+    if storage_writers > 1 and not (object_store and index_url):
+        raise ConfigError("several storage writers read each other's records from one bucket and one index: "
+                          "give --object-store and --index-url (PostgreSQL)")
+    cport = free_port()
+    wports = [free_port() for _ in range(storage_writers)]
     replicas = [f"127.0.0.1:{cport}"] + [f"127.0.0.1:{free_port()}" for _ in range(consultants - 1)]
     state_url = (procs.pg_schema_url(procs.PG_URL, procs.run_schema(run, "lab"), fresh=True) if consultants > 1
                  else f"sqlite:///{run}/consultant.db")
@@ -195,27 +209,35 @@ fallback = "geo"
         consultant.write_text(consultant_text)
     # Without a consultant storage asks the agents' overlay who is placed where (its `peers`).
     storage_consultant = (f"peers = {_toml_list(addresses)}\n" if kademlia else f'consultant = "{",".join(replicas)}"\n')
-    storage = run / "storage.toml"
-    storage.write_text(f"""# written by lab up
-listen = "127.0.0.1:{sport}"
-data_dir = "{run}/storage"
+    writers: list[Service] = []
+    for i, wport in enumerate(wports):
+        name = "storage" if i == 0 else f"storage-{i + 1}"
+        index = f'[index]\nurl = "{index_url}"\n' + (f'schema = "{index_schema}"\n' if index_schema else "") if index_url else ""
+        sink = storage_tables(object_store, "wancrawl-lab", f"w{i + 1}") if object_store else ""
+        cfg_path = run / f"{name}.toml"
+        cfg_path.write_text(f"""# written by lab up
+listen = "127.0.0.1:{wport}"
+data_dir = "{run}/{name}"
 {storage_consultant}[ingest]
 fsync = "os"
-{_pki(run, "service", "storage")}""")
+{index}{sink}{_pki(run, "service", "storage")}""")
+        writers.append(Service(cfg_path, f"127.0.0.1:{wport}"))
     allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
-    for (spec, g, src, aport), address in zip(placed, addresses):
+    for n, ((spec, g, src, aport), address) in enumerate(zip(placed, addresses)):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         own = (agent_keys or {}).get(spec, {})
         head = 'mode = "kademlia"' if kademlia else f"consultants = {_toml_list(replicas)}"
         tail = kademlia_table([a for a in addresses if a != address], lease) + kademlia_keys if kademlia else ""
+        # Its own writer first, then the others (failover: storage.client.FailoverStorageClient).
+        ranked = ",".join(w.address for w in writers[n % len(writers):] + writers[:n % len(writers)])
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
         cfg.write_text(f"""# written by lab up
 agent_id = "{g}"
 listen = "{address}"
 {head}
-storage = "127.0.0.1:{sport}"
+storage = "{ranked}"
 data_dir = "{run}/agents/{g}"
 hosts_file = "{paths[geodb.HOSTS]}"
 system_dns = false
@@ -232,8 +254,8 @@ allowed_domains = {_toml_list(allowed)}
 {tail}{_pki(run, "agent", g, src)}
 {agent_tables}""")
         agents[g] = Service(cfg, address, src)
-    return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"),
-                   agents, [] if kademlia else replicas)
+    return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), writers[0], agents,
+                   [] if kademlia else replicas, writers)
 
 
 def kademlia_table(bootstrap: list[str], lease: float) -> str:
@@ -266,10 +288,12 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-       agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1) -> Cluster:
+       agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1,
+       object_store: bool = False, storage_writers: int = 1, index_url: str = "", index_schema: str = "") -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
     health and, in kademlia mode, every agent's overlay lists every agent. consultants: replicas
-    over PostgreSQL (more than one)."""
+    over PostgreSQL (more than one). `object_store`: start SeaweedFS (the `seaweedfs` process)
+    and keep the WARCs in its bucket; `storage_writers`, `index_url`, `index_schema`: write_configs."""
     run = Path(run_dir).resolve()
     if (run / "cluster.json").exists():
         try:
@@ -282,9 +306,14 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     topo = topology.load(topology_path)
     groups = list(groups or DEFAULT_GROUPS)
     web_port = free_port()
+    seaweed = SeaweedFS(run / "seaweedfs") if object_store else None
+    seaweed_args = seaweed.args() if seaweed is not None else []  # its ports, chosen now
+    endpoint = seaweed.endpoint if seaweed is not None else ""
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
                          allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
-                         agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys, consultants=consultants)
+                         agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys, consultants=consultants,
+                         object_store=endpoint, storage_writers=storage_writers, index_url=index_url,
+                         index_schema=index_schema)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:
@@ -295,7 +324,8 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     cl = Cluster(str(run), strategy, web_port, "", "", seeds_file=str(seeds), web_log=str(web_log),
                  topology=topology_path or "", seed=seed, time_scale=time_scale,
                  allowed_domains=[s.host for s in topo.normal_sites],
-                 agent_sources={g: a.source_ip for g, a in cfgs.agents.items()}, mode=mode)
+                 agent_sources={g: a.source_ip for g, a in cfgs.agents.items()}, mode=mode, object_store=endpoint,
+                 storage_writers=[w.address for w in cfgs.writers])
     web_args = ["lab.cli", "web", "--port", str(web_port), "--seed", str(seed), "--time-scale", str(time_scale), "--log", str(web_log)]
     if topology_path:
         web_args += ["--topology", topology_path]
@@ -306,13 +336,18 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
         cl.save()
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
             raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
+        if seaweed is not None:  # storage needs its bucket before it can start
+            cl.procs.append(_start("seaweedfs", seaweed_args, run))
+            cl.save()
+            if not seaweed.wait_ready(timeout):
+                raise Unavailable(f"SeaweedFS did not come up: see {run}/logs/seaweedfs.log and {seaweed.data_dir}/weed.log")
         cl.consultant, cl.storage = ",".join(cfgs.replicas), cfgs.storage.address
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         use_cluster_tls(cl)
         # Replicas share the consultant's config, each on its own --listen.
         cons = [(replica_name(i), "consultant.cli", "serve", Service(cfgs.consultant.config, a))
                 for i, a in enumerate(cfgs.replicas)] if cfgs.consultant is not None else []
-        core = [("storage", "storage.cli", "serve", cfgs.storage)]
+        core = [(w.config.stem, "storage.cli", "serve", w) for w in cfgs.writers]
         agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         # Agents need the consultant and storage: start and wait for those first; the first
@@ -409,7 +444,9 @@ def restart_all(run_dir: str | Path, names: list[str], timeout: float = 60.0) ->
             cl.save()
         for i in group:
             new = cl.procs[i]
-            if new.address:
+            if new.name == "seaweedfs":
+                ok = SeaweedFS.from_args(new.cmd).wait_ready(timeout)
+            elif new.address:
                 ok = asyncio.run(_healthy(new.address, timeout))
             else:  # the web: no gRPC health, a TCP connect to a site answers instead
                 ok = _web_up(topology.load(cl.topology or None).normal_sites[0].ip, cl.web_port, timeout)

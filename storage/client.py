@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import grpc
 
-from wancrawl import grpcutil
+from wancrawl import errors, grpcutil
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 from wancrawl.warcrecords import Capture
 
 LOOKUP_BATCH = 5_000  # URLs per Lookup call (storage takes up to 10,000)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,79 @@ class GrpcStorageClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+@dataclass
+class WriterChoice:
+    """Which of an agent's ranked storage writers (its region's first) the next call goes to.
+    Pure: the caller passes the time. The current writer is kept until it fails (UNAVAILABLE or a
+    deadline), then the next in rank is used; `back_after` seconds after the first writer failed,
+    it is tried again first, so an agent returns to its own region's writer once it is back."""
+
+    n: int
+    back_after: float = 30.0
+    current: int = 0
+    failed_at: float | None = None  # when the first-ranked writer last failed
+
+    def order(self, now: float) -> list[int]:
+        """Writers to try for one call, in order: the chosen one, then the rest by rank."""
+        first = 0 if self.failed_at is None or now - self.failed_at >= self.back_after else self.current
+        return [first] + [i for i in range(self.n) if i != first]
+
+    def failed(self, i: int, now: float) -> None:
+        if i == 0:
+            self.failed_at = now
+        if i == self.current:
+            self.current = (i + 1) % self.n
+
+    def succeeded(self, i: int) -> None:
+        self.current = i
+        if i == 0:
+            self.failed_at = None
+
+
+class FailoverStorageClient:
+    """StorageClient over several storage writers ranked by region (the agent's own first):
+    a call goes to the writer WriterChoice names and, on Unavailable (UNAVAILABLE, a deadline),
+    to the next. Ingest is idempotent across writers (the index's primary key), so a batch
+    resent to another writer after a timeout is stored once."""
+
+    def __init__(self, targets: Sequence[str], *, timeout: float = 60.0, tls: grpcutil.TlsSettings | None = None,
+                 back_after: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        if not targets:
+            raise ValueError("FailoverStorageClient needs at least one storage address")
+        self.targets = list(targets)
+        self.clients = [GrpcStorageClient(t, timeout=timeout, tls=tls) for t in self.targets]
+        self.choice = WriterChoice(len(self.clients), back_after)
+        self.clock = clock
+
+    async def _call(self, what: Callable[[GrpcStorageClient], Awaitable[T]]) -> T:
+        last: errors.Unavailable | None = None
+        for i in self.choice.order(self.clock()):
+            try:
+                result = await what(self.clients[i])
+            except errors.Unavailable as exc:
+                self.choice.failed(i, self.clock())
+                last = exc
+                continue
+            self.choice.succeeded(i)
+            return result
+        assert last is not None
+        raise errors.Unavailable(f"no storage writer answered ({', '.join(self.targets)}): {last}")
+
+    async def send(self, batches, timeout: float | None = None) -> Ack:
+        return await self._call(lambda c: c.send(batches, timeout))
+
+    async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
+        return await self._call(lambda c: c.lookup(urls))
+
+    async def close(self) -> None:
+        for c in self.clients:
+            await c.close()
+
+
+def storage_client(addresses: str, *, tls: grpcutil.TlsSettings | None = None) -> GrpcStorageClient | FailoverStorageClient:
+    """The client for an agent's `storage` setting: one address, or several separated by commas,
+    ranked (its region's writer first)."""
+    targets = [a.strip() for a in addresses.split(",") if a.strip()]
+    return GrpcStorageClient(targets[0], tls=tls) if len(targets) == 1 else FailoverStorageClient(targets, tls=tls)

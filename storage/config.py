@@ -24,10 +24,58 @@ class WarcSettings:
     dir: str = ""  # "" means <data_dir>/warcs
     prefix: str = "wancrawl"
     max_file_bytes: int = 1_000_000_000
+    # Where WARC files go: "local" (the directory above) or "s3" (S3-compatible object storage,
+    # the [object_store] table; docs/storage.md "Object storage").
+    sink: str = "local"
 
     def __post_init__(self) -> None:
         if self.max_file_bytes < 4096:
             raise ValueError("warc.max_file_bytes must be at least 4096")
+        if self.sink not in ("local", "s3"):
+            raise ValueError(f"warc.sink must be 'local' or 's3', got {self.sink!r}")
+
+
+MIN_PART_BYTES = 5 * 1024 * 1024  # S3's floor for every part of a multipart upload but the last
+
+
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    """S3-compatible object storage for WARC objects (used when warc.sink = "s3")."""
+
+    # "" = AWS S3 itself (boto3's default endpoint for the region); MinIO, Ceph RGW, SeaweedFS:
+    # their S3 URL, e.g. "http://127.0.0.1:8333".
+    endpoint: str = ""
+    bucket: str = "wancrawl"
+    region: str = "us-east-1"
+    # "" = boto3's default chain (AWS_ACCESS_KEY_ID/..., ~/.aws, an instance role).
+    access_key_id: str = ""
+    secret_access_key: str = ""
+    # Every writer's objects live under <key_prefix><writer_id>/; no two writers share an id
+    # (recovery completes or aborts the uploads under its own id only).
+    key_prefix: str = ""
+    writer_id: str = ""
+    # A group commit's bytes are uploaded as one part before its records are indexed. A part
+    # under S3's 5 MiB floor can only be an object's last: the object is completed after that
+    # commit. The committer gathers batches up to part_bytes or `linger` seconds.
+    part_bytes: int = 8 * 1024 * 1024
+    linger: float = 0.5
+    # An open object (its records indexed, not yet readable from the bucket) is completed at the
+    # first commit past this age, so replay never lags ingest by more.
+    max_open_seconds: float = 60.0
+    create_bucket: bool = False  # create the bucket at start if missing (tests, the lab)
+    timeout: float = 30.0  # connect/read deadline of one S3 request
+
+    def __post_init__(self) -> None:
+        if self.part_bytes < MIN_PART_BYTES:
+            raise ValueError(f"object_store.part_bytes must be at least {MIN_PART_BYTES} (S3's part floor)")
+        if not self.linger >= 0:
+            raise ValueError("object_store.linger must be >= 0")
+        if not self.max_open_seconds > 0:
+            raise ValueError("object_store.max_open_seconds must be > 0")
+        if not self.timeout > 0:
+            raise ValueError("object_store.timeout must be > 0")
+        if self.writer_id and not all(ch.isalnum() or ch in "-_." for ch in self.writer_id):
+            raise ValueError(f"object_store.writer_id may hold letters, digits, '-', '_' and '.', got {self.writer_id!r}")
 
 
 @dataclass(frozen=True)
@@ -91,7 +139,12 @@ class StorageSettings:
     index: IndexSettings = field(default_factory=IndexSettings)
     warc: WarcSettings = field(default_factory=WarcSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
+    object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
+
+    def __post_init__(self) -> None:
+        if self.warc.sink == "s3" and not self.object_store.writer_id:
+            raise ValueError("object_store.writer_id must be set when warc.sink = 's3' (each writer owns its objects)")
 
     def warc_dir(self) -> Path:
         return Path(self.warc.dir) if self.warc.dir else Path(self.data_dir) / "warcs"

@@ -51,6 +51,19 @@ def make_tables(schema: str | None = None) -> tuple[sa.MetaData, sa.Table, sa.Ta
     return md, captures, files
 
 
+def make_parts_table(md: sa.MetaData) -> sa.Table:
+    """Object parts the index names (S3 sink): recovery completes an abandoned multipart upload
+    with exactly these, so an object never holds a record the index does not."""
+    return sa.Table(
+        "storage_object_parts", md,
+        sa.Column("object", sa.String(255), primary_key=True),
+        sa.Column("upload_id", sa.String(255), primary_key=True),
+        sa.Column("part_number", sa.Integer, primary_key=True),
+        sa.Column("etag", sa.String(255), nullable=False),
+        sa.Column("size", sa.BigInteger, nullable=False),
+    )
+
+
 @dataclass(frozen=True)
 class Row:
     record_id: str
@@ -77,6 +90,9 @@ class Row:
 
 
 
+_SCHEMA_LOCK = 0x77637374  # "wcst": the advisory lock key of storage's table creation
+
+
 class Index:
     """Reads and writes the capture index; every method is blocking (call it off the event loop)."""
 
@@ -101,8 +117,14 @@ class Index:
                 cur.close()
 
         self.metadata, self.captures, self.files = make_tables(schema)
+        self.parts = make_parts_table(self.metadata)
         try:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":
+                    # Several writers starting at once over one database: IF NOT EXISTS is not
+                    # atomic in PostgreSQL (two creators collide on the catalog's unique index),
+                    # so creation is serialised by a transaction-scoped advisory lock.
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK})
                 if schema and self.engine.dialect.name == "postgresql":
                     conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
                 self.metadata.create_all(conn)
@@ -113,11 +135,15 @@ class Index:
         self.engine.dispose()
 
     # -- writes ---------------------------------------------------------------------------
-    def commit(self, rows: Sequence[dict], new_files: Sequence[dict] = ()) -> None:
-        """Insert capture rows and new WARC file rows in one transaction."""
+    def commit(self, rows: Sequence[dict], new_files: Sequence[dict] = (), parts: Sequence[dict] = ()) -> None:
+        """Insert capture rows, new WARC file rows and object parts in one transaction. Two
+        writers storing one record id: the primary key refuses the second commit (it is rolled
+        back and retried, and then finds the record: a duplicate)."""
         with self.engine.begin() as conn:
             if new_files:
                 conn.execute(self.files.insert(), list(new_files))
+            if parts:
+                conn.execute(self.parts.insert(), list(parts))
             if rows:
                 conn.execute(self.captures.insert(), list(rows))
 
@@ -181,6 +207,16 @@ class Index:
     def file_rows(self) -> dict[str, tuple[float, int]]:
         with self.engine.connect() as conn:
             return {n: (t, w) for n, t, w in conn.execute(sa.select(self.files.c.name, self.files.c.created_at, self.files.c.warcinfo_length))}
+
+    def object_parts(self, prefix: str) -> dict[tuple[str, str], list[tuple[int, str, int]]]:
+        """(object, upload id) -> its indexed parts (number, etag, size), for objects under prefix."""
+        p = self.parts.c
+        out: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
+        with self.engine.connect() as conn:
+            for obj, uid, n, etag, size in conn.execute(sa.select(p.object, p.upload_id, p.part_number, p.etag, p.size)
+                                                         .where(p.object.startswith(prefix, autoescape=True))):
+                out.setdefault((obj, uid), []).append((int(n), etag, int(size)))
+        return out
 
     def file_ends(self) -> dict[str, int]:
         """Per WARC file, where its last indexed capture ends (what recovery keeps)."""

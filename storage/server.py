@@ -40,11 +40,16 @@ class GroupCommitter:
     """Queues batches from every stream; the writer thread takes all that are waiting at once, so
     concurrent agents share one fsync and one index transaction."""
 
-    def __init__(self, store: Store, executor: ThreadPoolExecutor, max_queue: int, max_group: int = 64):
+    def __init__(self, store: Store, executor: ThreadPoolExecutor, max_queue: int, max_group: int = 64,
+                 linger: float = 0.0, group_bytes: int = 0):
         self.store = store
         self.executor = executor
         self.queue: asyncio.Queue[tuple[storage_pb2.PageBatch, asyncio.Future]] = asyncio.Queue(max_queue)
         self.max_group = max_group
+        # An object store makes each group one uploaded part, and a part under 5 MiB closes its
+        # object: waiting up to `linger` s for `group_bytes` keeps objects large under light load.
+        self.linger = linger
+        self.group_bytes = group_bytes
         self.task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -59,8 +64,21 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         while True:
             items = [await self.queue.get()]
-            while not self.queue.empty() and len(items) < self.max_group:
-                items.append(self.queue.get_nowait())
+            size = _batch_bytes(items[0][0])
+            deadline = loop.time() + self.linger
+            while len(items) < self.max_group:
+                if not self.queue.empty():
+                    items.append(self.queue.get_nowait())
+                    size += _batch_bytes(items[-1][0])
+                    continue
+                left = deadline - loop.time()
+                if left <= 0 or size >= self.group_bytes:
+                    break
+                try:
+                    items.append(await asyncio.wait_for(self.queue.get(), left))
+                except asyncio.TimeoutError:
+                    break
+                size += _batch_bytes(items[-1][0])
             await self._commit(loop, items)
 
     async def _commit(self, loop: asyncio.AbstractEventLoop,
@@ -93,6 +111,10 @@ class GroupCommitter:
                 await self.task
             except asyncio.CancelledError:
                 pass
+
+
+def _batch_bytes(batch: storage_pb2.PageBatch) -> int:
+    return sum(len(c.response) + len(c.request) + len(c.metadata) for c in batch.captures)
 
 
 def capture_info(row: Row) -> storage_pb2.CaptureInfo:
@@ -215,7 +237,10 @@ class StorageService:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage-writer")
         self.store = Store(settings)
         self.server, self.health, self.security = grpcutil.new_server(settings.tls, name="storage", rules=AUTH_RULES)
-        self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches)
+        obj = settings.object_store
+        s3 = settings.warc.sink == "s3"
+        self.committer = GroupCommitter(self.store, self.executor, settings.ingest.queue_batches,
+                                        linger=obj.linger if s3 else 0.0, group_bytes=obj.part_bytes if s3 else 0)
         # With a consultant: every capture checked against its host's placement (storage/placement.py),
         # over mutual TLS with storage's own certificate (the consultant admits services to Resolve).
         self.consultant: ConsultantClient | None = None
@@ -242,7 +267,8 @@ class StorageService:
         self.security.warn_if_insecure(self.address)
         if self.settings.metrics_listen:
             self.metrics_server = serve_metrics(self.settings.metrics_listen, METRICS, self.address, self._metrics)
-        log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.warc_dir, self.settings.index_url())
+        log.info("storage serving on %s (WARCs in %s, index %s)", self.address, self.store.sink.location("") or self.store.warc_dir,
+                 self.settings.index_url())
         if self.placement is None:
             log.warning("storage on %s: no consultant configured, so any agent may store pages of any host "
                         "(set `consultant` to check placement: docs/storage.md)", self.address)

