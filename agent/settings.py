@@ -109,7 +109,10 @@ class PolitenessSettings:
     delay: float = 1.0           # seconds between two fetches of one host
     max_per_host: int = 1        # connections (fetches in flight) per host
     max_per_ip: int = 4          # per server IP (virtual hosts share it)
-    ip_delay: float = 0.0        # seconds between fetch starts to one IP
+    # Seconds between fetch starts to one server IP, whatever the host name (BUbiNG's per-IP
+    # delay): virtual hosts and generated subdomains on one server share its capacity, so 2,000
+    # names on one IP get 4 requests/s, not 2,000. Never stricter than `delay` (delay 0: off).
+    ip_delay: float = 0.25
     max_crawl_delay: float = 60.0  # robots.txt Crawl-delay is honoured up to this
     max_backoff: float = 3600.0  # exponential backoff after 5xx/errors grows up to this
     max_retry_after: float = 3600.0  # a Retry-After longer than this is cut to it
