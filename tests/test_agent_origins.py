@@ -264,3 +264,51 @@ def test_the_resolver_tells_a_missing_name_from_a_temporary_failure(run, monkeyp
     assert r.failure("gone.test") == hostres.NXDOMAIN and r.failure("flaky.test") == hostres.TEMPORARY
     assert r.failure("here.test") is None
     assert hostres.HostResolver({}, system_dns=False).failure("x.test") == hostres.NOT_LISTED
+
+
+def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_path, run):
+    """The dead origin's second robots.txt try hangs (as a connect timeout would) until the live
+    origin has fetched five more pages: were the try holding the host's one slot, none could."""
+    from agent.fetch import FetchResponse
+
+    log: list[str] = []
+    tries = 0
+    live_after_probe: list[str] = []
+    during_probe: list[int] = []
+
+    class Fetcher:
+        async def fetch(self, req):
+            nonlocal tries
+            log.append(req.url)
+            if req.url.startswith("https://"):
+                tries += req.url.endswith("/robots.txt")
+                if tries == 2:  # the probe: no answer until the live origin got on without it (or 5 s)
+                    try:
+                        await until(lambda: len(live_after_probe) >= 5, "live pages during the probe", timeout=5)
+                    except AssertionError:
+                        pass
+                    during_probe.append(len(live_after_probe))
+                return FetchResponse(req.url, error="connect")
+            if tries >= 2 and not req.url.endswith("/robots.txt"):
+                live_after_probe.append(req.url)
+            status = 404 if req.url.endswith("/robots.txt") else 200
+            return FetchResponse(req.url, status=status, body=b"x", content_type="text/html", raw_length=1,
+                                 headers=[("Content-Type", "text/html")])
+
+        async def close(self):
+            pass
+
+    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.02,
+            "commit_interval": 0.02, "concurrency": 4, "progress_interval": 0.0, "heartbeat_interval": 5.0,
+            "robots.retry_base": 0.05}
+    n = AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=Fetcher())  # type: ignore[arg-type]
+
+    async def go():
+        await n.start()
+        n.intake.accept_local([Item("https://two.test/s", "two.test")]
+                              + [Item(f"http://two.test:8181/p{i}", "two.test") for i in range(40)])
+        await until(lambda: during_probe, "the probe's end")
+        await n.stop()
+
+    run(go())
+    assert during_probe[0] >= 5, "the live origin waited for the dead origin's robots.txt retry"

@@ -278,7 +278,11 @@ class Dispatcher:
                 self.frontier.retry(item)
                 self.robots_in_flight.add(origin)
                 self.origins_of.setdefault(host, set()).add(origin)
-                self._spawn(self._fetch_robots(host, ip, origin))
+                # A retry after no answer at all (refused, timed out) is a probe: it takes neither
+                # the host's slot nor its delay, or each retry of a dead origin would hold back the
+                # live ones for up to a connect timeout.
+                probe = failing is not None and failing[2] == 0
+                self._spawn(self._fetch_robots(host, ip, origin, slot=not probe))
                 self._schedule(host)
                 return
             if failing is not None:
@@ -393,10 +397,11 @@ class Dispatcher:
             self.fetch_errors[resp.error] = self.fetch_errors.get(resp.error, 0.0) + 1
         return resp
 
-    async def _fetch_robots(self, host: str, ip: str, origin: str) -> None:
+    async def _fetch_robots(self, host: str, ip: str, origin: str, *, slot: bool = True) -> None:
         url = f"{origin}/robots.txt"
         # The host's slot is held for the whole chain, so its politeness sees one request.
-        self.scheduler.started(host, ip, self.clock())
+        if slot:
+            self.scheduler.started(host, ip, self.clock())
         try:
             resp = await self._fetch(url, host, ip)
             hops = 0
@@ -410,7 +415,7 @@ class Dispatcher:
                 target = host_of_canonical(url)
                 resp = await self._fetch(url, target, ip if target == host else None)
             self.counters["robots_fetches"] += 1
-            if self._host_failed(host, ip, resp):
+            if self._host_failed(host, ip, resp, slot):
                 return
             self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
             if self.robots.unreachable(origin) is not None:
@@ -419,13 +424,14 @@ class Dispatcher:
             if delay is not None:
                 self.politeness.set_delay(host, delay)
             # A transport failure is the origin's (its robots entry retries with backoff), not the host's rate.
-            self.scheduler.finished(host, ip, self.clock(), resp.status or 0, resp.retry_after, has_work=True)
+            if slot:
+                self.scheduler.finished(host, ip, self.clock(), resp.status or 0, resp.retry_after, has_work=True)
         finally:
             self.robots_in_flight.discard(origin)
             if host in self.host_ip and self.frontier.has_work(host) and host not in self.given_up:
                 self._schedule(host)  # with this origin's new wait
 
-    def _host_failed(self, host: str, ip: str, resp: FetchResponse) -> bool:
+    def _host_failed(self, host: str, ip: str, resp: FetchResponse, slot: bool = True) -> bool:
         """A failure of the whole host, whatever the origin: its address is forbidden (the SSRF
         guard) or its name does not resolve (NXDOMAIN, no address: not worth an hour of robots.txt
         retries). The host is given up with the reason; True when it was."""
@@ -436,7 +442,8 @@ class Dispatcher:
             reason = f"DNS: {resp.error_detail or 'the name does not resolve'}"
         else:
             return False
-        self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
+        if slot:
+            self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
         self._give_up(host, reason)
         return True
 
