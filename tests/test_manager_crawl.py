@@ -460,3 +460,45 @@ def test_readme_crawl_script_runs_manager_crawl_in_the_venv(tmp_path):
     p = subprocess.run(["bash", str(script), str(seeds), "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert p.returncode == 2 and "--contact" in p.stderr, "refused before anything starts: no contact"
+
+
+def _nxdomain(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except socket.gaierror as exc:
+        return exc.errno == socket.EAI_NONAME
+    return False
+
+
+@pytest.mark.timeout(200)
+def test_manager_crawl_with_unreachable_seeds_exits_non_zero_with_the_reason(tmp_path):
+    """Seeds whose names do not exist: each host is given up on DNS within seconds (not retried as
+    "robots.txt unreachable" for an hour), the crawl is finished, and the command says why it
+    stored nothing and exits 3 (docs/manager.md: exit codes)."""
+    names = ["gone-one.invalid", "gone-two.invalid"]
+    if not all(_nxdomain(n) for n in names):
+        pytest.skip("this machine's resolver does not answer NXDOMAIN for .invalid names")
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(f"http://{n}/\n" for n in names))
+    out = tmp_path / "crawl"
+    p = subprocess.run([*_manager(), "crawl", str(seeds), "--out", str(out), "--agents", "1", "--contact", CONTACT,
+                        "--timeout", "120", "--no-report"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert p.returncode == 3, p.stdout + p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("manager crawl: every seed was given up: http://gone-") and "DNS" in last, p.stderr
+    assert "DNS failure" in p.stdout, p.stdout  # the leftovers' summary line
+    assert _alive_services(out) == []
+
+
+def test_crawl_verdict_names_why_nothing_came_of_it():
+    from manager.crawl import verdict
+
+    seeds = ["http://a.test/", "https://b.test/x"]
+    assert verdict(False, 60, 0, seeds, {}, {}) == (1, "timed out after 60s: the crawl was still running")
+    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: a.test does not resolve", "https://b.test": "robots.txt unreachable for 3600s"}, {})
+    assert code == 3 and line.startswith("every seed was given up: http://a.test/: DNS:")
+    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: gone"}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    assert code == 3 and line == "nothing was stored: of 2 seeds 1 given up, 1 parked; http://a.test/: DNS: gone"
+    code, line = verdict(True, 0, 0, seeds, {}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    assert code == 3 and "b.test/x: robots.txt unreachable" in line
+    assert verdict(True, 0, 5, seeds, {"a.test": "DNS: gone"}, {})[0] == 0
