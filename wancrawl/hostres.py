@@ -101,8 +101,8 @@ class HostResolver:
             return None
         if not self.system_dns and host not in self._cache:
             return NOT_LISTED
-        hit = self._cache.get(host)
-        return self._why.get(host) if hit is not None and hit[0] is None else None
+        hit = self._cache.get(host)  # a failure while it is cached (negative_ttl): then asked again
+        return self._why.get(host) if hit is not None and hit[0] is None and hit[1] > self.clock() else None
 
     async def resolve(self, host: str) -> str | None:
         known, ip = self.cached(host)
