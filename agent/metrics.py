@@ -106,7 +106,7 @@ HELP = {
     "frontier": "URLs queued in the frontier",
     "hosts_with_work": "hosts with queued URLs",
     "in_flight": "fetches under way",
-    "parked_hosts": "hosts that cannot be fetched within politeness.park_horizon (backoff, Retry-After, robots.txt)",
+    "parked_hosts": "hosts and origins that cannot be fetched within politeness.park_horizon (backoff, Retry-After, an origin's robots.txt)",
     "seen": "URL fingerprints in the seen set",
     "spool_batches": "page batches in the spool, waiting for storage",
     "idle": "1 when the agent has nothing to do (parked hosts aside), else 0",

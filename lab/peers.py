@@ -11,7 +11,6 @@ exactly what it means in consultant mode.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 from agent.client import AgentPool
