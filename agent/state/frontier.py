@@ -418,11 +418,6 @@ class Frontier:
             if taken:
                 return
 
-    def _head(self, host: str, q: _HostQ, origin: str, lane: _Lane) -> list[Item]:
-        if len(lane.hot) <= self._low_water and lane.cold:
-            self._page_in(host, q, origin, lane)
-        return lane.hot
-
     def pop(self, host: str, now: float | None = None, wait: Callable[[str], float] | None = None) -> Item | None:
         """Take the host's first item in BFS order (first with not_before <= now when now is given);
         it is in flight until done() or retry(). `wait(origin)`: when the origin may be fetched
@@ -431,20 +426,39 @@ class Frontier:
         q = self._hosts.get(host)
         if q is None:
             return None
+        lanes = q.lanes
+        if len(lanes) == 1:  # nearly every host: no choice to make
+            ((origin, lane),) = lanes.items()
+            if wait is not None and now is not None and wait(origin) > now:
+                return None
+            hot = lane.hot
+            if len(hot) > self._low_water and (now is None or hot[0].not_before <= now):
+                return self._take(host, q, origin, lane, 0)  # the usual case, in short
+            i = self._first_due(host, q, origin, lane, now)
+            return None if i < 0 else self._take(host, q, origin, lane, i)
         best: tuple[tuple[int, int], str, _Lane, int] | None = None
-        for origin, lane in list(q.lanes.items()):
+        for origin, lane in list(lanes.items()):
             if wait is not None and now is not None and wait(origin) > now:
                 continue
-            hot = self._head(host, q, origin, lane)
-            for i, cand in enumerate(hot):
-                if now is None or cand.not_before <= now:
-                    k = (cand.depth, cand.seq)
-                    if best is None or k < best[0]:
-                        best = (k, origin, lane, i)
-                    break
-        if best is None:
-            return None
-        _, origin, lane, i = best
+            i = self._first_due(host, q, origin, lane, now)
+            if i >= 0:
+                cand = lane.hot[i]
+                if best is None or (cand.depth, cand.seq) < best[0]:
+                    best = ((cand.depth, cand.seq), origin, lane, i)
+        return None if best is None else self._take(host, q, best[1], best[2], best[3])
+
+    def _first_due(self, host: str, q: _HostQ, origin: str, lane: _Lane, now: float | None) -> int:
+        """Index of the lane's first item due at now (paged in first if the head is low); -1: none."""
+        if len(lane.hot) <= self._low_water and lane.cold:
+            self._page_in(host, q, origin, lane)
+        hot = lane.hot
+        if not hot:
+            return -1
+        if now is None or hot[0].not_before <= now:
+            return 0
+        return next((j for j, cand in enumerate(hot) if cand.not_before <= now), -1)
+
+    def _take(self, host: str, q: _HostQ, origin: str, lane: _Lane, i: int) -> Item:
         it = lane.hot.pop(i)
         self._hot_total -= 1
         self._queued -= 1
