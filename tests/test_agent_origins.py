@@ -312,3 +312,30 @@ def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_p
 
     run(go())
     assert during_probe[0] >= 5, "the live origin waited for the dead origin's robots.txt retry"
+
+
+def test_the_per_ip_delay_is_on_by_default_and_holds_a_flood_of_names_on_one_ip(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _node(tmp_path / "a", {}).dispatcher.politeness.ip_delay == 0.25, "on by default"
+    assert _node(tmp_path / "b", {}, politeness__delay=0.05).dispatcher.politeness.ip_delay == 0.05, "never above delay"
+    # 2,000 generated names on one server, each with work, each fetch taking 10 ms: the server
+    # sees one start per ip_delay, not one per name (before: up to max_per_ip at once, no delay).
+    pol = Politeness(1.0, max_per_host=1, max_per_ip=4, ip_delay=0.25)
+    sched = Scheduler(pol)
+    for k in range(2000):
+        sched.wake(f"n{k}.flood.test", "10.0.0.1")
+    now, starts, ends = 0.0, [], []
+    while now < 10.0:
+        host = sched.pop_ready(now)
+        if host is not None:
+            sched.started(host, "10.0.0.1", now)
+            starts.append(now)
+            ends.append((now + 0.01, host))
+            continue
+        nxt = min([t for t, _ in ends] + [sched.next_wakeup(now) or 1e9])
+        now = nxt
+        for t, h in [e for e in ends if e[0] <= now]:
+            ends.remove((t, h))
+            sched.finished(h, "10.0.0.1", t, 200, has_work=True)
+    assert 38 <= len(starts) <= 41 and min(b - a for a, b in zip(starts, starts[1:])) >= 0.25

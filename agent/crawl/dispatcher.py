@@ -321,16 +321,12 @@ class Dispatcher:
         host backed off (HTTP 429/5xx, Retry-After) or whose URLs are not due."""
         horizon = now + self.s.politeness.park_horizon
         out = []
-        for host, _ in self.scheduler.waiting():
-            live = False
-            for origin in self.frontier.origins(host):
-                p = self._parked_origin(origin, now)
-                if p is not None:
-                    out.append(Parked(origin, p[0], p[1]))
-                else:
-                    live = True
-            if not live:
-                continue
+        for host, due in self.scheduler.waiting():
+            origins = self.frontier.origins(host)
+            notes = [Parked(o, p[0], p[1]) for o in origins if (p := self._parked_origin(o, now)) is not None]
+            out += notes
+            if len(notes) == len(origins) or (due <= horizon and not notes):
+                continue  # every origin listed, or due soon (the common case: no queue is read)
             ip = self.host_ip.get(host) or UNRESOLVED
             ready = self.frontier.ready_at(host, self._park_wait(now))
             t = max(self.politeness.next_time(host, ip), ready if ready is not None else INF)
@@ -354,7 +350,9 @@ class Dispatcher:
         if nxt is None or nxt > horizon:
             return True
         wait = self._park_wait(now)
-        for host, _ in self.scheduler.waiting():
+        for host, due in self.scheduler.waiting():
+            if due > horizon:
+                continue  # parked whatever its origins (due counts their waits already)
             ready = self.frontier.ready_at(host, wait)
             if ready is not None and max(ready, self.politeness.next_time(host, self.host_ip.get(host) or UNRESOLVED)) <= horizon:
                 return False
