@@ -49,7 +49,8 @@ HELP = {
     "robots_given_up": "URLs given up because robots.txt stayed unreachable for robots.give_up_after",
     "hosts_given_up": "hosts whose queue was dropped (page budget, forbidden address, DNS failure)",
     "hosts_dns_failed": "hosts given up because their name does not resolve (NXDOMAIN, no address; at the first answer)",
-    "origins_given_up": "origins (scheme://host:port) given up: robots.txt unreachable for robots.give_up_after",
+    "origins_given_up": "origins (scheme://host:port) given up: robots.txt unreachable for robots.give_up_after, "
+                        "or no answer to any request for politeness.origin_give_up_after",
     "budget_dropped": "queued URLs dropped with a given-up host",
     "out_of_scope": "discovered or pushed URLs outside the agent's scope (domains, depth, schemes, ports)",
     "dropped_schemes": "links with a scheme that is not crawled (mailto:, javascript:, ...)",

@@ -120,10 +120,16 @@ class PolitenessSettings:
     # A host that cannot be fetched for longer than this (Retry-After, backoff, robots.txt
     # unreachable) is "parked": it does not keep the crawl from counting as finished.
     park_horizon: float = 300.0
+    # An origin whose requests have failed without any answer (refused, timed out, TLS...) for
+    # this long is given up (its URLs dropped with the reason); the host's other origins go on.
+    # As robots.give_up_after: a site down for an hour is not waited for by a crawl.
+    origin_give_up_after: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.delay < 0 or self.ip_delay < 0 or self.max_per_host < 1 or self.max_per_ip < 1 or self.max_retries < 0:
             raise ValueError("politeness: delays >= 0, max_per_host/max_per_ip >= 1, max_retries >= 0")
+        if self.origin_give_up_after <= 0:
+            raise ValueError("politeness.origin_give_up_after must be > 0")
 
 
 @dataclass(frozen=True)

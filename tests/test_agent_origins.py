@@ -339,3 +339,37 @@ def test_the_per_ip_delay_is_on_by_default_and_holds_a_flood_of_names_on_one_ip(
             ends.remove((t, h))
             sched.finished(h, "10.0.0.1", t, 200, has_work=True)
     assert 38 <= len(starts) <= 41 and min(b - a for a, b in zip(starts, starts[1:])) >= 0.25
+
+
+def test_an_origin_that_stops_answering_is_given_up_on_its_own_budget(tmp_path, run):
+    """robots.txt answered, then every page request of the https origin fails without an answer:
+    after politeness.origin_give_up_after the origin is given up (its URLs dropped with the
+    reason) and the crawl ends; the http origin of the same host is crawled whole."""
+    from test_agent_budgets import Web, node
+
+    def pages(url):
+        if url.endswith("/robots.txt"):
+            return 404, b"", {}
+        if url.startswith("https://"):
+            return 0, b"", {"error": "connect"}
+        return 200, b"<html>x</html>", {}
+
+    web = Web(pages)
+    n = node(tmp_path, web, politeness__origin_give_up_after=0.3, politeness__max_backoff=0.1,
+             politeness__max_retries=100)
+    https = [Item(f"https://dark.test/s{i}", "dark.test") for i in range(30)]
+    http = [Item(f"http://dark.test:8181/p{i}", "dark.test") for i in range(10)]
+
+    async def go():
+        await n.start()
+        n.intake.accept_local(https + http)
+        await until(n.idle, "the crawl to end")
+        given_up, c, queued = dict(n.dispatcher.given_up), n.status_counters(), len(n.frontier)
+        await n.stop()
+        return given_up, c, queued
+
+    given_up, c, queued = run(go())
+    assert list(given_up) == ["https://dark.test"] and given_up["https://dark.test"].startswith("no answer for")
+    assert c["origins_given_up"] == 1 and queued == 0
+    assert {i.url for i in http} <= set(web.log)
+    assert len([u for u in web.log if u.startswith("https://") and not u.endswith("robots.txt")]) < 30

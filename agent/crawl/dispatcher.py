@@ -257,7 +257,7 @@ class Dispatcher:
             return
         origin = origin_of(item.url)
         if origin in self.given_up:
-            # Given up (robots.txt unreachable too long): its URLs are finished as they come up
+            # Given up (robots.txt unreachable or no answer too long): its URLs are finished as they come up
             # (the loop yields between batches); the host's other origins go on.
             self.counters["robots_given_up"] += 1
             self.finish(item, None)
@@ -471,6 +471,10 @@ class Dispatcher:
         origin, transport = origin_of(item.url), not resp.status
         if transport:
             self.origins.failed(origin, now)
+            if self.origins.failing_for(origin, now) >= self.s.politeness.origin_give_up_after:
+                # The origin's failure budget is spent: its URLs are finished as they come up.
+                self._give_up_origin(host, origin, f"no answer for {self.origins.failing_for(origin, now):.0f}s "
+                                                   f"({self.origins.level(origin)} transport failures in a row)")
         else:
             self.origins.ok(origin)
         status = 0 if transport else resp.status

@@ -223,13 +223,14 @@ class OriginBackoff:
         self.base = base
         self.max_backoff = max_backoff
         self.rng = rng if rng is not None else random.Random()
-        self._o: dict[str, tuple[float, int]] = {}  # origin -> (until, consecutive failures)
+        # origin -> (until, consecutive failures, first of them)
+        self._o: dict[str, tuple[float, int, float]] = {}
 
     def failed(self, origin: str, now: float) -> float:
-        until, level = self._o.get(origin, (0.0, 0))
+        until, level, since = self._o.get(origin, (0.0, 0, now))
         wait = min(self.base * 2.0 ** min(level, 62), self.max_backoff) * (1.0 - 0.5 * self.rng.random())
         until = max(until, now + wait)
-        self._o[origin] = (until, level + 1)
+        self._o[origin] = (until, level + 1, since)
         return until
 
     def ok(self, origin: str) -> None:
@@ -243,6 +244,11 @@ class OriginBackoff:
         """Consecutive transport failures of the origin."""
         e = self._o.get(origin)
         return 0 if e is None else e[1]
+
+    def failing_for(self, origin: str, now: float) -> float:
+        """Seconds since the first of the origin's current run of transport failures (0: none)."""
+        e = self._o.get(origin)
+        return 0.0 if e is None else now - e[2]
 
     def forget_host(self, host: str) -> None:
         for o in [o for o in self._o if origin_host(o) == host]:
