@@ -502,3 +502,22 @@ def test_crawl_verdict_names_why_nothing_came_of_it():
     code, line = verdict(True, 0, 0, seeds, {}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
     assert code == 3 and "b.test/x: robots.txt unreachable" in line
     assert verdict(True, 0, 5, seeds, {"a.test": "DNS: gone"}, {})[0] == 0
+
+
+def test_leftovers_list_what_is_left_and_why_by_kind():
+    from manager.status import AgentView, Snapshot, finished, leftovers
+
+    a = AgentView("a1", "x:1", "alive", "", "", counters={"idle": 1.0}, reachable=True,
+                  parked=[("https://docs.test", 1100.0, "robots.txt unreachable (last status 0) for 130s")],
+                  given_up=[(f"gone{i}.test", f"DNS: gone{i}.test does not resolve: no such name (NXDOMAIN)") for i in range(25)]
+                  + [("big.test", "page budget (100000 pages)")])
+    b = AgentView("a2", "x:2", "alive", "", "", counters={"idle": 0.0}, reachable=True)
+    snap = Snapshot(1, "hash", [a, b])
+    assert not finished(snap), "an agent with something fetchable left"
+    b.counters["idle"] = 1.0
+    assert finished(snap) and not finished(Snapshot(1, "hash", []))
+    lines = leftovers(snap, 1000.0, limit=20)
+    assert lines[0] == "left: 1 parked (waiting, not fetchable within the park horizon), 26 given up (25 DNS failure, 1 budget spent)"
+    assert lines[1] == "parked    https://docs.test (a1): robots.txt unreachable (last status 0) for 130s; next try in 100s"
+    assert "given up  ... and 5 more (DNS failure)" in lines and "given up  big.test (a1): page budget (100000 pages)" in lines
+    assert len(lines) == 1 + 1 + 20 + 1 + 1
