@@ -574,6 +574,9 @@ def run_crawl(args: argparse.Namespace) -> int:
         stats = asyncio.run(GrpcStorageClient.stats_of(run.storage))
         report = _report(plan, run, paths) if plan.report else None
         code, line = verdict(done, plan.timeout, stats.pages, plan.seeds, info["given_up"], info["parked"])
+        # The verdict and what is left, with why, beside the report (the terminal may be gone).
+        (plan.out / "report").mkdir(exist_ok=True)
+        (plan.out / "report" / "left.txt").write_text("\n".join([line, *info["notes"]]) + "\n", encoding="utf-8")
         print(_summary(plan, paths, line, info, stats, report), flush=True)
         reason = line if code else ""
     except KeyboardInterrupt:

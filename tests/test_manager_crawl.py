@@ -487,6 +487,8 @@ def test_manager_crawl_with_unreachable_seeds_exits_non_zero_with_the_reason(tmp
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("manager crawl: every seed was given up: http://gone-") and "DNS" in last, p.stderr
     assert "DNS failure" in p.stdout, p.stdout  # the leftovers' summary line
+    left = (out / "report" / "left.txt").read_text().splitlines()
+    assert left[0].startswith("every seed was given up") and left[1].startswith("left: 0 parked")
     assert _alive_services(out) == []
 
 
