@@ -17,7 +17,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--id", dest="agent_id", help="agent id (unique in the crawl)")
     r.add_argument("--listen", help="host:port of the Agent gRPC service")
     r.add_argument("--advertise", help="host:port peers dial (default: the bound listen address)")
-    r.add_argument("--consultant", help="consultant address")
+    r.add_argument("--consultant", metavar="ADDR[,ADDR...]",
+                   help="consultant address, or its replicas separated by commas, best first (replaces the file's)")
     r.add_argument("--storage", help="storage address (empty: pages stay in the spool)")
     r.add_argument("--source-ip", help="local address fetches come from")
     r.add_argument("--data-dir", help="frontier, seen set, outbox and spool live here")
@@ -44,7 +45,8 @@ def _run(args) -> int:
 
     overrides = {
         "agent_id": args.agent_id, "listen": args.listen, "advertise": args.advertise,
-        "consultant": args.consultant, "storage": args.storage, "data_dir": args.data_dir,
+        # the flag replaces both keys of the file (consultants = [...] would otherwise disagree)
+        "consultants": [] if args.consultant else None, "consultant": args.consultant, "storage": args.storage, "data_dir": args.data_dir,
         "hosts_file": args.hosts_file, "location.city": args.city, "location.lat": args.lat,
         "location.lon": args.lon, "location.asn": args.asn, "fetcher": args.fetcher,
         "concurrency": args.concurrency, "politeness.delay": args.delay,

@@ -25,6 +25,7 @@ GAUGES = frozenset({
     "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
+    "consultant_replica",                                                                        # ConsultantClient
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
     "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
 })
@@ -98,6 +99,10 @@ HELP = {
     "epoch_claims_refuted": "claims the consultant did not confirm",
     "consultant_rpcs": "RPCs to the consultant (register, heartbeat, resolve)",
     "heartbeats_withheld": "heartbeats (or registrations) not sent because the agent made no durable progress",
+    # ConsultantClient over several replicas (consultant/client.py, wancrawl/failover.py)
+    "consultant_failovers": "consultant calls sent on to the next replica after one did not answer (UNAVAILABLE or its deadline)",
+    "consultant_unanswered": "consultant calls no replica answered (the agent crawls on cached routes)",
+    "consultant_replica": "the consultant replica that answered last: its index in `consultants` (0 = the first listed)",
     # CommitLog, ProgressWatch (agent/state/commit.py, agent/state/progress.py; docs/agent.md)
     "commit_failures": "group commits that failed (their changes stay buffered for the next one)",
     "rows_rejected": "frontier changes left out of a commit because they could not be written (poison rows)",
@@ -149,6 +154,7 @@ HELP = {
     "overlay_delegations_in": "Kademlia mode: hosts delegated to this agent by their XOR owners, as announced",
     "fence_refusals": "hosts refused a fetch while the lease had lapsed or the host was held for settling",
     "lease_lapses": "times the consultant forgot this agent or the lease ran out (no fetch until it registers again)",
+    "lease_ran_out": "times the lease had run out when an answer renewed it (the fence was closed meanwhile)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)
     "hosts_settling": "hosts held until their ownership is settled",
     "replica_hosts": "other agents' hosts backed up here",

@@ -34,7 +34,7 @@ from agent.placement.gate import Gate
 from agent.placement.hostcache import HostCache
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import kademlia_placement
-from agent.placement.load import LoadGauge, heaviest
+from agent.placement.load import IntervalMeter, LoadGauge, heaviest, probe_resources
 from agent.placement.membership import Membership
 from agent.placement.port import Placement
 from agent.routing.intake import Intake, IntakeResult
@@ -115,6 +115,8 @@ class AgentNode:
         self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
         scope = Scope(s.scope)
         self.load = LoadGauge(s.load, lambda: self.dispatcher.pages_per_second(), clock)
+        self.interval = IntervalMeter(clock)
+        self.resources = probe_resources()  # seed 003's node parameters, read once
         self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
                                      gate=self.gate, clock=clock, stalled=self.progress.stalled)
         # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
@@ -253,6 +255,9 @@ class AgentNode:
         c = self.dispatcher.counters
         level = self.load.measure(len(self.frontier))
         heavy = heaviest(self.frontier.hosts_ready(), self.frontier.queue_len, self.s.load.report_hosts)
+        sample = self.interval.sample(int(c["pages"]), int(c["bytes"]), level.queue)
+        resources = common_pb2.Resources(bandwidth_mbps=self.interval.bandwidth, disk_mbps=self.s.load.disk_mbps,
+                                         **self.resources)
         return common_pb2.LoadReport(
             queue_length=level.queue, in_flight=self.dispatcher.in_flight,
             pages_per_second=self.dispatcher.pages_per_second(), errors=int(c["errors"]),
@@ -260,6 +265,7 @@ class AgentNode:
             pages_fetched=int(c["pages"]), spool_pages=self.spool.pages,
             load_level=level.level, work_area=level.work_area, peak_pages_per_second=level.peak_rate,
             heavy_hosts=[common_pb2.HostLoad(host=h, queue_length=n) for h, n in heavy],
+            resources=resources, interval_pages=sample.pages, interval_seconds=sample.seconds,
         )
 
     def status_counters(self, parked: int | None = None) -> dict[str, float]:
@@ -273,6 +279,10 @@ class AgentNode:
             for k, v in part.counters.items():
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
+        # The consultant's client reports its failovers between replicas (a Kademlia placement has none).
+        placement_metrics = getattr(self.placement, "metrics", None)
+        if callable(placement_metrics):
+            out.update(placement_metrics())
         out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges(),
                    **self.progress.gauges())
         if self.replicator is not None:

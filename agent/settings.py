@@ -10,6 +10,7 @@ from typing import Any
 from agent.fetch.base import FetchSettings
 from wancrawl.config import load
 from wancrawl.errors import ConfigError, InvalidArgument
+from wancrawl.failover import parse_addresses
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.urls import canonical_host
 from wancrawl.warcrecords import DEFAULT_LEVEL
@@ -250,10 +251,15 @@ class LoadSettings:
     block: int = 20             # H: URLs per heavy block (the paper's 20); only scales L
     peak_window: float = 120.0  # seconds the peak fetch rate is remembered (an idle agent keeps its capability)
     report_hosts: int = 32      # longest host queues sent with each heartbeat (the movable hosts)
+    # The disk write rate (MB/s) reported as seed 003's disk_io; 0 = unknown (not measured: the
+    # agent's writes are a WAL append per flush, rarely its bottleneck).
+    disk_mbps: float = 0.0
 
     def __post_init__(self) -> None:
         if self.period <= 0 or self.block < 1 or self.peak_window <= 0 or not 0 <= self.report_hosts <= 1000:
             raise ValueError("load: period and peak_window > 0, block >= 1, report_hosts 0-1000")
+        if not 0 <= self.disk_mbps <= 1e9:
+            raise ValueError("load.disk_mbps must be 0..1e9")
 
 
 @dataclass(frozen=True)
@@ -264,7 +270,11 @@ class AgentSettings:
     # Who places hosts: "consultant" (seed 002: the consultant at `consultant`) or "kademlia"
     # (seeds 000 and 001: the agents' own overlay, [kademlia]; no consultant process).
     mode: str = "consultant"
+    # The consultant, or its replicas over one state: `consultants = ["a:1", "b:2"]` (or
+    # `consultant = "a:1,b:2"`), best first; calls fail over to the next that answers
+    # (docs/consultant.md "Replicas and failover").
     consultant: str = "127.0.0.1:50051"
+    consultants: tuple[str, ...] = ()
     storage: str = ""                 # storage address; empty: pages stay in the spool
     data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
     source_ip: str = ""               # local address fetches come from (the lab needs it); also fetch.source_ip
@@ -303,11 +313,22 @@ class AgentSettings:
             raise ValueError("concurrency must be >= 1")
         if self.mode not in ("consultant", "kademlia"):
             raise ValueError(f"mode must be \"consultant\" or \"kademlia\", got {self.mode!r}")
+        if self.consultants and self.consultant not in ("", "127.0.0.1:50051", ",".join(self.consultants)):
+            raise ValueError(f"consultant {self.consultant!r} and consultants {list(self.consultants)} differ: set one")
+        try:
+            consultant_addresses(self)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if self.commit_interval <= 0:
             raise ValueError("commit_interval must be > 0")
         if self.commit_stall_seconds <= 2 * self.commit_interval:
             raise ValueError(f"commit_stall_seconds must be more than twice commit_interval ({self.commit_interval}), "
                              f"got {self.commit_stall_seconds}")
+
+
+def consultant_addresses(s: AgentSettings) -> tuple[str, ...]:
+    """The consultant replicas to ask, best first: `consultants`, else `consultant` split at commas."""
+    return parse_addresses(s.consultants or s.consultant, where="consultants" if s.consultants else "consultant")
 
 
 def bind_ip(s: AgentSettings) -> str:

@@ -52,6 +52,16 @@ see FAULT_AT) of the truth URLs requested at least once, polled every 0.2 s; bas
               same moment, start them all again 3 s later from their recorded commands (same
               configs, data dirs, addresses; lab.cluster.restart_all: consultant and storage
               first, then the agents).
+  consultant-replica
+              two consultant replicas over one PostgreSQL state (lab.cluster.up consultants=2;
+              the agents list both); kill -9 the replica the agents use (the most common Status
+              gauge `consultant_replica`); it stays dead. The notes say the agents' failovers,
+              calls no replica answered and fence refusals after the fault (0: no lease lapsed).
+  consultant-rolling
+              the same two replicas; from 5% of truth requested, kill -9 the replica in use
+              every 20 s and start it again 3 s after each kill, until the crawl ends. Agents
+              keep a 0.2 s politeness delay (a crawl of about a minute and a half, so several
+              kills fall in it). Notes as consultant-replica, and the kills.
 
 Columns (pure functions `compare` and `recovery` below; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
@@ -144,9 +154,16 @@ from lab import cluster
 from lab.server import LogEntry
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 
-CONSULTANT_ONLY = ("consultant", "consultant-stop")
+CONSULTANT_ONLY = ("consultant", "consultant-stop", "consultant-replica", "consultant-rolling")
 SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
-             "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9")
+             "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
+             "consultant-replica", "consultant-rolling")
+# Scenarios run with two consultant replicas over PostgreSQL (wancrawl.procs.PG_URL).
+REPLICA_SCENARIOS = ("consultant-replica", "consultant-rolling")
+ROLLING_EVERY_S = 20.0  # consultant-rolling: a kill of the replica in use this often
+ROLLING_DOWN_S = 3.0    # ... started again this long after each kill (a supervisor's restart)
+# consultant-rolling's politeness delay: a crawl long enough for several kills.
+SCENARIO_DELAY = {"consultant-rolling": 0.2}
 AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup")  # the ones with a victim
 # Victims that stay gone: not expected running at the end, their requests are no recovery.
 GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup")
@@ -179,7 +196,7 @@ CONSULTANT_STOP_LEASES = 3.0
 # 40% (~3 s) about a lease is left and the crawl can end before any fence closes; at 5% (~1 s)
 # the largest host is still being fetched when every lease has run out.
 DEFAULT_FAULT_AT = 0.4
-FAULT_AT = {"consultant-stop": 0.05}
+FAULT_AT = {"consultant-stop": 0.05, "consultant-rolling": 0.05}
 # storage-kill9: the kill waits (at most this long) until storage's WARC files grow between two
 # polls WARC_POLL_S apart, i.e. storage is writing an Ingest's records right then.
 WARC_GROWTH_WAIT_S = 10.0
@@ -709,6 +726,9 @@ class FaultContext:
     counters_before: dict[str, dict[str, float]] | None = None  # join, flap: Status counters at the fault
     held_bytes: int = 0                        # join, flap: per-host state on disk at the fault
     epoch_before: int | None = None            # consultant-stop: the consultant's epoch before the stop
+    replica_before: dict[str, dict[str, float]] | None = None  # replica scenarios: Status counters at the fault
+    rolling: Rolling | None = None             # consultant-rolling: the kills going on
+    gone: list[str] = field(default_factory=list)  # processes killed that stay dead by design
 
 
 def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], ctx: FaultContext) -> None:
@@ -739,6 +759,55 @@ def _kill2_second(cl: cluster.Cluster, victim: str, t: float, notes: list[str], 
     cluster.kill(cl.run_dir, f"agent-{victim2}")
     ctx.second_t = time.time()
     notes.append(f"then killed {victim2} (owner of {k} of {victim}'s {len(owners)} hosts) {ctx.second_t - t:.1f}s after the first kill")
+
+
+def replica_in_use(cl: cluster.Cluster) -> int:
+    """The consultant replica most live agents answered through last (their Status gauge
+    `consultant_replica`, an index into the replicas list); 0 when none says."""
+    votes = collections.Counter(int(c.get("consultant_replica", 0)) for c in agent_counters(cl).values())
+    return votes.most_common(1)[0][0] if votes else 0
+
+
+def replica_notes(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> str:
+    """The agents' side of a replica fault: counters summed over the agents that answered both
+    times, the end minus the fault (pure)."""
+    def delta(key: str) -> float:
+        return sum(after[a].get(key, 0.0) - before[a].get(key, 0.0) for a in after if a in before)
+
+    return (f"agents after the fault: {delta('consultant_failovers'):.0f} consultant calls failed over, "
+            f"{delta('consultant_unanswered'):.0f} unanswered by every replica, {delta('fence_refusals'):.0f} fence "
+            f"refusals, {delta('lease_ran_out') + delta('lease_lapses'):.0f} leases run out or forgotten")
+
+
+class Rolling(threading.Thread):
+    """consultant-rolling's kills: every ROLLING_EVERY_S from the first (made by `_fault`), kill -9
+    the replica in use and start it again ROLLING_DOWN_S later. `stop()` ends the loop and
+    returns once every replica runs again."""
+
+    def __init__(self, cl: cluster.Cluster, first_t: float, notes: list[str]):
+        super().__init__(daemon=True)
+        self.cl, self.next_t, self.notes = cl, first_t + ROLLING_EVERY_S, notes
+        self.kills: list[tuple[float, str]] = []
+        self._stop_event = threading.Event()
+        self.error = ""
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(max(0.0, self.next_t - time.time())):
+                name = cluster.replica_name(replica_in_use(self.cl))
+                cluster.kill(self.cl.run_dir, name)
+                self.kills.append((time.time(), name))
+                self.next_t = self.kills[-1][0] + ROLLING_EVERY_S
+                self._stop_event.wait(ROLLING_DOWN_S)  # a stop still restarts it first
+                cluster.restart(self.cl.run_dir, name)
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        if self.error:
+            self.notes.append(f"ERROR: rolling kills: {self.error}")
 
 
 def fault_share(name: str, given: float | None) -> float:
@@ -876,6 +945,25 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
             notes.append(f"consultant stopped {ctx.resume_t - t:.1f}s (lease {ctx.args.lease:g}s)")
 
         return t, cont
+    if name in REPLICA_SCENARIOS:
+        ctx.replica_before = agent_counters(cl)
+        victim_name = cluster.replica_name(replica_in_use(cl))
+        cluster.kill(run, victim_name)
+        t = time.time()
+        if name == "consultant-replica":
+            ctx.gone.append(victim_name)
+            notes.append(f"killed {victim_name}, the replica in use; it stays dead")
+            return t, lambda: None
+
+        def start_rolling() -> None:
+            # The first kill's restart, then the loop of the others.
+            time.sleep(max(0.0, t + ROLLING_DOWN_S - time.time()))
+            cluster.restart(run, victim_name)
+            ctx.rolling = Rolling(cl, t, notes)
+            ctx.rolling.kills.append((t, victim_name))
+            ctx.rolling.start()
+
+        return t, start_rolling
     if name == "cluster-kill9":
         # Every process of the cluster but the lab web (the Internet does not crash with it).
         names = [p.name for p in cl.procs if p.name != "web"]
@@ -949,9 +1037,10 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     row.victim = victim
     try:
         cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=args.topology, seed=args.seed,
-                        time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay,
+                        time_scale=args.time_scale, zero_latency=args.zero_latency,
+                        delay=max(args.delay, SCENARIO_DELAY.get(name, 0.0)),
                         concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
-                        mode=args.mode)
+                        mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1)
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -990,6 +1079,14 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
             row.finished = asyncio.run(wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
             if not row.finished:
                 row.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
+            if ctx.rolling is not None:
+                ctx.rolling.stop()
+                kills = ctx.rolling.kills
+                row.notes.append(f"{len(kills)} kills of the replica in use (" + ", ".join(
+                    f"{n} at +{k - (fault_t or k):.0f}s" for k, n in kills) + "), each restarted "
+                    f"{ROLLING_DOWN_S:g}s later")
+            if ctx.replica_before is not None:
+                row.notes.append(replica_notes(ctx.replica_before, agent_counters(cl)))
             if ctx.poller is not None:
                 ctx.poller.stop()
             if ctx.epoch_before is not None:
@@ -1019,6 +1116,8 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         try:
             if ctx is not None and ctx.poller is not None:
                 ctx.poller.stop()  # an error above left it polling
+            if ctx is not None and ctx.rolling is not None and ctx.rolling.is_alive():
+                ctx.rolling.stop()  # an error above left it killing
         finally:
             stopped = cluster.down(run)
     # A process that died by itself (not the victim of kill or drain) makes the row meaningless:
@@ -1026,6 +1125,8 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     gone_by_design = {f"agent-{victim}"} if name in GONE_VICTIMS and fault_t is not None else set()
     if ctx is not None and ctx.second_victim:
         gone_by_design.add(f"agent-{ctx.second_victim}")
+    if ctx is not None:
+        gone_by_design.update(ctx.gone)
     for p in cluster.Cluster.load(run).procs:
         if p.name not in stopped and p.name not in gone_by_design:
             row.notes.append(f"ERROR: {p.name} was not running at the end (see {p.log})")
@@ -1245,6 +1346,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({CONSULTANT_STOP_LEASES:g} leases); kill-owner-and-backup r = "
         f"{args.backups if agent_backups_known() else '1 (no replication.backups)'}; "
         f"end: every live agent idle for {args.stable:g}s, timeout {args.timeout:g}s after seeding",
+        f"consultant-replica, consultant-rolling: 2 consultant replicas over PostgreSQL; rolling: a kill every "
+        f"{ROLLING_EVERY_S:g}s, each down {ROLLING_DOWN_S:g}s, politeness delay {SCENARIO_DELAY['consultant-rolling']:g}s",
         f"runs under {base}",
     ]
     rows: list[Row] = []
@@ -1262,6 +1365,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if not args.run_dir:
+            from wancrawl import procs
+
+            for n in names:  # the replicas' state goes with the temporary run dirs
+                if n in REPLICA_SCENARIOS:
+                    procs.drop_schema(procs.PG_URL, procs.run_schema(base / n, "lab"))
             shutil.rmtree(base, ignore_errors=True)
     if args.json:
         lost, pct = worst(rows)

@@ -43,8 +43,10 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("resolve", help="which agents own these hosts")
     r.add_argument("hosts", nargs="+")
     client_args(r)
-    e = sub.add_parser("explain", help="why a host goes where it goes")
-    e.add_argument("host")
+    e = sub.add_parser("explain", help="why a host goes where it goes; --capacity: what each agent can do")
+    e.add_argument("host", nargs="?")
+    e.add_argument("--capacity", action="store_true",
+                   help="each agent's resources, measured rate and the runtime model's prediction (seed 003)")
     client_args(e)
     a = sub.add_parser("agents", help="list agents")
     a.add_argument("--all", action="store_true", help="include dead and departed agents")
@@ -55,6 +57,25 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("agent", nargs="?")
     client_args(o)
     return p
+
+
+def _capacity(r, as_json: bool) -> int:
+    """`explain --capacity`: seed 003's node parameters, each agent's measured rate (its backlogged
+    heartbeat intervals) beside the fitted model's prediction (consultant/capacity/)."""
+    if as_json:
+        print(json.dumps({"model": r.capacity_model, "cv_errors_seconds": dict(r.capacity_errors), "agents": [
+            {"agent_id": a.agent_id, "samples": a.samples, "measured_rate": a.measured_rate, "predicted_rate": a.predicted_rate,
+             "resources": json_format.MessageToDict(a.load.resources, preserving_proto_field_name=True)} for a in r.agents]}, indent=2))
+        return 0
+    errs = ", ".join(f"{k} {v:.3f}s" for k, v in sorted(r.capacity_errors.items()))
+    print(f"runtime model: {r.capacity_model or 'none yet (too few samples: agents report one per busy heartbeat)'}"
+          + (f"  (cross-validated error: {errs})" if errs else ""))
+    print(f"{'agent':<20} {'cores':>5} {'GHz':>5} {'mem GB':>7} {'Mbit/s':>7} {'samples':>7} {'measured p/s':>12} {'predicted p/s':>13}")
+    for a in r.agents:
+        res = a.load.resources
+        print(f"{a.agent_id:<20} {res.cores:>5.0f} {res.cpu_ghz:>5.2f} {res.memory_gb:>7.1f} {res.bandwidth_mbps:>7.1f} "
+              f"{a.samples:>7} {a.measured_rate:>12.1f} {a.predicted_rate:>13.1f}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -106,7 +127,12 @@ async def _client_cmd(args: argparse.Namespace) -> int:
                     else:
                         print(f"{a.host}\t" + " ".join(f"{table[i][0]}@{table[i][1]}" for i in a.agents) + f"\tttl={a.ttl_seconds}s")
             return 1 if any(a.error for a in r.answers) else 0
+        if args.cmd == "explain" and args.capacity:
+            return _capacity(await c.list_agents(), args.json)
         if args.cmd == "explain":
+            if not args.host:
+                print("consultant explain: HOST is required (or --capacity)", file=sys.stderr)
+                return 2
             e = await c.explain(args.host)
             if args.json:
                 print(json_format.MessageToJson(e, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))

@@ -10,6 +10,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from consultant import validate
+from consultant.capacity.book import resources_of
 from consultant.metrics import SCHEMA as METRICS
 from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
@@ -130,6 +131,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
 
     async def ListAgents(self, request, context):
         validate.list_agents(request)
+        await self.service.refit_capacity()
         snap = await self.service.snapshot()
         d = self.service.directory
         views = {v.agent_id: v for v in d.views}
@@ -144,15 +146,19 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
                 pass
             view = views.get(rec.agent_id)
             weight = 0.0 if view is None else self.service.partitioner.weight_of(view)
+            cap = self.service.capacity.agent(rec.agent_id, resources_of(json_format.MessageToDict(load, preserving_proto_field_name=True)))
             out.append(
                 pb.AgentInfo(
                     agent_id=rec.agent_id, address=rec.address, location=location_of(rec, d.site_isp(rec.asn)),
                     state=_STATE.get(rec.state, pb.AGENT_STATE_UNSPECIFIED), registered_at=rec.registered_at,
                     last_heartbeat=rec.last_heartbeat, lease_expires=rec.lease_expires, load=load,
-                    capacity=rec.capacity, weight=weight,
+                    capacity=rec.capacity, weight=weight, measured_rate=cap.measured_rate,
+                    predicted_rate=cap.predicted_rate, samples=cap.samples,
                 )
             )
-        return pb.ListAgentsResponse(epoch=snap.epoch, strategy=self.service.settings.strategy, agents=out)
+        fit = self.service.capacity.fit()
+        return pb.ListAgentsResponse(epoch=snap.epoch, strategy=self.service.settings.strategy, agents=out,
+                                     capacity_model=fit.model.name if fit else "", capacity_errors=fit.errors if fit else {})
 
     async def SetOverride(self, request, context):
         validate.set_override(request)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from consultant.balance import Balancer, Move, Policy
+from consultant.capacity.book import CapacityBook
 from consultant.directory import Directory, Ranked
 from consultant.locator import SiteLocator
 from consultant.membership import DEAD, AgentRecord, Snapshot
@@ -140,6 +141,7 @@ class ConsultantService:
         self.store = Store(settings.state_url)
         self.directory = self._directory(Snapshot(0))
         self.balancer = self._balancer(settings)
+        self.capacity = CapacityBook()  # seed 003's samples and runtime model (docs/balance.md, phase 2)
         # Counts since start (consultant/metrics.py says what each means).
         self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
                          "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
@@ -354,9 +356,16 @@ class ConsultantService:
             self.partitioner.reweight_threshold,
         )
         self.counters["heartbeats"] += 1
+        self.capacity.record(agent_id, load)
         if bumped:
             await self.refresh()
         return epoch
+
+    async def refit_capacity(self) -> None:
+        """Refit the runtime model when due (consultant/capacity/book.py), off the event loop."""
+        samples = self.capacity.due(self.clock())
+        if samples is not None:
+            self.capacity.adopt(await asyncio.to_thread(self.capacity.fit_samples, samples))
 
     async def deregister(self, agent_id: str) -> int:
         validate_agent_id(agent_id)

@@ -44,6 +44,12 @@ def load(report: common_pb2.LoadReport) -> None:
     checks.finite("load.load_level", report.load_level, low=-float(checks.MAX_COUNT), high=float(checks.MAX_COUNT))
     checks.finite("load.work_area", report.work_area, low=0.0, high=float(checks.MAX_COUNT))
     checks.finite("load.peak_pages_per_second", report.peak_pages_per_second, low=0.0, high=MAX_RATE)
+    r = report.resources
+    for name, high in (("cores", 1e6), ("cpu_ghz", 1e3), ("memory_gb", 1e9), ("bandwidth_mbps", 1e9), ("disk_mbps", 1e9)):
+        checks.finite(f"load.resources.{name}", getattr(r, name), low=0.0, high=high)
+    checks.integer("load.interval_pages", report.interval_pages)
+    # a sample of up to a day: the agent reports one per heartbeat
+    checks.finite("load.interval_seconds", report.interval_seconds, low=0.0, high=86400.0)
     checks.count("load.heavy_hosts", report.heavy_hosts, MAX_HEAVY_HOSTS)
     for i, h in enumerate(report.heavy_hosts):
         f = checks.indexed("load.heavy_hosts", i)

@@ -121,7 +121,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
-            mode=args.mode)
+            mode=args.mode, consultants=args.consultants)
     kademlia = cl.mode == "kademlia"
     how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
     print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
@@ -246,6 +246,9 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--concurrency", type=int, default=32)
         sp.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
                         help="kademlia: no consultant process; the agents form an overlay and place hosts by XOR distance")
+        sp.add_argument("--consultants", type=int, default=1,
+                        help="consultant replicas (2 or more: over the PostgreSQL at $WANCRAWL_PG_URL, default "
+                             "postgresql+psycopg://postgres@127.0.0.1:5432/test, a fresh schema per run dir)")
 
     sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
     cluster_args(sp)

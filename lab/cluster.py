@@ -8,6 +8,10 @@ processes (it checks each pid still runs the command it started, so a reused pid
 harness, bench/chaos.py), `kill_all` and `restart_all` several at the same moment (a whole cluster); `pause` and `resume` stop and continue one (SIGSTOP/SIGCONT: a process
 that hangs, then comes back); `add_agent` starts one more agent in a running cluster (a join).
 
+`consultants=2` (or more) starts that many consultant replicas ("consultant", "consultant-2",
+...) over one PostgreSQL state (wancrawl.procs.PG_URL, a fresh schema per run directory); every
+agent and storage list them all, first one first, and fail over between them (docs/consultant.md).
+
 Two modes: "consultant" (seed 002: a consultant process places hosts) and "kademlia" (seeds 000
 and 001: no consultant; the agents form a Kademlia overlay, each bootstrapping through all the
 others, and place hosts by XOR distance; storage then runs without its placement check). In
@@ -45,7 +49,7 @@ class Cluster:
     run_dir: str
     strategy: str
     web_port: int
-    consultant: str
+    consultant: str  # its address, or the replicas' comma-joined, first one first
     storage: str
     agents: dict[str, str] = field(default_factory=dict)        # agent id -> gRPC address
     agent_sources: dict[str, str] = field(default_factory=dict)  # agent id -> source IP
@@ -86,9 +90,10 @@ class Service:
 
 @dataclass
 class Configs:
-    consultant: Service | None  # None in kademlia mode
+    consultant: Service | None  # None in kademlia mode; its address is the first replica's
     storage: Service
     agents: dict[str, Service]  # by agent id
+    replicas: list[str] = field(default_factory=list)  # every consultant replica's address, first one first
 
 
 PKI_DIR = procs.PKI_DIR
@@ -105,7 +110,17 @@ def use_cluster_tls(cl: Cluster) -> None:
     """Register the run's operator certificate for every address of the cluster (this process's
     ConsultantClient, AgentClient and storage clients of those addresses then use it)."""
     if (Path(cl.run_dir) / PKI_DIR / "ca.crt").is_file():
-        register_client_tls([a for a in (cl.consultant, cl.storage, *cl.agents.values()) if a], lab_tls(cl.run_dir))
+        register_client_tls([a for a in (*replica_addresses(cl), cl.storage, *cl.agents.values()) if a], lab_tls(cl.run_dir))
+
+
+def replica_addresses(cl: Cluster) -> list[str]:
+    """The consultant replicas' addresses, first one first ([] in kademlia mode)."""
+    return [a for a in cl.consultant.split(",") if a]
+
+
+def replica_name(i: int) -> str:
+    """The process name of the i-th consultant replica (0: "consultant")."""
+    return "consultant" if i == 0 else f"consultant-{i + 1}"
 
 
 def _pki(run: Path, role: str, name: str, source_ip: str = "") -> str:
@@ -133,19 +148,27 @@ def agent_group(topo: topology.Topology, spec: str) -> tuple[str, str]:
 def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: list[str], *, delay: float,
                   concurrency: int, lease: float = 10.0, allow_hostile: bool = False,
                   agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-                  agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "") -> Configs:
+                  agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "",
+                  consultants: int = 1) -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
     unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
     to the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
     lines added to every agent's [kademlia] table (e.g. "balance = true").
     mode "kademlia": no consultant config (Configs.consultant is None), storage without
-    `consultant`, and every agent bootstraps through all the others (kademlia_table)."""
+    `consultant`, and every agent bootstraps through all the others (kademlia_table).
+    consultants > 1: replicas sharing one config (each started with its own --listen) and a
+    fresh PostgreSQL schema of the run."""
     if mode not in MODES:
         raise ConfigError(f"unknown lab mode {mode!r} (known: {', '.join(MODES)})")
     kademlia = mode == "kademlia"
+    if consultants < 1 or (kademlia and consultants > 1):
+        raise ConfigError(f"consultants = {consultants}: at least 1, and no replicas in kademlia mode")
     paths = geodb.write_all(topo, run / "geo")
     cport, sport = free_port(), free_port()
+    replicas = [f"127.0.0.1:{cport}"] + [f"127.0.0.1:{free_port()}" for _ in range(consultants - 1)]
+    state_url = (procs.pg_schema_url(procs.PG_URL, procs.run_schema(run, "lab"), fresh=True) if consultants > 1
+                 else f"sqlite:///{run}/consultant.db")
     # Every agent's port is chosen before any config is written: in kademlia mode each agent's
     # bootstrap list names all the others.
     placed = [(spec, *agent_group(topo, spec), free_port()) for spec in groups]
@@ -154,7 +177,7 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     consultant = run / "consultant.toml"
     consultant_text = f"""# written by lab up
 listen = "127.0.0.1:{cport}"
-state_url = "sqlite:///{run}/consultant.db"
+state_url = "{state_url}"
 strategy = "{strategy}"
 lease_seconds = {lease}
 [databases]
@@ -171,7 +194,7 @@ fallback = "geo"
     if not kademlia:
         consultant.write_text(consultant_text)
     # Without a consultant storage asks the agents' overlay who is placed where (its `peers`).
-    storage_consultant = (f"peers = {_toml_list(addresses)}\n" if kademlia else f'consultant = "127.0.0.1:{cport}"\n')
+    storage_consultant = (f"peers = {_toml_list(addresses)}\n" if kademlia else f'consultant = "{",".join(replicas)}"\n')
     storage = run / "storage.toml"
     storage.write_text(f"""# written by lab up
 listen = "127.0.0.1:{sport}"
@@ -184,7 +207,7 @@ fsync = "os"
     for (spec, g, src, aport), address in zip(placed, addresses):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         own = (agent_keys or {}).get(spec, {})
-        head = 'mode = "kademlia"' if kademlia else f'consultant = "127.0.0.1:{cport}"'
+        head = 'mode = "kademlia"' if kademlia else f"consultants = {_toml_list(replicas)}"
         tail = kademlia_table([a for a in addresses if a != address], lease) + kademlia_keys if kademlia else ""
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +233,7 @@ allowed_domains = {_toml_list(allowed)}
 {agent_tables}""")
         agents[g] = Service(cfg, address, src)
     return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), Service(storage, f"127.0.0.1:{sport}"),
-                   agents)
+                   agents, [] if kademlia else replicas)
 
 
 def kademlia_table(bootstrap: list[str], lease: float) -> str:
@@ -243,9 +266,10 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
-       agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "") -> Cluster:
+       agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1) -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
-    health and, in kademlia mode, every agent's overlay lists every agent."""
+    health and, in kademlia mode, every agent's overlay lists every agent. consultants: replicas
+    over PostgreSQL (more than one)."""
     run = Path(run_dir).resolve()
     if (run / "cluster.json").exists():
         try:
@@ -260,7 +284,7 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     web_port = free_port()
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
                          allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
-                         agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys)
+                         agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys, consultants=consultants)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
     for s in topo.normal_sites:
@@ -282,18 +306,21 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
         cl.save()
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):
             raise Unavailable(f"the lab web did not come up: see {run}/logs/web.log")
-        cl.consultant, cl.storage = cfgs.consultant.address if cfgs.consultant else "", cfgs.storage.address
+        cl.consultant, cl.storage = ",".join(cfgs.replicas), cfgs.storage.address
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         use_cluster_tls(cl)
+        # Replicas share the consultant's config, each on its own --listen.
+        cons = [(replica_name(i), "consultant.cli", "serve", Service(cfgs.consultant.config, a))
+                for i, a in enumerate(cfgs.replicas)] if cfgs.consultant is not None else []
         core = [("storage", "storage.cli", "serve", cfgs.storage)]
-        if cfgs.consultant is not None:
-            core.insert(0, ("consultant", "consultant.cli", "serve", cfgs.consultant))
         agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
-        # Agents need the consultant and storage: start and wait for those first.
-        for group in (core, agents):
+        # Agents need the consultant and storage: start and wait for those first; the first
+        # replica before the others (it makes the shared tables).
+        for group in (cons[:1], cons[1:] + core, agents):
             for name, module, command, svc in group:
-                p = _start(name, [module, command, "--config", str(svc.config)], run)
+                listen = ["--listen", svc.address] if module == "consultant.cli" else []
+                p = _start(name, [module, command, "--config", str(svc.config), *listen], run)
                 p.address = svc.address
                 cl.procs.append(p)
                 cl.save()

@@ -99,15 +99,16 @@ class LinkModel:
 
     def access(self, client_ip: str) -> TokenBucket | None:
         """The access link a client's flows share: its address's, or its block's."""
-        if self.spec.access_kbps <= 0:
-            return None
         key = client_ip
         if self.spec.access_scope == "block":
             where = self.topology.locate(client_ip)
             key = f"{where[0]}-{where[1]}" if where else client_ip
+        kbps = self.spec.access.get(key, self.spec.access_kbps)
+        if kbps <= 0:
+            return None
         b = self._access.get(key)
         if b is None:
-            b = self._access[key] = TokenBucket(self.spec.access_kbps * 125.0, self.spec.chunk_bytes)
+            b = self._access[key] = TokenBucket(kbps * 125.0, self.spec.chunk_bytes)
         return b
 
     def flow(self, client_ip: str, site_ip: str) -> Flow | None:

@@ -482,7 +482,7 @@ class Web:
                 links = (
                     "javascript:alert('hi')", "JavaScript:void(0)", "mailto:someone@example.lab",
                     "data:text/html;base64,PGEgaHJlZj0iL3gxIj54PC9hPg==", "tel:+86-10-0000-0000",
-                    "ftp://files.example.lab/pub/", "about:blank", "http://", "http:///no-host",
+                    "ftp://files.example.lab/pub/", "about:blank", "http://", "http://:80/no-host",
                     "  /ok/1  ", "/ok/2",
                 )
                 return Page(site, target, 200, "bad-schemes:index", links=links)

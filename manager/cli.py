@@ -13,9 +13,30 @@ DEFAULT_CONSULTANT = os.environ.get("WANCRAWL_CONSULTANT", "127.0.0.1:50051")
 DEFAULT_PEERS = os.environ.get("WANCRAWL_PEERS", "")
 
 
+class ConsultantAddresses(argparse.Action):
+    """--consultant A --consultant B, or --consultant A,B: one comma-joined list, best first
+    (the first use replaces the default; ConsultantClient splits it). A repeated address is an
+    error naming the flag."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from wancrawl.errors import ConfigError
+        from wancrawl.failover import parse_addresses
+
+        before = getattr(namespace, "_consultant_given", False) and namespace.consultant
+        try:
+            joined = ",".join(parse_addresses([before or "", str(values)], where=option_string or "--consultant"))
+        except ConfigError as exc:
+            parser.error(str(exc))
+        if not joined:
+            parser.error(f"{option_string}: no address given")
+        namespace.consultant, namespace._consultant_given = joined, True
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="manager", description="wancrawl manager: crawl, seeds, status, drain, wait, report")
-    p.add_argument("--consultant", default=DEFAULT_CONSULTANT, help="consultant address (env WANCRAWL_CONSULTANT)")
+    p.add_argument("--consultant", action=ConsultantAddresses, default=DEFAULT_CONSULTANT, metavar="ADDR[,ADDR...]",
+                   help="consultant address; replicas over one state: repeat the flag or separate by commas, best first "
+                        "(calls fail over to the next; env WANCRAWL_CONSULTANT)")
     p.add_argument("--peers", default=DEFAULT_PEERS, metavar="ADDR[,ADDR...]",
                    help="no consultant: agents in Kademlia mode (mode = \"kademlia\"); seed, status, wait, drain and agents "
                         "ask the first that answers, which answers from the overlay (env WANCRAWL_PEERS; wins over --consultant)")

@@ -60,6 +60,12 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--mode", default="consultant", choices=MODES,
                    help="consultant (default): a consultant places hosts; kademlia: no consultant process, the agents "
                         "form a Kademlia overlay and place hosts by XOR distance among themselves")
+    c.add_argument("--consultants", type=int, default=1, metavar="N",
+                   help="consultant replicas (default 1, over SQLite); 2 or more share one PostgreSQL state "
+                        "(--consultant-db) and the agents fail over between them")
+    c.add_argument("--consultant-db", default=procs.PG_URL, metavar="URL",
+                   help=f"the PostgreSQL database of the replicas (default {procs.PG_URL}, env WANCRAWL_PG_URL); "
+                        "each OUT gets a schema of its own in it")
     c.add_argument("--strategy", help=f"the consultant's partition strategy: {', '.join(STRATEGIES)} (default hash; "
                                       "consultant mode only)")
     c.add_argument("--delay", type=float, default=1.0, help="seconds between two fetches of one host (default 1)")
@@ -98,6 +104,8 @@ class Plan:
     stable: float
     report: bool
     mode: str = "consultant"
+    consultants: int = 1         # replicas; more than one share PostgreSQL (consultant_db)
+    consultant_db: str = ""
 
     @property
     def kademlia(self) -> bool:
@@ -140,6 +148,14 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         raise ConfigError("--strategy asn cannot work here: it needs an ASN database and ISP groups, and every agent of "
                           "`manager crawl` is on this machine, in one ISP; run the consultant by hand for it "
                           "(docs/quickstart.md, several machines)")
+    consultants = getattr(args, "consultants", 1)
+    if not 1 <= consultants <= 8:
+        raise ConfigError(f"--consultants {consultants}: 1 to 8")
+    if mode == "kademlia" and consultants > 1:
+        raise ConfigError("--consultants: there is no consultant with --mode kademlia")
+    db = getattr(args, "consultant_db", "") or procs.PG_URL
+    if consultants > 1 and not db.startswith("postgresql"):
+        raise ConfigError(f"--consultant-db {db!r}: replicas share a PostgreSQL database (postgresql+psycopg://...)")
     if mode == "consultant" and strategy not in STRATEGIES:
         raise ConfigError(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     if not 1 <= args.agents <= 64:
@@ -169,7 +185,7 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         max_depth=args.max_depth, max_pages_per_host=args.max_pages_per_host,
         allowed_domains=[] if args.follow_external else seed_hosts(seed_urls), hosts_file=hosts,
         allow_networks=nets, concurrency=args.concurrency, timeout=args.timeout, stable=args.stable,
-        report=not args.no_report, mode=mode,
+        report=not args.no_report, mode=mode, consultants=consultants, consultant_db=db if consultants > 1 else "",
     )
 
 
@@ -181,11 +197,14 @@ def _list(items: list[str]) -> str:
     return "[" + ", ".join(_q(x) for x in items) + "]"
 
 
-def consultant_toml(plan: Plan, listen: str, tls: str) -> str:
+def consultant_toml(plan: Plan, listen: str, tls: str, state_url: str = "") -> str:
+    """One file for every replica (each is started with its own --listen); state_url: their
+    shared PostgreSQL, else SQLite under OUT."""
     dns = (f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else "") + "system_dns = true\n"
+    state = state_url or "sqlite:///" + str(plan.out / "consultant" / "state.db")
     # geo: an empty city_db is the GeoLite2 City DB shipped with maxminddb-geolite2.
     return (f"# written by manager crawl\nlisten = {_q(listen)}\n"
-            f"state_url = {_q('sqlite:///' + str(plan.out / 'consultant' / 'state.db'))}\n"
+            f"state_url = {_q(state)}\n"
             f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
 
 
@@ -204,7 +223,8 @@ def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage:
     """consultant "" with bootstrap: Kademlia mode, joining through those agents' addresses."""
     hosts = f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else ""
     scope = f"allowed_domains = {_list(plan.allowed_domains)}\n" if plan.allowed_domains else ""
-    placement = (f"consultant = {_q(consultant)}\n" if not plan.kademlia else "mode = \"kademlia\"\n")
+    # consultant: one address, or the replicas' comma-joined (the agent fails over between them)
+    placement = (f"consultants = {_list(consultant.split(','))}\n" if not plan.kademlia else "mode = \"kademlia\"\n")
     overlay = f"[kademlia]\nbootstrap = {_list(bootstrap or [])}\n" if plan.kademlia else ""
     return (f"# written by manager crawl\nagent_id = {_q(agent_id)}\nlisten = {_q(listen)}\n"
             f"{placement}storage = {_q(storage)}\n"
@@ -224,7 +244,7 @@ def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage:
 class Run:
     out: str
     mode: str = "consultant"
-    consultant: str = ""
+    consultant: str = ""  # its address, or the replicas' comma-joined, best first
     storage: str = ""
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> address
     procs: list[Proc] = field(default_factory=list)
@@ -290,9 +310,10 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
     paths = {"storage": cfg / "storage.toml"}
     if not plan.kademlia:
         (out / "consultant").mkdir(exist_ok=True)
-        run.consultant = f"127.0.0.1:{procs.free_port()}"
+        run.consultant = ",".join(f"127.0.0.1:{procs.free_port()}" for _ in range(plan.consultants))
+        state = procs.pg_schema_url(plan.consultant_db, procs.run_schema(out, "crawl")) if plan.consultants > 1 else ""
         paths["consultant"] = cfg / "consultant.toml"
-        paths["consultant"].write_text(consultant_toml(plan, run.consultant, tls("service", "consultant")))
+        paths["consultant"].write_text(consultant_toml(plan, run.consultant.split(",")[0], tls("service", "consultant"), state))
         consultant_settings(paths["consultant"])
     for a in plan.agents:
         run.agents[a] = f"127.0.0.1:{procs.free_port()}"
@@ -311,15 +332,20 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
 def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60.0) -> None:
     from wancrawl.grpcutil import register_client_tls
 
-    register_client_tls([a for a in (run.consultant, run.storage, *run.agents.values()) if a],
+    replicas = [a for a in run.consultant.split(",") if a]
+    register_client_tls([a for a in (*replicas, run.storage, *run.agents.values()) if a],
                         procs.operator_tls(plan.out, OPERATOR))
-    core = [("consultant", "consultant.cli", paths["consultant"], run.consultant)] if run.consultant else []
-    core.append(("storage", "storage.cli", paths["storage"], run.storage))
+    # Replicas share one config, each on its own --listen; the first is up (its tables made)
+    # before the others start.
+    cons = [(f"consultant{'' if i == 0 else f'-{i + 1}'}", "consultant.cli", paths["consultant"], a)
+            for i, a in enumerate(replicas)]
+    core = [("storage", "storage.cli", paths["storage"], run.storage)]
     agents = [(f"agent-{a}", "agent.cli", paths[a], run.agents[a]) for a in plan.agents]
-    for group in (core, agents):  # agents need the consultant and storage
+    for group in (cons[:1], cons[1:] + core, agents):  # agents need the consultant and storage
         for name, module, config, address in group:
             verb = "run" if module == "agent.cli" else "serve"
-            p = procs.start(name, [module, verb, "--config", str(config)], plan.out, cwd=plan.out)
+            listen = ["--listen", address] if module == "consultant.cli" else []
+            p = procs.start(name, [module, verb, "--config", str(config), *listen], plan.out, cwd=plan.out)
             p.address = address
             run.procs.append(p)
             run.save()
@@ -553,6 +579,8 @@ def run_crawl(args: argparse.Namespace) -> int:
     plan.out.mkdir(parents=True, exist_ok=True)
     resumed = (plan.out / "storage").is_dir()
     placed = "no consultant: a Kademlia overlay" if plan.kademlia else f"strategy {plan.strategy}"
+    if plan.consultants > 1:
+        placed += f", {plan.consultants} consultant replicas over PostgreSQL"
     print(f"manager crawl: {len(plan.seeds)} seeds, {len(plan.agents)} agents, {placed}, "
           f"delay {plan.delay:g} s, scope: {'any host' if not plan.allowed_domains else 'the seeds hosts'}"
           f"{', resuming' if resumed else ''}; everything in {plan.out}", flush=True)

@@ -43,9 +43,11 @@ class Snapshot:
         return finished(self)
 
     def progress_key(self) -> tuple:
-        """Changes whenever any agent did something (for 'stays idle')."""
-        return tuple((a.agent_id, a.counters.get("pages"), a.counters.get("pushed_in"), a.counters.get("routed"))
-                     for a in self.agents)
+        """Changes whenever any agent did something (for 'stays idle'), and only then: sorted by
+        agent, because a directory may list the agents in any order (an overlay lists them by XOR
+        distance from whichever agent answered), and a reordering is not progress."""
+        return tuple(sorted((a.agent_id, a.counters.get("pages"), a.counters.get("pushed_in"), a.counters.get("routed"))
+                            for a in self.agents))
 
     def as_json(self) -> dict:
         return {

@@ -43,9 +43,13 @@ class Ack:
         return cls(m.batches, m.stored, m.revisits, m.duplicates, m.bytes_written, of(False), of(True))
 
 
+_CAPTURE_FIELDS = tuple(f.name for f in dataclasses.fields(Capture))
+
+
 def to_proto(c: Capture) -> storage_pb2.Capture:
-    # The dataclass and the message carry the same fields under the same names.
-    return storage_pb2.Capture(**dataclasses.asdict(c))
+    # The dataclass and the message carry the same fields under the same names. Read field by
+    # field: dataclasses.asdict deep-copies every value, the page's bytes included (issue 24).
+    return storage_pb2.Capture(**{name: getattr(c, name) for name in _CAPTURE_FIELDS})
 
 
 def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> storage_pb2.PageBatch:

@@ -52,3 +52,24 @@ def test_cli_reports_config_errors_and_exits_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg), "--data-dir", str(tmp_path / "d")],
                        capture_output=True, text=True, timeout=60, cwd=REPO)
     assert p.returncode == 2 and "unknown fetcher 'curl'" in p.stderr
+
+
+def test_consultant_replicas_as_a_list_a_comma_string_or_one_address(tmp_path):
+    from agent.settings import consultant_addresses
+
+    cfg = tmp_path / "a.toml"
+    cases = [('consultant = "c:1"', ("c:1",)), ('consultant = "c:1, d:2"', ("c:1", "d:2")),
+             ('consultants = ["c:1", "d:2"]', ("c:1", "d:2")), ("", ("127.0.0.1:50051",)),
+             ('consultants = ["c:1", "d:2"]\nconsultant = "c:1,d:2"', ("c:1", "d:2"))]
+    for line, want in cases:
+        cfg.write_text(f'agent_id = "x"\n{line}\n')
+        assert consultant_addresses(load_settings(cfg)) == want, line
+    for line, says in [('consultants = ["c:1"]\nconsultant = "e:5"', "differ: set one"),
+                       ('consultants = ["c:1", "c:1"]', "'c:1' is listed twice"), ('consultants = "c:1"', "must be a list")]:
+        cfg.write_text(f'agent_id = "x"\n{line}\n')
+        with pytest.raises(ConfigError, match=says):
+            load_settings(cfg)
+    # The CLI flag replaces both keys of the file.
+    cfg.write_text('agent_id = "x"\nconsultants = ["c:1", "d:2"]\n')
+    s = load_settings(cfg, {"consultants": [], "consultant": "e:5,f:6"})
+    assert consultant_addresses(s) == ("e:5", "f:6")

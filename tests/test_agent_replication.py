@@ -68,7 +68,7 @@ def test_gate_fences_on_lease_and_wakes_what_it_refused():
     assert woken == ["x"] and g.allows("x", 5.0) and g.lease_ok(9.9)
     assert not g.allows("y", 10.0), "the lease ran out"
     g.renew(20.0, 10.5)
-    assert woken == ["x", "y"]
+    assert woken == ["x", "y"] and g.counters["lease_ran_out"] == 1
     g.hold(["z"])
     assert not g.allows("z", 11.0) and g.allows("y", 11.0)
     g.release(["z"])

@@ -77,7 +77,8 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
 
 def test_scenarios_run_in_the_documented_order():
     assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
-                               "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9")
+                               "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
+                               "consultant-replica", "consultant-rolling")
 
 
 def test_the_backup_killed_with_the_owner_is_first_backup_of_most_of_its_hosts():
@@ -215,3 +216,12 @@ def test_rows_with_the_new_figures_serialise_to_json():
 def test_consultant_stop_comes_early_unless_the_share_is_given():
     assert chaos.fault_share("consultant-stop", None) == 0.05 and chaos.fault_share("kill", None) == 0.4
     assert chaos.fault_share("consultant-stop", 0.3) == 0.3 and chaos.fault_share("kill", 0.2) == 0.2
+
+
+def test_replica_notes_sum_the_agents_counters_since_the_fault():
+    before = {"a": {"consultant_failovers": 1, "fence_refusals": 4}, "b": {"consultant_failovers": 0}}
+    after = {"a": {"consultant_failovers": 5, "fence_refusals": 4, "consultant_unanswered": 1},
+             "b": {"consultant_failovers": 3, "lease_lapses": 1}, "c": {"consultant_failovers": 9}}
+    note = chaos.replica_notes(before, after)
+    assert "7 consultant calls failed over, 1 unanswered by every replica, 0 fence refusals, 1 leases run out or forgotten" in note
+    assert chaos.fault_share("consultant-rolling", None) == 0.05 and set(chaos.REPLICA_SCENARIOS) <= set(chaos.CONSULTANT_ONLY)

@@ -664,7 +664,7 @@ def test_prometheus_scrapes_every_wancrawl_service_where_it_serves_metrics():
     conf = prometheus_config()
     targets = scrape_targets()
     wancrawl = [n for n, s in DOC["services"].items() if (s.get("command") or [""])[0] in ("consultant", "storage", "agent")]
-    assert len(wancrawl) == 11
+    assert len(wancrawl) == 12  # two consultant replicas, storage, nine agents
     want = {}
     for name in wancrawl:
         listen = metrics_listen(name)

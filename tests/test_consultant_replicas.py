@@ -79,3 +79,65 @@ def test_postgres_state_survives_a_restart(run, tmp_path, pg_url):
             assert listed.epoch == epoch and [a.agent_id for a in listed.agents] == ["agent-0", "agent-1"]
 
     run(go())
+
+
+def test_an_agent_whose_first_consultant_dies_keeps_its_lease_and_crawls_on_through_the_second(run, tmp_path, pg_url):
+    """Two replicas over one PostgreSQL; two agents list both, A first. A dies mid-crawl: every
+    call goes to B from then on, no lease lapses (no re-registration, no settle, no fence), and
+    the crawl ends with every reachable page stored."""
+    from agent.server import create_server as create_agent
+    from lab.testing import ServerThread
+    from storage.testing import FakeStorageClient
+
+    from agent_helpers import agent_config, lab_web, normal_hosts, seed, truth_urls, wait_idle
+
+    web = lab_web(seed=11, pages_max=30)
+    with ServerThread(web, zero_latency=True) as lab:
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites[:6]]
+        truth = truth_urls(web, seeds, max_depth=None, allow=hosts)
+        hosts_file = tmp_path / "hosts"
+        hosts_file.write_text(web.topology.hosts_file())
+
+        async def go():
+            keys = dict(state_url=pg_url, sync_interval=0.1, lease_seconds=3.0, sweep_interval=0.2, dns__hosts_file=str(hosts_file))
+            sa, sb = settings_for(tmp_path / "a", **keys), settings_for(tmp_path / "b", **keys)
+            async with running(sa) as (srv_a, a), running(sb) as (srv_b, b):
+                agents, stores, one_storage = [], [], []
+                blocks = web.topology.blocks
+                try:
+                    for i in range(2):
+                        blk = blocks[(i * 4) % len(blocks)]
+                        s = agent_config(tmp_path, f"agent-{blk.name}", "", hosts_file, web.topology.agent_address(blk.isp, blk.city, 0),
+                                         consultants=[srv_a.address, srv_b.address], heartbeat_interval=0.3,
+                                         **{"scope.allowed_domains": hosts, "politeness.delay": 0.1})
+                        stores.append(FakeStorageClient(one_storage))
+                        srv, _ = create_agent(s, storage=stores[-1])
+                        await srv.start()
+                        agents.append(srv)
+                    nodes = [x.node for x in agents]
+                    await seed(nodes[0], seeds)
+                    while sum(n.status_counters()["pages"] for n in nodes) < 10:
+                        await asyncio.sleep(0.05)
+                    lapses = [n.gate.lapsed_at(n.clock()) for n in nodes]
+                    await srv_a.stop(0)  # the replica every agent was using
+                    # At least two leases' worth of heartbeats answered by B alone.
+                    rpcs = [n.membership.counters["consultant_rpcs"] for n in nodes]
+                    while not all(n.membership.counters["consultant_rpcs"] >= r + 20 for n, r in zip(nodes, rpcs)):
+                        await asyncio.sleep(0.05)
+                    await wait_idle(nodes)
+                    listed = {x.agent_id for x in (await b.list_agents()).agents}
+                    return ([n.gate.lapsed_at(n.clock()) for n in nodes], lapses, [n.membership.registrations for n in nodes],
+                            [n.gate.counters["lease_lapses"] + n.gate.counters["lease_ran_out"] for n in nodes], [n.placement.replicas.counters for n in nodes],
+                            listed, {c.url for st in stores for c in st.captures.values()}, {n.id for n in nodes})
+                finally:
+                    for srv in agents:
+                        await srv.stop(0)
+
+        lapsed_after, lapsed_before, registrations, lease_lapses, counters, listed, stored, ids = run(go())
+        assert lapsed_after == lapsed_before, "no lease lapsed through the failover"
+        assert registrations == [1, 1] and lease_lapses == [0, 0], "registered once, never forgotten"
+        assert all(c["failovers"] >= 1 and c["all_failed"] == 0 for c in counters), counters
+        assert listed == ids, "both agents alive at the second replica"
+        assert stored >= truth, sorted(truth - stored)[:5]

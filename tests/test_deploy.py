@@ -91,11 +91,20 @@ def test_every_service_command_parses_with_its_real_cli():
     assert {n for n in SERVICES if not ours(n)} == {"postgres", "prometheus", "grafana"}
 
 
+def replicas() -> list[str]:
+    """The consultant services, best first as every client lists them."""
+    return services_of("consultant")
+
+
+def replica_addresses() -> tuple[str, ...]:
+    return tuple(f"{n}:{min(container_ports('consultant'))}" for n in replicas())
+
+
 def test_consultant_serves_on_its_published_port_with_state_in_the_compose_postgres():
     from consultant.cli import parser
     from consultant.settings import load_settings
 
-    (name,) = services_of("consultant")
+    name = "consultant"
     args = parser().parse_args(SERVICES[name]["command"][1:])
     assert args.cmd == "serve"
     cfg = in_repo(args.config)
@@ -162,7 +171,7 @@ def test_one_agent_service_per_lab_isp_city_group_each_in_its_profile():
 
 def test_every_agent_config_loads_and_places_the_agent_where_its_profile_says():
     from agent.cli import parser
-    from agent.settings import load_settings
+    from agent.settings import consultant_addresses, load_settings
 
     spec, groups = lab_world()
     isps = {i.slug: i for i in spec.isps}
@@ -189,7 +198,7 @@ def test_every_agent_config_loads_and_places_the_agent_where_its_profile_says():
         port = s.listen.rsplit(":", 1)[1]
         assert s.listen.startswith("0.0.0.0:")
         assert s.advertise == f"{name}:{port}", f"{name}: peers dial {s.advertise}, the service is {name}"
-        assert s.consultant == f"consultant:{consultant_port}"
+        assert consultant_addresses(s) == replica_addresses() and consultant_port == 50051
         assert s.storage == f"storage:{storage_port}"
         assert s.data_dir in mount_targets(name), f"{name}: data_dir {s.data_dir} is not on a volume"
         # Containers crawl the real web: no private range may be opened for them.
@@ -209,8 +218,7 @@ def test_the_consultant_states_where_every_compose_agent_stands():
     from consultant.settings import load_settings
     from consultant.whereabouts import Evidence, Place, settle
 
-    (name,) = services_of("consultant")
-    args = parser().parse_args(SERVICES[name]["command"][1:])
+    args = parser().parse_args(SERVICES["consultant"]["command"][1:])
     assert args.agent_locations, "the compose consultant is given no agent locations"
     s = load_settings(in_repo(args.config), {"agent_locations": str(in_repo(args.agent_locations))})
     ids = set()
@@ -298,3 +306,25 @@ def test_deployment_doc_names_every_profile_and_the_strategy_switch():
     _spec, groups = lab_world()
     assert sorted(g for g in groups if g not in text) == []
     assert "WANCRAWL_STRATEGY" in text and "lab up" in text
+
+
+def test_two_consultant_replicas_share_one_state_and_every_client_lists_both():
+    """`consultant` always, `consultant-2` in profile `replicas`: the same command (config,
+    PostgreSQL state, agent locations), each with its own certificate and host port; agents,
+    storage and the manager list both, consultant first."""
+    from storage import config as storage_config
+    from storage.cli import build_parser
+
+    assert replicas() == ["consultant", "consultant-2"]
+    one, two = (SERVICES[n] for n in replicas())
+    assert one["command"] == two["command"] and "profiles" not in one and two["profiles"] == ["replicas"]
+    assert two["depends_on"] == one["depends_on"] and "postgres" in two["depends_on"]
+    assert two["environment"]["WANCRAWL_TLS_CERT"] == "/pki/service-consultant-2.crt"
+    pki_cmd = SERVICES["pki"]["command"]
+    assert {"consultant", "consultant-2"} <= {pki_cmd[k + 1] for k in range(len(pki_cmd) - 1) if pki_cmd[k] == "--service"}
+    assert container_ports("consultant-2") == container_ports("consultant")
+    assert SERVICES["consultant"]["ports"] != SERVICES["consultant-2"]["ports"]
+    want = ",".join(replica_addresses())
+    assert SERVICES["manager"]["environment"]["WANCRAWL_CONSULTANT"] == want
+    args = build_parser().parse_args(SERVICES["storage"]["command"][1:])
+    assert storage_config.load(in_repo(args.config)).consultant == want

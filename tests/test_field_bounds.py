@@ -135,7 +135,9 @@ BASELINES: dict[str, Any] = {
     "/wancrawl.v1.Consultant/Heartbeat": consultant_pb2.HeartbeatRequest(agent_id="b1", load=common_pb2.LoadReport(
         queue_length=1, in_flight=1, pages_per_second=1.0, errors=1, hosts_owned=1, capacity=1.0, load_level=1.0,
         pages_fetched=1, spool_pages=1, work_area=1.0, peak_pages_per_second=1.0,
-        heavy_hosts=[common_pb2.HostLoad(host="a.cn", queue_length=1)])),
+        heavy_hosts=[common_pb2.HostLoad(host="a.cn", queue_length=1)],
+        resources=common_pb2.Resources(cores=2, cpu_ghz=2.4, memory_gb=4, bandwidth_mbps=18, disk_mbps=18),
+        interval_pages=10, interval_seconds=1.0)),
     "/wancrawl.v1.Consultant/Deregister": consultant_pb2.DeregisterRequest(agent_id="b1"),
     "/wancrawl.v1.Consultant/Resolve": consultant_pb2.ResolveRequest(hosts=["a.cn"]),
     "/wancrawl.v1.Consultant/Explain": consultant_pb2.ExplainRequest(host="a.cn"),

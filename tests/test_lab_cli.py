@@ -137,7 +137,7 @@ def test_web_survives_a_client_that_vanishes_mid_response():
 
 
 def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
-    from agent.settings import load_settings as agent_settings
+    from agent.settings import consultant_addresses, load_settings as agent_settings
     from consultant.settings import load_settings as consultant_settings
     from lab import topology as topo_mod
     from lab.cluster import write_configs
@@ -150,7 +150,7 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
     c = consultant_settings(cfgs.consultant.config)
     assert c.strategy == "hash" and c.listen == cfgs.consultant.address
     a = agent_settings(cfgs.agents["unicom-beijing-2"].config)
-    assert a.consultant == cfgs.consultant.address and a.storage == cfgs.storage.address
+    assert consultant_addresses(a) == (cfgs.consultant.address,) and a.storage == cfgs.storage.address
     assert a.agent_id == "unicom-beijing-2" and a.source_ip == "127.2.1.4" and a.fetch.allow_networks == ["127.0.0.0/8"]
     # Each agent's certificate binds its block address: the consultant places it there (lab
     # agents reach the consultant from 127.0.0.1) and refuses another (docs/security.md).
@@ -190,3 +190,35 @@ def test_kill_and_restart_one_process_of_a_cluster(tmp_path):
             cluster.kill(tmp_path, "nope")
     finally:
         assert cluster.down(tmp_path) == ["web"]
+
+
+@pytest.mark.postgres
+def test_cluster_configs_with_two_consultant_replicas_share_a_fresh_postgres_schema(tmp_path, pg_server):
+    import sqlalchemy as sa
+
+    from agent.settings import consultant_addresses, load_settings as agent_settings
+    from consultant.settings import load_settings as consultant_settings
+    from lab import topology as topo_mod
+    from lab.cluster import write_configs
+    from storage import config as storage_config
+    from wancrawl import procs
+
+    cfgs = write_configs(tmp_path, topo_mod.load(), "hash", ["unicom-beijing", "cernet-harbin"], delay=0.1, concurrency=8,
+                         consultants=2)
+    assert len(cfgs.replicas) == 2 and cfgs.replicas[0] == cfgs.consultant.address
+    c = consultant_settings(cfgs.consultant.config)
+    schema = procs.run_schema(tmp_path, "lab")
+    assert c.state_url.startswith("postgresql+psycopg://") and c.state_url.endswith(f"search_path%3D{schema}")
+    for a in cfgs.agents.values():
+        assert consultant_addresses(agent_settings(a.config)) == tuple(cfgs.replicas)
+    assert storage_config.load(cfgs.storage.config).consultant == ",".join(cfgs.replicas)
+    eng = sa.create_engine(pg_server)
+    try:
+        with eng.begin() as conn:
+            assert conn.execute(sa.text("select 1 from information_schema.schemata where schema_name = :s"), {"s": schema}).first()
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+    finally:
+        eng.dispose()
+    with pytest.raises(Exception, match="no replicas in kademlia mode"):
+        write_configs(tmp_path, topo_mod.load(), "hash", ["unicom-beijing"], delay=0.1, concurrency=8, consultants=2,
+                      mode="kademlia")

@@ -81,3 +81,14 @@ def test_access_scope_is_checked():
     bad = dataclasses.replace(spec, link=dataclasses.replace(spec.link, access_scope="city"))
     with pytest.raises(ConfigError, match="access_scope"):
         topology._validate(bad, "test")
+
+
+def test_an_access_line_of_its_own_per_address():
+    """Agents of unequal bandwidth (seed 003's net_band): one address's line at its own rate, the
+    others at the default; an override alone turns a line on."""
+    m = model(access_kbps=800.0, access={"127.1.1.3": 200.0})
+    assert m.flow("127.1.1.2", "127.1.1.10").buckets[-1].rate == 800.0 * 125
+    assert m.flow("127.1.1.3", "127.1.1.10").buckets[-1].rate == 200.0 * 125
+    only = model(access_kbps=0.0, access={"127.1.1.3": 200.0})
+    assert only.flow("127.1.1.2", "127.1.1.10").buckets == []
+    assert only.flow("127.1.1.3", "127.1.1.10").buckets[-1].rate == 200.0 * 125

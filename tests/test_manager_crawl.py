@@ -48,6 +48,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import pytest
 
 from conftest import REPO, with_default_sigint
+from wancrawl import procs
 
 # (host name, tree, Debian package that holds it, loopback address)
 SITES = [
@@ -417,6 +418,65 @@ def test_manager_crawl_without_a_consultant_stores_exactly_the_reference_on_the_
     summary = json.loads((out / "report" / "summary.json").read_text())
     assert summary["strategy"] == "kademlia" and summary["pages"] == len(ref)
     assert _alive_services(out) == []
+
+
+@pytest.mark.postgres
+def test_manager_crawl_with_two_consultant_replicas_survives_the_first_ones_death(sites, tmp_path, pg_server):
+    """`--consultants 2`: two replicas over a schema of their own in PostgreSQL; the first is
+    killed (SIGKILL) mid-crawl and the crawl still stores exactly the reference, once each."""
+    for log in sites["logs"].values():
+        log.clear()
+    out = tmp_path / "crawl"
+    log = open(tmp_path / "crawl.log", "w")
+    p = subprocess.Popen(_crawl_args(sites, out, "--delay", "0.2", "--no-report", "--consultants", "2",
+                                     "--consultant-db", pg_server), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        end = time.monotonic() + 120  # no event to await from outside the process: poll the index, bounded
+        while _stored_count(out) < 10 and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert p.poll() is None, (tmp_path / "crawl.log").read_text()
+        run = json.loads((out / "crawl.json").read_text())
+        names = sorted(x["name"] for x in run["procs"])
+        assert names == ["agent-local-1", "agent-local-2", "consultant", "consultant-2", "storage"], names
+        assert len(run["consultant"].split(",")) == 2
+        first = next(x for x in run["procs"] if x["name"] == "consultant")
+        os.kill(first["pid"], signal.SIGKILL)
+        assert p.wait(timeout=240) == 0, (tmp_path / "crawl.log").read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        log.close()
+    text = (tmp_path / "crawl.log").read_text()
+    assert "2 consultant replicas over PostgreSQL" in text and "crawl finished" in text
+    stored = _stored(out)
+    ref = sites["ref"]["urls"]
+    assert set(stored) == ref, (sorted(set(stored) - ref)[:10], sorted(ref - set(stored))[:10])
+    assert max(stored.values()) == 1
+    assert not [k for k, n in _crawler_requests(sites).items() if n > 1]
+    assert "registered" in (out / "logs" / "agent-local-1.log").read_text()
+    for a in ("agent-local-1", "agent-local-2"):  # no lease lapsed: each agent registered once
+        assert (out / "logs" / f"{a}.log").read_text().count("registered local-") == 1, a
+    assert _alive_services(out) == []
+    procs.drop_schema(pg_server, procs.run_schema(out, "crawl"))
+
+
+def test_plan_takes_consultant_replicas_over_postgresql_only(tmp_path):
+    from manager.cli import parser
+    from manager.crawl import agent_toml, consultant_toml, make_plan
+    from wancrawl.errors import ConfigError
+
+    def plan(*extra: str):
+        return make_plan(parser().parse_args(["crawl", "urls.txt", "--out", str(tmp_path), *extra]), ["http://a.example/"], CONTACT)
+
+    assert plan().consultants == 1 and plan().consultant_db == ""
+    p = plan("--consultants", "2", "--consultant-db", "postgresql+psycopg://u@h/db")
+    assert p.consultants == 2 and p.consultant_db == "postgresql+psycopg://u@h/db"
+    assert 'consultants = ["127.0.0.1:2", "127.0.0.1:4"]' in agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:4", "127.0.0.1:3", "")
+    assert 'state_url = "postgresql+psycopg://u@h/db?x"' in consultant_toml(p, "127.0.0.1:2", "", "postgresql+psycopg://u@h/db?x")
+    for extra, says in [(("--consultants", "0"), "1 to 8"), (("--consultants", "2", "--mode", "kademlia"), "no consultant"),
+                        (("--consultants", "2", "--consultant-db", "sqlite:///x.db"), "PostgreSQL")]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            plan(*extra)
 
 
 def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):

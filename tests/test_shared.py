@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import ada_url
+import can_ada
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wancrawl.config import build, override
 from wancrawl.errors import ConfigError, InvalidArgument
 from wancrawl.hostres import HostResolver, parse_hosts_file
-from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonical_host, canonicalize, host_of
+from wancrawl.urls import (
+    BaseUrl, InvalidUrl, UnsupportedScheme, canonical_host, canonicalize, host_of, host_of_canonical,
+)
 
 
 @pytest.mark.parametrize(
@@ -44,9 +50,101 @@ def test_canonical_host_rules():
     assert canonical_host("Example.COM.") == "example.com"
     assert canonical_host("127.1.2.3") == "127.1.2.3"
     assert canonical_host("[2001:DB8::1]") == "2001:db8::1"
-    for bad in ("", "a..b", "-a.com", "a b", "x" * 254, "a:b", "exa$mple.com", "a" * 64 + ".com"):
+    for bad in ("", "a..b", "-a.com", "a b", "x" * 254, "a:b", "exa$mple.com", "a" * 64 + ".com",
+                "a/b", "a@b", "1.2.3.256", "a.b.0x"):
         with pytest.raises(InvalidArgument):
             canonical_host(bad)
+
+
+# Issue 25: hosts as WHATWG URL parsing (browsers) reads them. Each row is the spec's host
+# parser worked by hand: IPv4 numbers in hex, octal, decimal and short forms, IDNA by UTS #46
+# (non-transitional: "ß" stays, unlike Python's IDNA 2003 codec), escapes decoded, full stops.
+WHATWG_HOSTS = [
+    ("0x7f000001", "127.0.0.1"),
+    ("2130706433", "127.0.0.1"),
+    ("127.1", "127.0.0.1"),
+    ("0177.0.0.1", "127.0.0.1"),
+    ("0x7F.1", "127.0.0.1"),
+    ("127.0.0.1.", "127.0.0.1"),
+    ("Bücher.DE.", "xn--bcher-kva.de"),
+    ("straße.de", "xn--strae-oqa.de"),
+    ("ex%41mple.com", "example.com"),
+    ("a\u3002b.lab", "a.b.lab"),
+    ("ＥＸＡＭＰＬＥ.com", "example.com"),
+]
+
+
+@pytest.mark.parametrize("host, want", WHATWG_HOSTS)
+def test_hosts_are_normalised_as_whatwg_does(host, want):
+    assert canonical_host(host) == want
+    assert canonicalize(f"http://{host}:8080/x") == f"http://{want}:8080/x"
+    assert canonicalize(f"//{host}/", base="https://a.lab/") == f"https://{want}/"
+    assert host_of(f"http://{host}/") == want
+
+
+def test_whatwg_resolution_and_escapes():
+    # Where WHATWG (Ada) and the urllib-based form that came before differ, wancrawl follows the
+    # browsers; docs/urls.md lists these.
+    base = "http://a.lab/d/p.html?q=1"
+    cases = {
+        "\\x\\y": "http://a.lab/x/y",  # backslashes are slashes in http(s) URLs
+        "\\\\b.lab\\z": "http://b.lab/z",  # and two of them start an authority
+        "/a/%2e%2E/b/%2e/c": "http://a.lab/b/c",  # "%2e" segments are dot segments
+        'x"y<z>{w}`v^u|t': "http://a.lab/d/x%22y%3Cz%3E%7Bw%7D%60v%5Eu|t",
+        "?a='b'&c=\"d\"": "http://a.lab/d/p.html?a=%27b%27&c=%22d%22",
+        "http:e.html": "http://a.lab/d/e.html",  # the page's own scheme without "//": relative
+        "http:?z": "http://a.lab/d/p.html?z",
+        "https:b.lab": "https://b.lab/",  # another scheme: absolute
+        "http:///no-host": "http://no-host/",
+        "\x01 /k \x1f": "http://a.lab/k",  # C0 controls and spaces stripped at both ends
+        "%7euser/%2fx%e3/sp ce": "http://a.lab/d/~user/%2Fx%E3/sp%20ce",
+        "HTTP://U:P@B.LAB:0080/#top": "http://b.lab/",
+    }
+    for ref, want in cases.items():
+        assert canonicalize(ref, base) == want, ref
+        assert canonicalize(want) == want, want
+    for bad in ("http://", "http://b.lab:65536/", "http://[::1/", "http://a.b.0x/", "x\ty"):
+        with pytest.raises(InvalidUrl):
+            canonicalize(bad, base)
+
+
+# '^' aside: Ada (ada-url) escapes it in paths, can_ada's older Ada does not (canonicalize does).
+_REF_ALPHABET = "abAB09-_.~/\\?#%:@ =&;\"<>{}|`'ü日!$+,xX2eE7\x01"
+C0_SPACE = "".join(chr(c) for c in range(0x21))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=_REF_ALPHABET, max_size=30),
+       st.sampled_from(["http://a.lab/", "http://a.lab:8080/d/e.html?q=1", "https://x.y.lab/a/b/", "http://a.lab/d/?q#f"]),
+       st.sampled_from(["", "http:", "https:", "//", "/", "\\\\", "HTTP://b.lab", "?", "#", "..", "./", "%2e%2e/"]))
+def test_base_url_joins_as_ada_does(ref, base, prefix):
+    # BaseUrl spells a reference out as an absolute URL for can_ada (which takes no base);
+    # Ada's own join (ada-url: parse with a base, in C++) is the reference. Fragments aside.
+    ref = (prefix + ref).strip(C0_SPACE)  # as canonicalize hands it over
+    try:
+        mine: str | None = can_ada.parse(BaseUrl(base).absolute(ref)).href
+    except UnsupportedScheme:
+        return
+    except ValueError:
+        mine = None
+    try:
+        ada: str | None = ada_url.join_url(base, ref)
+    except ValueError:
+        ada = None
+    cut = (lambda u: u and u.split("#", 1)[0])
+    assert cut(mine) == cut(ada), ref
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=_REF_ALPHABET, max_size=30), st.booleans())
+def test_canonical_form_is_a_fixed_point(ref, sort_query):
+    # A canonical URL canonicalised again (a peer's push, storage's index) is itself.
+    try:
+        once = canonicalize(ref, "http://a.lab:8080/d/e.html?q=1", sort_query=sort_query)
+    except InvalidUrl:
+        return
+    assert canonicalize(once, sort_query=sort_query) == once
+    assert host_of(once) == host_of_canonical(once).strip("[]")
 
 
 @dataclass(frozen=True)

@@ -82,3 +82,15 @@ def test_bad_fetch_results_are_refused(kw, msg):
     base.update(kw)
     with pytest.raises(InvalidArgument, match=msg):
         build_capture(FetchResult(**base))
+
+
+def test_sha1_digest_is_base32_of_sha1():
+    # The table-driven base32 against the standard library's, over many random digests.
+    import base64
+    import hashlib
+    import random
+
+    rng = random.Random(7)
+    for n in range(3000):
+        data = rng.randbytes(n % 97)
+        assert sha1_digest(data) == "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")

@@ -382,16 +382,19 @@ def channel_credentials(tls: TlsSettings) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(_read(tls.ca, "ca"), _read(tls.key, "key"), _read(tls.cert, "cert"))
 
 
-def channel(target: str, tls: TlsSettings | None = None, *, server_name: str = "") -> grpc.aio.Channel:
+def channel(target: str, tls: TlsSettings | None = None, *, server_name: str = "",
+            options: Iterable[tuple[str, Any]] = ()) -> grpc.aio.Channel:
     """An async channel with wancrawl's message limits and keepalives: mutual TLS with `tls`
     (or what effective_tls finds for the target), plaintext only when that says insecure.
     server_name: the name the server's certificate must carry instead of the target's host (a
-    Kademlia node's id name, wancrawl/xorspace.py id_san)."""
+    Kademlia node's id name, wancrawl/xorspace.py id_san). options: more channel options
+    (wancrawl/failover.py's faster reconnects)."""
     t = effective_tls(tls, target)
+    opts = CHANNEL_OPTIONS + list(options)
     if t.insecure:
-        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-    options = CHANNEL_OPTIONS + ([("grpc.ssl_target_name_override", server_name)] if server_name else [])
-    return grpc.aio.secure_channel(target, channel_credentials(t), options=options)
+        return grpc.aio.insecure_channel(target, options=opts)
+    opts += [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.aio.secure_channel(target, channel_credentials(t), options=opts)
 
 
 def host_port(listen: str, port: int) -> str:

@@ -168,3 +168,58 @@ def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str, s
                                         f"export WANCRAWL_TLS_KEY={t.key}\n")
     pki.issue(d, role, name, source_ip=source_ip)
     return pki.tls_table(d, role, name)
+
+
+# --- consultant replicas: one PostgreSQL state per run ---------------------------------------------
+
+# The PostgreSQL of the tests, benches and `manager crawl --consultants 2` (trust auth).
+PG_URL = os.environ.get("WANCRAWL_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def run_schema(run: Path, prefix: str) -> str:
+    """A schema name of its own for a run directory: the same directory (a resumed run) gets
+    the same schema, two directories never share one."""
+    import hashlib
+
+    return f"{prefix}_{hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:16]}"
+
+
+def pg_schema_url(base_url: str, schema: str, *, fresh: bool = False) -> str:
+    """Make `schema` in the PostgreSQL database at `base_url` (dropped first when `fresh`) and
+    return a URL whose search path is it, so that a service's tables land there. A database
+    that does not answer is a ConfigError naming the URL."""
+    import sqlalchemy as sa
+
+    from wancrawl.errors import ConfigError
+
+    if not schema.replace("_", "").isalnum():
+        raise ConfigError(f"schema {schema!r}: letters, digits and _ only")
+    try:
+        eng = sa.create_engine(base_url, connect_args={"connect_timeout": 5})
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise ConfigError(f"{base_url}: not a usable SQLAlchemy URL ({exc})") from None
+    try:
+        with eng.begin() as c:
+            if fresh:
+                c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            c.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    except sa.exc.SQLAlchemyError as exc:
+        raise ConfigError(f"PostgreSQL at {base_url} does not answer: {str(exc).splitlines()[0]}") from None
+    finally:
+        eng.dispose()
+    sep = "&" if "?" in base_url else "?"
+    return f"{base_url}{sep}options=-csearch_path%3D{schema}"
+
+
+def drop_schema(base_url: str, schema: str) -> None:
+    """Drop a run's schema (pg_schema_url's) when the run's files go too; an unreachable database is left alone."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(base_url, connect_args={"connect_timeout": 5})
+    try:
+        with eng.begin() as c:
+            c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    except sa.exc.SQLAlchemyError:
+        pass
+    finally:
+        eng.dispose()

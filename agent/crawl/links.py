@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborAttributes, LexborHTMLParser
 
-from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, query_codec
+from wancrawl.urls import BaseUrl, InvalidUrl, UnsupportedScheme, canonicalize, query_codec
 
 # Elements whose URL the crawler follows. <link rel=...> is opt-in (extract_links(link_rels=...)):
 # stylesheets and icons are not pages, while next/prev/alternate sometimes are.
@@ -33,16 +33,6 @@ _CHARSET_ALIASES = {
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,512}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 SNIFF_BYTES = 4096
-
-# The fast path covers hrefs made only of characters canonicalize leaves alone (no escapes,
-# no spaces, no dot segments, no user info, no IP hosts): for those it builds the very string
-# canonicalize would, about 5x cheaper. Everything else goes through canonicalize itself.
-_FAST_ABS = re.compile(r"(?i)(https?:)?//([a-z0-9-]+(?:\.[a-z0-9-]+)*)(?::([0-9]{1,5}))?([/?].*)?\Z", re.DOTALL)
-_FAST_REST = re.compile(r"[A-Za-z0-9\-_~/.]*(\?[A-Za-z0-9\-_~/.=&+,;:]*)?\Z")
-_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
-_DOTSEG = re.compile(r"(?:^|/)\.\.?(?:/|\?|\Z)")
-_DEFAULT_PORT = {"http": 80, "https": 443}
-
 
 @dataclass
 class ExtractResult:
@@ -128,7 +118,8 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     seen: set[str] = set()
     links = res.links
     dropped = res.dropped_schemes
-    origin, directory = _split_base(base)
+    page = BaseUrl(base)  # split once for all the page's links
+    directory = page.directory
     # css() walks the tree once for a, area and meta (as cheap as tags("a") plus a regex for
     # <area>); <link rel> first (they live in <head>), then the rest in document order.
     nodes = []
@@ -165,18 +156,17 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
                 continue
         # Templates repeat the same hrefs on every page of a directory, so results are cached
         # by what they depend on: the base's directory (which fixes its origin and scheme) for
-        # paths and absolute URLs, the whole base for "", "?query" and "#fragment".
-        key = (directory if directory and href and href[0] not in "?#" else base, href, mode)
+        # paths and absolute URLs, the whole base for the rest ("", "?query", "#fragment", a
+        # leading space, and "http:?q" or "http:" which WHATWG resolves like "?q" and "").
+        key = (directory if directory and _directory_is_enough(href) else base, href, mode)
         u = cache.get(key)
         if u is None:
-            u = _fast(href, origin, directory, sort_query) if origin else None
-            if u is None:
-                try:
-                    u = canonicalize(href, base, sort_query=sort_query, query_encoding=qenc)
-                except UnsupportedScheme as exc:
-                    u = ("scheme", exc.scheme)
-                except InvalidUrl:
-                    u = ("invalid", "")
+            try:
+                u = canonicalize(href, page, sort_query=sort_query, query_encoding=qenc)
+            except UnsupportedScheme as exc:
+                u = ("scheme", exc.scheme)
+            except InvalidUrl:
+                u = ("invalid", "")
             if len(cache) >= _CACHE_SIZE:
                 cache.clear()
             cache[key] = u
@@ -222,6 +212,14 @@ def _cut(text: str, budget: int, res: ExtractResult) -> str:
 # Start tags that may become nodes of _SELECTOR or <link>; an upper bound (an <a> without href).
 _LINK_TAG = re.compile(r"<(?:a|area|link|meta)[\s/>]", re.IGNORECASE)
 _MIN_CHARS_PER_ELEMENT = 8  # '<a href>': a shorter body cannot hold more elements than the budget
+
+
+def _directory_is_enough(href: str) -> bool:
+    c = href[:1]
+    if not c or c <= " " or c == "?" or c == "#":
+        return False
+    # "http:x" / "https:x" without "//" is relative to the whole base (WHATWG).
+    return not (c in "hH" and (href[4:5] == ":" or href[5:6] == ":") and "//" not in href[5:8])
 
 
 def _rel_nofollow(rel: str | None) -> bool:
@@ -319,60 +317,3 @@ _WS_C0 = "".join(chr(c) for c in range(0x21))  # the URL parser strips C0 contro
 # (context, href, sort_query or (sort_query, query codec)) -> canonical URL, or ("scheme", name) / ("invalid", "").
 _CACHE: dict[tuple[str, str, bool | tuple[bool, str]], str | tuple[str, str]] = {}
 _CACHE_SIZE = 100_000
-
-
-def _split_base(base: str) -> tuple[str, str]:
-    """(scheme://netloc, scheme://netloc/dir/) of a canonical base; ("", "") if not one."""
-    scheme, sep, rest = base.partition("://")
-    if not sep or scheme not in _DEFAULT_PORT:
-        return "", ""
-    slash = rest.find("/")
-    if slash < 0:
-        return "", ""
-    origin = base[: len(scheme) + 3 + slash]
-    path = rest[slash:].split("?", 1)[0]
-    return origin, origin + path[: path.rfind("/") + 1]
-
-
-def _fast(href: str, origin: str, directory: str, sort_query: bool) -> str | None:
-    """canonicalize(href, base) for the plain hrefs most pages are made of; None: not plain."""
-    h, _, frag = href.partition("#")
-    if not h or "\t" in frag or "\n" in frag or "\r" in frag or "\x00" in frag:
-        return None
-    c = h[0]
-    colon = h.find(":")
-    if h.startswith("//") or (colon > 0 and "/" not in h[:colon] and "?" not in h[:colon]):
-        m = _FAST_ABS.match(h)
-        if m is None:
-            return None
-        scheme = (m.group(1) or origin.split(":", 1)[0] + ":")[:-1].lower()
-        host = m.group(2).lower()
-        if len(host) > 253 or host.replace(".", "").isdigit() or not all(_LABEL.match(x) for x in host.split(".")):
-            return None
-        netloc = host
-        if m.group(3) is not None:
-            port = int(m.group(3))
-            if not 0 < port <= 65535:
-                return None
-            if port != _DEFAULT_PORT[scheme]:
-                netloc = f"{host}:{port}"
-        rest = m.group(4) or "/"
-        if rest[0] == "?":
-            rest = "/" + rest
-        prefix = f"{scheme}://{netloc}"
-    elif c == "/":
-        rest, prefix = h, origin
-    elif c == "?" or c == ".":
-        return None  # query-only and dot-relative references: leave them to urljoin
-    else:
-        rest, prefix = directory[len(origin):] + h, origin
-    path_part = rest.split("?", 1)[0]
-    # urljoin drops empty segments of relative paths: "//" inside a path is left to it.
-    if _FAST_REST.match(rest) is None or "//" in path_part or _DOTSEG.search(path_part) is not None:
-        return None
-    path, q, query = rest.partition("?")
-    if not query:
-        return prefix + path
-    if sort_query:
-        query = "&".join(sorted(query.split("&")))
-    return f"{prefix}{path}?{query}"

@@ -36,7 +36,7 @@ class Gate:
         self.settling = False
         self._held: set[str] = set()
         self._refused: set[str] = set()
-        self.counters: dict[str, float] = {"fence_refusals": 0, "lease_lapses": 0}
+        self.counters: dict[str, float] = {"fence_refusals": 0, "lease_lapses": 0, "lease_ran_out": 0}
 
     def lease_ok(self, now: float) -> bool:
         return not self.fenced or now < self.lease_until
@@ -67,6 +67,7 @@ class Gate:
         registered: it was a Register; hosts stay closed until `settled()`."""
         lapsed = not self.lease_ok(now)
         if lapsed and self.lease_until:
+            self.counters["lease_ran_out"] += 1
             self._lapse_wall = max(self._lapse_wall, self.wall() - (now - self.lease_until))
         self.lease_until = max(self.lease_until, until)
         if registered and self.fenced:

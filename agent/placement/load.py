@@ -73,3 +73,63 @@ class LoadGauge:
 
     def gauges(self) -> dict[str, float]:
         return {"load_level": self.last.level, "work_area": self.last.work_area, "peak_pages_per_second": self.last.peak_rate}
+
+
+# -- seed 003's node parameters and samples (consultant/capacity/, docs/balance.md) -----------------
+
+def probe_resources(cpuinfo: str = "/proc/cpuinfo") -> dict[str, float]:
+    """Cores this process may use, CPU GHz (the first core's current clock; 0 when unknown) and
+    memory GB, read once at start."""
+    import os
+
+    try:
+        cores = float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cores = float(os.cpu_count() or 0)
+    ghz = 0.0
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("cpu mhz"):
+                    ghz = float(line.split(":", 1)[1]) / 1000.0
+                    break
+    except (OSError, ValueError):
+        pass
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        mem = 0.0
+    return {"cores": cores, "cpu_ghz": ghz, "memory_gb": float(mem)}
+
+
+@dataclass(frozen=True)
+class Interval:
+    pages: int
+    seconds: float      # 0: no sample (the queue ran dry at one end: the rate says nothing of capacity)
+    mbps: float         # fetch bandwidth over the interval, Mbit/s
+
+
+class IntervalMeter:
+    """One sample per report: pages and bytes fetched since the last report, counted as a sample
+    of the agent's capacity only when its queue had work at both ends (a backlogged interval; an
+    agent short of work fetches what it has, not what it can). Remembers the best bandwidth of its
+    last `keep` samples: the agent's measured fetch bandwidth."""
+
+    def __init__(self, clock: Callable[[], float], keep: int = 32):
+        self.clock = clock
+        self.last: tuple[float, int, int, bool] | None = None
+        self.bandwidths: collections.deque[float] = collections.deque(maxlen=keep)
+
+    def sample(self, pages: int, nbytes: int, queue: int) -> Interval:
+        now = self.clock()
+        prev, self.last = self.last, (now, pages, nbytes, queue > 0)
+        if prev is None or not (prev[3] and queue > 0) or now <= prev[0] or pages < prev[1]:
+            return Interval(0, 0.0, 0.0)
+        dt = now - prev[0]
+        mbps = max(0, nbytes - prev[2]) * 8 / 1e6 / dt
+        self.bandwidths.append(mbps)
+        return Interval(pages - prev[1], dt, mbps)
+
+    @property
+    def bandwidth(self) -> float:
+        return max(self.bandwidths, default=0.0)

@@ -1,5 +1,5 @@
-"""Link extraction on the lab's pages: CPU per page (cold and warm href cache) and the share of
-hrefs the fast path canonicalises, beside the agent's 1 ms-per-page budget (the target).
+"""Link extraction on the lab's pages: CPU per page (cold and warm href cache), beside the agent's
+1 ms-per-page budget (the target). bench/parts/url_parsers.py times the URL step alone.
 
 This is also where the CPU-per-page figure lives that tests/test_agent_links.py used to assert
 (< 1.5 ms); the test now checks that cold and warm href caches give the same links.
@@ -49,11 +49,7 @@ def main() -> int:
     cold = cpu(lambda p: links.extract_links(p[1], p[0], "utf-8"))
     warm = cpu(lambda p: links.extract_links(p[1], p[0], "utf-8"))
     parse = cpu(lambda p: [x.attrs.get("href") for x in LexborHTMLParser(p[1].decode()).tags("a")])
-    hrefs = fast = 0
-    for url, _, hs in pages:
-        origin, directory = links._split_base(url)
-        hrefs += len(hs)
-        fast += sum(1 for h in hs if links._fast(h, origin, directory, False) is not None)
+    hrefs = sum(len(hs) for _, _, hs in pages)
     kb = sum(len(p[1]) for p in pages) / n / 1024
     print(f"{n} lab pages (seed 1, {kb:.1f} KB average), {hrefs / n:.0f} hrefs per page")
     for name, us in (("cold", cold), ("warm", warm)):
@@ -61,7 +57,6 @@ def main() -> int:
         print(f"  extract_links, {name} href cache: {us:6.0f} us CPU per page   "
               f"(target {TARGET_US:.0f} us: x{TARGET_US / us:.2f} headroom, {verdict})")
     print(f"  of which decode + lexbor parse + hrefs: {parse:6.0f} us")
-    print(f"  hrefs taking the fast path: {fast / hrefs:.0%}")
     if args.huge:
         huge(web)
     return 0 if max(cold, warm) <= TARGET_US else 1

@@ -152,7 +152,7 @@ class ListAgentsRequest(_message.Message):
     def __init__(self, include_dead: _Optional[bool] = ...) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("agent_id", "address", "location", "state", "registered_at", "last_heartbeat", "lease_expires", "load", "capacity", "weight")
+    __slots__ = ("agent_id", "address", "location", "state", "registered_at", "last_heartbeat", "lease_expires", "load", "capacity", "weight", "measured_rate", "predicted_rate", "samples")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,9 @@ class AgentInfo(_message.Message):
     LOAD_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_RATE_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_RATE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     address: str
     location: _common_pb2.Location
@@ -173,17 +176,31 @@ class AgentInfo(_message.Message):
     load: _common_pb2.LoadReport
     capacity: float
     weight: float
-    def __init__(self, agent_id: _Optional[str] = ..., address: _Optional[str] = ..., location: _Optional[_Union[_common_pb2.Location, _Mapping]] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., lease_expires: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., capacity: _Optional[float] = ..., weight: _Optional[float] = ...) -> None: ...
+    measured_rate: float
+    predicted_rate: float
+    samples: int
+    def __init__(self, agent_id: _Optional[str] = ..., address: _Optional[str] = ..., location: _Optional[_Union[_common_pb2.Location, _Mapping]] = ..., state: _Optional[_Union[AgentState, str]] = ..., registered_at: _Optional[float] = ..., last_heartbeat: _Optional[float] = ..., lease_expires: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., capacity: _Optional[float] = ..., weight: _Optional[float] = ..., measured_rate: _Optional[float] = ..., predicted_rate: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class ListAgentsResponse(_message.Message):
-    __slots__ = ("epoch", "strategy", "agents")
+    __slots__ = ("epoch", "strategy", "agents", "capacity_model", "capacity_errors")
+    class CapacityErrorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_ERRORS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     strategy: str
     agents: _containers.RepeatedCompositeFieldContainer[AgentInfo]
-    def __init__(self, epoch: _Optional[int] = ..., strategy: _Optional[str] = ..., agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
+    capacity_model: str
+    capacity_errors: _containers.ScalarMap[str, float]
+    def __init__(self, epoch: _Optional[int] = ..., strategy: _Optional[str] = ..., agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., capacity_model: _Optional[str] = ..., capacity_errors: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SetOverrideRequest(_message.Message):
     __slots__ = ("host", "agent_id")

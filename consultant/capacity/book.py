@@ -1,0 +1,91 @@
+"""The consultant's record of what each agent can do (seed 003 §2.2): samples from heartbeats in,
+a fitted runtime model out. The only writer of its samples; the service feeds it each heartbeat's
+load report, and when an operator lists the agents it refits (at most every REFIT_SECONDS, in a
+thread: the candidates include a small network, seconds of CPU) and shows the last fit.
+
+In memory, per consultant replica: each replica hears its own agents' heartbeats, and a fit from a
+few minutes of samples is cheap to redo after a restart (nothing an agent's ownership depends on
+lives here).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from consultant.capacity.model import Choice, Resources, Sample, select
+
+KEEP = 64          # samples per agent: about a minute of heartbeats at the default interval
+MIN_SAMPLES = 4    # fewer, and no model is fitted (cross-validation needs folds)
+PROBE_PAGES = 100  # predicted_rate is the model's pages/s for this many pages
+REFIT_SECONDS = 30.0  # the fit (cross-validated, a small network among the candidates) at most this often
+
+
+@dataclass(frozen=True)
+class AgentCapacity:
+    samples: int
+    measured_rate: float    # pages/s over its samples
+    predicted_rate: float   # the model's, for PROBE_PAGES pages (0: no model)
+
+
+def resources_of(load: Mapping) -> Resources:
+    r = load.get("resources") or {}
+    return Resources(*(float(r.get(k, 0.0) or 0.0) for k in ("cores", "cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_mbps")))
+
+
+class CapacityBook:
+    def __init__(self, keep: int = KEEP):
+        self.samples: dict[str, collections.deque[Sample]] = {}
+        self.keep = keep
+        self._fit: Choice | None = None
+        self._stale = True
+        self._fitted_at = float("-inf")
+
+    def record(self, agent_id: str, load: Mapping) -> bool:
+        """A heartbeat's load report (as a dict, proto field names). True when it carried a sample."""
+        seconds = float(load.get("interval_seconds", 0.0) or 0.0)
+        pages = int(load.get("interval_pages", 0) or 0)
+        if seconds <= 0:
+            return False
+        q = self.samples.setdefault(agent_id, collections.deque(maxlen=self.keep))
+        q.append(Sample(agent_id, resources_of(load), pages, seconds))
+        self._stale = True
+        return True
+
+    def forget(self, agent_id: str) -> None:
+        if self.samples.pop(agent_id, None) is not None:
+            self._stale = True
+
+    def due(self, now: float) -> list[Sample] | None:
+        """The samples to fit when a refit is due (new samples, and REFIT_SECONDS since the last
+        one), else None. Taken here, on the caller's loop: the fit itself may run in a thread."""
+        if not self._stale or now - self._fitted_at < REFIT_SECONDS:
+            return None
+        every = [s for q in self.samples.values() for s in q]
+        self._stale, self._fitted_at = False, now
+        return every
+
+    def adopt(self, choice: Choice | None) -> None:
+        self._fit = choice
+
+    def fit(self) -> Choice | None:
+        """The last model chosen by cross-validation (None before MIN_SAMPLES samples)."""
+        return self._fit
+
+    @staticmethod
+    def fit_samples(samples: list[Sample]) -> Choice | None:
+        return select(samples) if len(samples) >= MIN_SAMPLES else None
+
+    def agent(self, agent_id: str, resources: Resources) -> AgentCapacity:
+        q = self.samples.get(agent_id, ())
+        secs = sum(s.seconds for s in q)
+        measured = sum(s.tasks for s in q) / secs if secs > 0 else 0.0
+        choice = self.fit()
+        predicted = 0.0
+        if choice is not None:
+            t = float(choice.model.predict(agent_id, resources, np.array(PROBE_PAGES)))
+            predicted = PROBE_PAGES / t if t > 0 and np.isfinite(t) else 0.0
+        return AgentCapacity(len(q), measured, predicted)
