@@ -471,7 +471,8 @@ def _directory(run: Run) -> Any:
 
 async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
     from manager.seed import inject_all
-    from manager.status import leftovers, snapshot, wait_idle
+    from manager.status import leftovers as left_and_why
+    from manager.status import snapshot, wait_idle
 
     async with _directory(run) as c:
         if plan.kademlia:
@@ -496,7 +497,7 @@ async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
         snap = await snapshot(c)
         given_up = {host: reason for a in snap.agents for host, reason in a.given_up}
         parked = {host: reason for a in snap.agents for host, _, reason in a.parked}
-        return done, {"seconds": time.monotonic() - t0, "notes": leftovers(snap, time.time()),
+        return done, {"seconds": time.monotonic() - t0, "notes": left_and_why(snap, time.time()),
                       "seeded": sum(res.taken.values()), "given_up": given_up, "parked": parked}
 
 
