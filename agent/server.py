@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,7 @@ T = TypeVar("T")
 
 SERVICE_NAME = "wancrawl.v1.Agent"
 HEALTH_INTERVAL = 1.0  # seconds between looks at the node's durable progress
+STATUS_NOTES = 1000  # parked and given-up hosts listed in a Status at most
 
 # Who may call what (docs/security.md): role -> the request field that must be the caller's
 # own name ("" = none). Peers push, hand over, replicate and claim as themselves; operators
@@ -160,10 +162,16 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         validate.status(request)
         d = self.node.dispatcher
         parked = d.parked(self.node.clock())  # a scan of the waiting hosts: once per Status
+        # A flood of dead names gives up thousands of hosts: the lists are cut (the counters
+        # keep the totals), so a Status stays far below gRPC's 4 MiB message limit.
+        given_up = list(itertools.islice(d.given_up.items(), STATUS_NOTES))
+        if len(d.given_up) > STATUS_NOTES:
+            given_up.append((f"(+{len(d.given_up) - STATUS_NOTES} more)", "not listed: Status lists the first "
+                                                                         f"{STATUS_NOTES}"))
         return agent_pb2.StatusResponse(
             agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters(len(parked)),
-            parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in parked],
-            given_up=[agent_pb2.HostNote(host=h, reason=r) for h, r in d.given_up.items()],
+            parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in parked[:STATUS_NOTES]],
+            given_up=[agent_pb2.HostNote(host=h, reason=r) for h, r in given_up],
         )
 
 

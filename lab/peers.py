@@ -11,12 +11,11 @@ exactly what it means in consultant mode.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 from agent.client import AgentPool
 from manager.seed import BATCH, Injection, refusals
-from manager.status import AgentView, Snapshot
+from manager.status import AgentView, Snapshot, wait_finished
 from wancrawl.errors import Unavailable, WancrawlError
 from wancrawl.v1 import agent_pb2
 
@@ -76,28 +75,8 @@ async def snapshot(addresses: list[str]) -> Snapshot:
 
 
 async def wait_idle(addresses: list[str], timeout: float, stable: float) -> bool:
-    """True once every live member is idle and nothing moved for `stable` seconds (as
-    manager.status.wait_idle); False on timeout. Polls: the agents are other processes."""
-    start = time.monotonic()
-    since: float | None = None
-    key: tuple | None = None
-    while True:
-        try:
-            snap: Snapshot | None = await snapshot(addresses)
-        except WancrawlError:
-            snap = None
-        now = time.monotonic()
-        if snap is not None and snap.idle():
-            k = snap.progress_key()
-            if k != key:
-                since, key = now, k
-            elif since is not None and now - since >= stable:
-                return True
-        else:
-            since, key = None, None
-        if now - start > timeout:
-            return False
-        await asyncio.sleep(0.25)
+    """manager.status.wait_finished over the overlay's members; False on timeout."""
+    return await wait_finished(lambda: snapshot(addresses), timeout, stable)
 
 
 def pages(snap: Snapshot) -> Counter:

@@ -42,6 +42,8 @@ HOSTILE_KINDS = (
     "many-links",
     "meta-robots",
     "shift-jis",
+    "two-origins",
+    "dead-names",
 )
 
 

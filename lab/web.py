@@ -98,6 +98,8 @@ CHAIN_LENGTH = 20  # redirects from the redirect-chain site's "/" to "/final"
 LONG_URL_START = 1000
 LONG_URL_MAX = 16384  # targets longer than this get 414
 MALFORMED_PAGES = 10
+TWO_ORIGIN_PAGES = 12  # pages of the two-origins site on its live origin ("/" and /o/1..11)
+DEAD_NAMES = 20  # names the dead-names site links to, none of which resolves
 GBK_PAGES = 5
 
 
@@ -557,7 +559,27 @@ class Web:
             if target in (SJIS_QUERY_TARGET, SJIS_QUERY_RAW, SJIS_PATH_TARGET):
                 return Page(site, target, 200, "shift-jis:page", links=("/",), encoding="shift_jis")
             return nf
+        if kind == "two-origins":
+            # The real-docs finding (issue 25): absolute links to the live origin (the site's
+            # http port) and to https://host/ (port 443: nothing listens). The closed origin's
+            # robots.txt never answers; the live pages must all be crawled all the same.
+            k = 0 if target == "/" else _int_in(r"/o/(\d+)\.html", target, 1, TWO_ORIGIN_PAGES)
+            if k is None:
+                return nf
+            kids = [c for c in (2 * k + 1, 2 * k + 2) if c < TWO_ORIGIN_PAGES]
+            links = tuple(x for c in kids for x in (f"{site.base_url}/o/{c}.html", f"https://{site.host}/o/{c}.html"))
+            return Page(site, target, 200, "two-origins:page", k, links=links)
+        if kind == "dead-names":
+            # Links to names that exist in no hosts file and no DNS: given up at once (DNS), not
+            # retried as "robots.txt unreachable" for an hour.
+            if target != "/":
+                return nf
+            return Page(site, target, 200, "dead-names:index", links=("/",) + self.dead_names(site))
         raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
+
+    def dead_names(self, site: Site) -> tuple[str, ...]:
+        """The dead-names site's links: DEAD_NAMES hosts under a name no resolver knows."""
+        return tuple(f"http://dead{k}.{site.host}.invalid/" for k in range(DEAD_NAMES))
 
     def session_links(self, target: str) -> tuple[str, ...]:
         """The session-trap page's fresh links: its own path, `sid` derived from (seed, target, k)."""
@@ -643,6 +665,8 @@ class Web:
             return self._meta_robots(page)
         if kind == "shift-jis":
             return self._shift_jis(page)
+        if kind in ("two-origins", "dead-names"):
+            return self._plain(page, kind.capitalize())
         if kind in ("redirect-chain", "calendar", "bad-schemes", "long-urls") or page.status == 404:
             if page.status == 414:
                 return Response(414, [("Content-Type", HTML_UTF8)], _small_html("Too long", "<p>URI too long.</p>", ()))

@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("agent", help="agent id")
     d.add_argument("--timeout", type=float, default=120.0)
 
-    w = sub.add_parser("wait", help="block until the whole crawl is idle; exit 0 then, 1 on timeout")
+    w = sub.add_parser("wait", help="block until the crawl is finished (nothing fetchable is left); list what is left and why; exit 0 then, 1 on timeout")
     w.add_argument("--timeout", type=float, default=0.0, help="seconds (0 = no limit)")
     w.add_argument("--stable", type=float, default=1.0, help="seconds every agent must stay idle")
     w.add_argument("--quiet", action="store_true")

@@ -5,9 +5,15 @@ does) or, with `--mode kademlia`, a storage and N agents that form a Kademlia ov
 hosts by XOR distance among themselves, with no consultant process (docs/kademlia.md); with
 mutual TLS from a CA of its own under OUT/pki, system DNS (after `--hosts-file`), robots.txt and
 polite defaults; seeds them the way `manager seed` does; shows live progress; waits until the
-crawl is idle (manager.status.wait_idle); writes the report (manager.report) into OUT/report;
-stops everything. Ctrl-C stops every process cleanly (agents first: they finish their fetches,
-commit and flush) and exits 130; running again with the same OUT resumes.
+crawl is finished: nothing fetchable is left (manager.status.finished); writes the report
+(manager.report) into OUT/report; stops everything. Ctrl-C stops every process cleanly (agents
+first: they finish their fetches, commit and flush) and exits 130; running again with the same
+OUT resumes.
+
+Exit codes: 0 finished with pages stored; 1 --timeout reached (the crawl was still running);
+2 an error (bad arguments or seeds file, a service that did not start); 3 finished but nothing
+was stored or every seed was given up (DNS failure, robots.txt unreachable, forbidden address):
+a one-line reason says which; 130 interrupted (Ctrl-C, SIGTERM).
 
 Everything lives under OUT: configs/, pki/, consultant/ (state; consultant mode), storage/ (WARC
 files and index), agents/<id>/ (frontier, seen set, outbox, spool), logs/, report/, crawl.json (the
@@ -512,7 +518,8 @@ def _directory(run: Run) -> Any:
 
 async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
     from manager.seed import inject_all
-    from manager.status import host_notes, snapshot, wait_idle
+    from manager.status import leftovers as left_and_why
+    from manager.status import snapshot, wait_idle
 
     async with _directory(run) as c:
         if plan.kademlia:
@@ -534,8 +541,40 @@ async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
                 await view
             except asyncio.CancelledError:
                 pass
-        notes = host_notes(await snapshot(c), time.time())
-        return done, {"seconds": time.monotonic() - t0, "notes": notes, "seeded": sum(res.taken.values())}
+        snap = await snapshot(c)
+        given_up = {host: reason for a in snap.agents for host, reason in a.given_up}
+        parked = {host: reason for a in snap.agents for host, _, reason in a.parked}
+        return done, {"seconds": time.monotonic() - t0, "notes": left_and_why(snap, time.time()),
+                      "seeded": sum(res.taken.values()), "given_up": given_up, "parked": parked}
+
+
+EXIT_FINISHED, EXIT_TIMEOUT, EXIT_ERROR, EXIT_NOTHING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def verdict(done: bool, timeout: float, stored: int, seeds: list[str], given_up: dict[str, str],
+            parked: dict[str, str]) -> tuple[int, str]:
+    """The exit code of `manager crawl` and its one-line reason (pure). given_up / parked: host or
+    origin (scheme://host[:port]) -> reason, as the agents list them."""
+    from agent.state.frontier import origin_of
+    from wancrawl.urls import host_of_canonical
+
+    if not done:
+        return EXIT_TIMEOUT, f"timed out after {timeout:.0f}s: the crawl was still running"
+
+    def why(seed: str, notes: dict[str, str]) -> str | None:
+        return notes.get(host_of_canonical(seed)) or notes.get(origin_of(seed))
+
+    dead = [(s, r) for s in seeds if (r := why(s, given_up)) is not None]
+    if seeds and len(dead) == len(seeds):
+        more = f" (and {len(seeds) - 1} more seeds)" if len(seeds) > 1 else ""
+        return EXIT_NOTHING, f"every seed was given up: {dead[0][0]}: {dead[0][1]}{more}"
+    if stored == 0:
+        waiting = [(s, r) for s in seeds if (r := why(s, parked)) is not None]
+        first = dead[0] if dead else waiting[0] if waiting else None
+        detail = f"; {first[0]}: {first[1]}" if first else ""
+        return EXIT_NOTHING, (f"nothing was stored: of {len(seeds)} seeds {len(dead)} given up, {len(waiting)} parked"
+                              f"{detail}")
+    return EXIT_FINISHED, "crawl finished: nothing fetchable is left"
 
 
 def _report(plan: Plan, run: Run, paths: dict[str, Path]) -> Path | None:
@@ -545,10 +584,10 @@ def _report(plan: Plan, run: Run, paths: dict[str, Path]) -> Path | None:
     return out if write_report(out, paths["storage"], run.consultant) is not None else None
 
 
-def _summary(plan: Plan, paths: dict[str, Path], done: bool, info: dict[str, Any], stats: Any,
+def _summary(plan: Plan, paths: dict[str, Path], line: str, info: dict[str, Any], stats: Any,
              report: Path | None) -> str:
-    lines = [("crawl finished: every agent is idle" if done else
-              f"timed out after {plan.timeout:.0f}s: the crawl was still running (run again with --out {plan.out} to go on)"),
+    lines = [line + ("" if line.startswith("crawl finished") or not line.startswith("timed out") else
+                     f" (run again with --out {plan.out} to go on)"),
              f"  pages stored    {stats.pages} ({info['seconds']:.1f} s of crawling)"]
     lines += [f"    {c.key:<22} {c.pages} pages" for c in stats.per_agent]
     lines += [f"    {c.key:<40} {c.pages} pages" for c in stats.per_host[:10]]
@@ -601,7 +640,7 @@ def run_crawl(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, terminate)
-    code = 2
+    code, reason = 2, ""
     try:
         paths = _configs(plan, run)
         _start_all(plan, run, paths)
@@ -610,8 +649,12 @@ def run_crawl(args: argparse.Namespace) -> int:
 
         stats = asyncio.run(GrpcStorageClient.stats_of(run.storage))
         report = _report(plan, run, paths) if plan.report else None
-        print(_summary(plan, paths, done, info, stats, report), flush=True)
-        code = 0 if done else 1
+        code, line = verdict(done, plan.timeout, stats.pages, plan.seeds, info["given_up"], info["parked"])
+        # The verdict and what is left, with why, beside the report (the terminal may be gone).
+        (plan.out / "report").mkdir(exist_ok=True)
+        (plan.out / "report" / "left.txt").write_text("\n".join([line, *info["notes"]]) + "\n", encoding="utf-8")
+        print(_summary(plan, paths, line, info, stats, report), flush=True)
+        reason = line if code else ""
     except KeyboardInterrupt:
         print(f"\ninterrupted: stopping every process (agents commit and flush); "
               f"`manager crawl ... --out {args.out}` resumes", file=sys.stderr, flush=True)
@@ -627,4 +670,6 @@ def run_crawl(args: argparse.Namespace) -> int:
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
+    if reason:  # the last line: why the exit code is not 0
+        print(f"manager crawl: {reason}", file=sys.stderr, flush=True)
     return code

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agent.client import AgentClient, AgentPool
@@ -37,8 +39,8 @@ class Snapshot:
     storage: dict | None = None
 
     def idle(self) -> bool:
-        alive = [a for a in self.agents if a.state == "alive"]
-        return bool(alive) and all(a.reachable and a.counters.get("idle") == 1.0 for a in alive)
+        """See finished(): the one definition of "the crawl is finished"."""
+        return finished(self)
 
     def progress_key(self) -> tuple:
         """Changes whenever any agent did something (for 'stays idle'), and only then: sorted by
@@ -178,21 +180,31 @@ async def run_agents(args) -> int:
     return 0
 
 
-async def wait_idle(consultant: Directory, timeout: float, stable: float, quiet: bool = True) -> bool:
-    """True once every live agent is idle (empty frontier, nothing in flight, nothing owed to
-    peers, empty spool) and nothing moved for `stable` seconds; False on timeout."""
+def finished(snap: Snapshot) -> bool:
+    """The crawl is finished: nothing fetchable is left. Every live agent answers and says it is
+    idle: nothing in flight, owed to peers or waiting for storage, and every URL still queued
+    waits beyond its park horizon (its origin's robots.txt unreachable, its host or origin backed
+    off: agent/crawl/dispatcher.py only_parked), so it is listed by leftovers() with its reason.
+    `manager wait`, `manager crawl`, bench/chaos.py and the lab's Kademlia wait all end on this
+    (through wait_finished)."""
+    alive = [a for a in snap.agents if a.state == "alive"]
+    return bool(alive) and all(a.reachable and a.counters.get("idle") == 1.0 for a in alive)
+
+
+async def wait_finished(take: Callable[[], Awaitable[Snapshot]], timeout: float, stable: float,
+                        progress: Callable[[Snapshot, float], None] | None = None) -> bool:
+    """True once finished() holds and nothing moved for `stable` seconds; False after `timeout`
+    seconds (0: none). `take` makes a snapshot (the consultant's or the overlay's view); one that
+    fails (a consultant restarting) counts as not finished."""
     start = time.monotonic()
     since, key = None, None
-    last_print = 0.0
     while True:
         try:
-            snap = await snapshot(consultant)
-        except WancrawlError as exc:  # the consultant (or the agent asked) may be restarting
-            if not quiet:
-                print(f"waiting: {exc}", file=sys.stderr)
+            snap: Snapshot | None = await take()
+        except WancrawlError:
             snap = None
         now = time.monotonic()
-        if snap is not None and snap.idle():
+        if snap is not None and finished(snap):
             k = snap.progress_key()
             if k != key:
                 since, key = now, k
@@ -200,41 +212,82 @@ async def wait_idle(consultant: Directory, timeout: float, stable: float, quiet:
                 return True
         else:
             since, key = None, None
-        if not quiet and snap is not None and (sys.stderr.isatty() or now - last_print >= 5.0):
-            last_print = now
-            pages = sum(a.counters.get("pages", 0) for a in snap.agents)
-            queued = sum(a.counters.get("frontier", 0) for a in snap.agents)
-            line = f"{pages:.0f} pages, {queued:.0f} queued, {len(snap.agents)} agents"
-            print(f"\r{line}" if sys.stderr.isatty() else line, end="" if sys.stderr.isatty() else "\n", file=sys.stderr)
+        if progress is not None and snap is not None:
+            progress(snap, now)
         if timeout and now - start > timeout:
             return False
         await asyncio.sleep(0.25)
+
+
+async def wait_idle(consultant: Directory, timeout: float, stable: float, quiet: bool = True) -> bool:
+    """wait_finished over the consultant's (or a peer directory's) agents; not quiet: a progress
+    line on stderr."""
+    last_print = 0.0
+
+    def show(snap: Snapshot, now: float) -> None:
+        nonlocal last_print
+        if quiet or not (sys.stderr.isatty() or now - last_print >= 5.0):
+            return
+        last_print = now
+        pages = sum(a.counters.get("pages", 0) for a in snap.agents)
+        queued = sum(a.counters.get("frontier", 0) for a in snap.agents)
+        line = f"{pages:.0f} pages, {queued:.0f} queued, {len(snap.agents)} agents"
+        print(f"\r{line}" if sys.stderr.isatty() else line, end="" if sys.stderr.isatty() else "\n", file=sys.stderr)
+
+    return await wait_finished(lambda: snapshot(consultant), timeout, stable, show)
 
 
 async def run_wait(args) -> int:
     async with open_directory(args) as c:
         done = await wait_idle(c, args.timeout, args.stable, args.quiet)
         try:
-            notes = host_notes(await snapshot(c), time.time())
+            notes = leftovers(await snapshot(c), time.time())
         except WancrawlError as exc:  # the consultant went away meanwhile: the verdict stands
-            notes = [f"(no list of parked hosts: {exc})"]
+            notes = [f"(no list of what is left: {exc})"]
     if not args.quiet:
         print(file=sys.stderr)
-    print("crawl finished: every agent is idle" if done else f"timed out after {args.timeout:.0f}s: the crawl is still running")
+    print("crawl finished: nothing fetchable is left" if done else f"timed out after {args.timeout:.0f}s: the crawl is still running")
     for line in notes:
         print(line)
     return 0 if done else 1
 
 
-def host_notes(snap: Snapshot, now: float) -> list[str]:
-    """Hosts left waiting (parked beyond the agents' horizon) and hosts given up, with why."""
-    out = []
-    for a in snap.agents:
-        for host, until, reason in a.parked:
-            out.append(f"parked    {host} ({a.agent_id}): {reason}; next try in {max(0.0, until - now):.0f}s")
-        for host, reason in a.given_up:
-            out.append(f"given up  {host} ({a.agent_id}): {reason}")
+# Given-up reasons by kind (the agents' wording: agent/crawl/dispatcher.py, agent/routing/intake.py).
+GIVE_UP_KINDS = (("DNS:", "DNS failure"), ("page budget", "budget spent"), ("budget", "budget spent"),
+                 ("robots.txt unreachable", "robots.txt unreachable"), ("forbidden", "forbidden address"))
+
+
+def give_up_kind(reason: str) -> str:
+    return next((kind for prefix, kind in GIVE_UP_KINDS if prefix in reason), "other")
+
+
+def leftovers(snap: Snapshot, now: float, limit: int = 20) -> list[str]:
+    """What is left and why, once the crawl is finished (or at a timeout): a summary line, then
+    parked hosts and origins with their reason and next try, then given-up hosts and origins by
+    kind (budget spent, DNS failure, robots.txt unreachable...), at most `limit` lines of each."""
+    parked = [(host, a.agent_id, until, reason) for a in snap.agents for host, until, reason in a.parked]
+    given = [(host, a.agent_id, reason) for a in snap.agents for host, reason in a.given_up]
+    if not parked and not given:
+        return []
+    kinds = collections.Counter(give_up_kind(r) for *_, r in given)
+    head = f"left: {len(parked)} parked (waiting, not fetchable within the park horizon), {len(given)} given up"
+    if kinds:
+        head += " (" + ", ".join(f"{n} {k}" for k, n in kinds.most_common()) + ")"
+    out = [head]
+    for host, agent, until, reason in sorted(parked, key=lambda p: p[2])[:limit]:
+        out.append(f"parked    {host} ({agent}): {reason}; next try in {max(0.0, until - now):.0f}s")
+    if len(parked) > limit:
+        out.append(f"parked    ... and {len(parked) - limit} more")
+    for kind in kinds:
+        of_kind = [g for g in given if give_up_kind(g[2]) == kind]
+        for host, agent, reason in of_kind[:limit]:
+            out.append(f"given up  {host} ({agent}): {reason}")
+        if len(of_kind) > limit:
+            out.append(f"given up  ... and {len(of_kind) - limit} more ({kind})")
     return out
+
+
+host_notes = leftovers  # the name bench/hostile.py knows
 
 
 async def run_drain(args) -> int:

@@ -272,4 +272,4 @@ def test_a_host_whose_robots_txt_stays_unreachable_counts_as_parked(tmp_path, ru
 
     early, parked, queued = run(go())
     assert not early, "not parked before robots.park_after"
-    assert parked == ["down.lab"] and queued == 5
+    assert parked == ["http://down.lab"] and queued == 5, "the origin is parked (RFC 9309: robots.txt is per origin)"

@@ -173,7 +173,8 @@ def test_random_operations_match_a_reference_model(tmp_path_factory, ops):
             items = []
             for d in op[2]:
                 counter += 1
-                items.append(Item(f"http://{host}/{counter}", host, d))
+                # two origins per host (a lane each): BFS order holds across them
+                items.append(Item(f"{'https' if counter % 3 == 0 else 'http'}://{host}/{counter}", host, d))
             f.add(items)
             for it in items:
                 queued.setdefault(host, {})[it.url] = (it.depth, it.seq)

@@ -7,6 +7,7 @@ import collections
 import pytest
 
 from lab.testing import ServerThread
+from lab.web import DEAD_NAMES, TWO_ORIGIN_PAGES
 
 from agent_helpers import cluster, fetched_urls, lab_web, seed, truth_urls, wait_idle
 
@@ -90,3 +91,11 @@ def test_hostile_sites_are_bounded_recorded_and_the_crawl_goes_on(run, tmp_path)
         assert per_host[host_of_kind("many-links")] <= 301 and c["links_over_cap"] > 0
         trap = host_of_kind("session-trap")
         assert 0 < per_host[trap] <= 5 * 50 + 5 and c["query_churn"] > 0
+        # Two origins, one closed (https://host/, port 443): every page of the live origin is
+        # crawled; the closed one's robots.txt is given up on its own (robots.give_up_after).
+        two = host_of_kind("two-origins")
+        live = {"/"} | {f"/o/{k}.html" for k in range(1, TWO_ORIGIN_PAGES)}
+        assert live <= {e.path for e in log if e.host.split(":")[0] == two}
+        assert c["origins_given_up"] >= 1
+        # Names no resolver knows: each host given up on DNS at its first request.
+        assert c["hosts_dns_failed"] >= DEAD_NAMES

@@ -148,7 +148,7 @@ def test_truth_respects_robots():
     rude = {r.url for r in Truth(w, Scope(max_depth=4)).reachable(seeds)}
     def disallowed(u):
         site = w.topology.site(host_of(u))
-        return not site.hostile and any(u[len(site.base_url):].startswith(d) for d in w.site_info(site).disallow)
+        return site is not None and not site.hostile and any(u[len(site.base_url):].startswith(d) for d in w.site_info(site).disallow)
 
     assert polite < rude
     assert any(disallowed(u) for u in rude)

@@ -543,3 +543,66 @@ def test_manager_crawl_with_two_storage_writers_stores_exactly_the_reference_onc
     names = {json.loads(line.split(" ", 2)[2])["filename"].split("/")[3] for line in cdxj}
     assert names == {"w1", "w2"}, "both writers stored pages, each in its own objects"
     assert _alive_services(out) == []
+
+
+def _nxdomain(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except socket.gaierror as exc:
+        return exc.errno == socket.EAI_NONAME
+    return False
+
+
+@pytest.mark.timeout(200)
+def test_manager_crawl_with_unreachable_seeds_exits_non_zero_with_the_reason(tmp_path):
+    """Seeds whose names do not exist: each host is given up on DNS within seconds (not retried as
+    "robots.txt unreachable" for an hour), the crawl is finished, and the command says why it
+    stored nothing and exits 3 (docs/manager.md: exit codes)."""
+    names = ["gone-one.invalid", "gone-two.invalid"]
+    if not all(_nxdomain(n) for n in names):
+        pytest.skip("this machine's resolver does not answer NXDOMAIN for .invalid names")
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(f"http://{n}/\n" for n in names))
+    out = tmp_path / "crawl"
+    p = subprocess.run([*_manager(), "crawl", str(seeds), "--out", str(out), "--agents", "1", "--contact", CONTACT,
+                        "--timeout", "120", "--no-report"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert p.returncode == 3, p.stdout + p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("manager crawl: every seed was given up: http://gone-") and "DNS" in last, p.stderr
+    assert "DNS failure" in p.stdout, p.stdout  # the leftovers' summary line
+    left = (out / "report" / "left.txt").read_text().splitlines()
+    assert left[0].startswith("every seed was given up") and left[1].startswith("left: 0 parked")
+    assert _alive_services(out) == []
+
+
+def test_crawl_verdict_names_why_nothing_came_of_it():
+    from manager.crawl import verdict
+
+    seeds = ["http://a.test/", "https://b.test/x"]
+    assert verdict(False, 60, 0, seeds, {}, {}) == (1, "timed out after 60s: the crawl was still running")
+    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: a.test does not resolve", "https://b.test": "robots.txt unreachable for 3600s"}, {})
+    assert code == 3 and line.startswith("every seed was given up: http://a.test/: DNS:")
+    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: gone"}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    assert code == 3 and line == "nothing was stored: of 2 seeds 1 given up, 1 parked; http://a.test/: DNS: gone"
+    code, line = verdict(True, 0, 0, seeds, {}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    assert code == 3 and "b.test/x: robots.txt unreachable" in line
+    assert verdict(True, 0, 5, seeds, {"a.test": "DNS: gone"}, {})[0] == 0
+
+
+def test_leftovers_list_what_is_left_and_why_by_kind():
+    from manager.status import AgentView, Snapshot, finished, leftovers
+
+    a = AgentView("a1", "x:1", "alive", "", "", counters={"idle": 1.0}, reachable=True,
+                  parked=[("https://docs.test", 1100.0, "robots.txt unreachable (last status 0) for 130s")],
+                  given_up=[(f"gone{i}.test", f"DNS: gone{i}.test does not resolve: no such name (NXDOMAIN)") for i in range(25)]
+                  + [("big.test", "page budget (100000 pages)")])
+    b = AgentView("a2", "x:2", "alive", "", "", counters={"idle": 0.0}, reachable=True)
+    snap = Snapshot(1, "hash", [a, b])
+    assert not finished(snap), "an agent with something fetchable left"
+    b.counters["idle"] = 1.0
+    assert finished(snap) and not finished(Snapshot(1, "hash", []))
+    lines = leftovers(snap, 1000.0, limit=20)
+    assert lines[0] == "left: 1 parked (waiting, not fetchable within the park horizon), 26 given up (25 DNS failure, 1 budget spent)"
+    assert lines[1] == "parked    https://docs.test (a1): robots.txt unreachable (last status 0) for 130s; next try in 100s"
+    assert "given up  ... and 5 more (DNS failure)" in lines and "given up  big.test (a1): page budget (100000 pages)" in lines
+    assert len(lines) == 1 + 1 + 20 + 1 + 1

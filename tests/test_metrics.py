@@ -259,8 +259,9 @@ def test_values_match_the_lab_log_storage_and_each_other(crawl):
         assert v(a, "wancrawl_agent_mu") == pytest.approx(v(a, "wancrawl_agent_n_total") / routed if routed else 0.0)
         assert 0 <= v(a, "wancrawl_agent_lambda") <= 1
         assert v(a, "wancrawl_agent_in_flight") == 0
-    # Idle: all that is queued is the unresolvable host's one URL, parked.
-    assert total("frontier") == total("hosts_with_work") == total("parked_hosts") == 1
+    # Finished: the unresolvable host was given up on DNS at once (not parked for an hour).
+    assert total("frontier") == total("hosts_with_work") == total("parked_hosts") == 0
+    assert total("hosts_dns_failed_total") == 1
     # One refused call each: rpc_errors by code.
     assert v(cons, "wancrawl_consultant_rpc_errors_total", code="invalid_argument") == 1
     assert v(stor, "wancrawl_storage_rpc_errors_total", code="not_found") == 1

@@ -35,11 +35,25 @@ def parse_hosts_file(path: str | Path) -> dict[str, str]:
     return mapping
 
 
+# Why a name has no address. A *definitive* answer (the name does not exist or has no address,
+# or is not in the hosts file when DNS is off) lets a crawler give the host up at once; a
+# temporary one (a timeout, SERVFAIL / EAI_AGAIN) is worth asking again.
+NXDOMAIN = "no such name (NXDOMAIN)"
+NO_ADDRESS = "no address for the name"
+NOT_LISTED = "not in the hosts file (system DNS off)"
+TEMPORARY = "temporary DNS failure"
+DEFINITIVE = frozenset({NXDOMAIN, NO_ADDRESS, NOT_LISTED})
+_EAI_DEFINITIVE = {getattr(socket, n): w for n, w in (("EAI_NONAME", NXDOMAIN), ("EAI_NODATA", NO_ADDRESS),
+                                                     ("EAI_ADDRFAMILY", NO_ADDRESS), ("EAI_FAIL", NXDOMAIN))
+                   if hasattr(socket, n)}
+
+
 class HostResolver:
     """Resolves canonical host names to one IP each (IPv4 preferred).
 
     Invariant: `_cache[host] = (ip or None, expires_at)`; None is a cached failure, kept
-    `negative_ttl` seconds so a dead name is not asked again on every batch.
+    `negative_ttl` seconds so a dead name is not asked again on every batch; `_why[host]` is
+    the reason of the host's last failure (one of NXDOMAIN, NO_ADDRESS, NOT_LISTED, TEMPORARY).
     """
 
     def __init__(
@@ -60,6 +74,7 @@ class HostResolver:
         self.negative_ttl = negative_ttl
         self.clock = clock
         self._cache: dict[str, tuple[str | None, float]] = {}
+        self._why: dict[str, str] = {}
         self._sem = asyncio.Semaphore(max_concurrency)
         self.lookups = 0
         self.failures = 0
@@ -80,10 +95,20 @@ class HostResolver:
             return True, None
         return False, None
 
+    def failure(self, host: str) -> str | None:
+        """Why the host has no address (None: it has one, or was not asked yet)."""
+        if self.static(host) is not None:
+            return None
+        if not self.system_dns and host not in self._cache:
+            return NOT_LISTED
+        hit = self._cache.get(host)  # a failure while it is cached (negative_ttl): then asked again
+        return self._why.get(host) if hit is not None and hit[0] is None and hit[1] > self.clock() else None
+
     async def resolve(self, host: str) -> str | None:
         known, ip = self.cached(host)
         if known:
             return ip
+        why = NO_ADDRESS
         async with self._sem:
             self.lookups += 1
             loop = asyncio.get_running_loop()
@@ -91,8 +116,12 @@ class HostResolver:
                 infos = await asyncio.wait_for(
                     loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), timeout=self.timeout
                 )
-            except (OSError, asyncio.TimeoutError, UnicodeError):
-                infos = []
+            except socket.gaierror as exc:
+                infos, why = [], _EAI_DEFINITIVE.get(exc.errno, TEMPORARY)
+            except UnicodeError:
+                infos, why = [], NXDOMAIN  # not a name DNS can carry
+            except (OSError, asyncio.TimeoutError):
+                infos, why = [], TEMPORARY
         # A host name resolves to AF_INET/AF_INET6 answers, whose sockaddr starts with the address
         # string (the stubs also allow (int, bytes), for CPython builds without IPv6 support).
         addrs = [a for i in infos if isinstance(a := i[4][0], str)]
@@ -100,6 +129,9 @@ class HostResolver:
         ip = v4[0] if v4 else addrs[0] if addrs else None
         if ip is None:
             self.failures += 1
+            self._why[host] = why
+        else:
+            self._why.pop(host, None)
         self._cache[host] = (ip, self.clock() + (self.ttl if ip else self.negative_ttl))
         return ip
 

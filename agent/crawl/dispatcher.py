@@ -28,6 +28,7 @@ from wancrawl.warcrecords import Capture, FetchResult, build_capture
 
 log = logging.getLogger("agent")
 
+INF = float("inf")
 UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
 STARTS_PER_TURN = 256  # hosts looked at before the loop yields: refused items never starve the loop
 THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed in a thread (docs/agent-fetching.md)
@@ -88,8 +89,10 @@ class Dispatcher:
         self.stored_check = stored_check
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
+        # The per-IP delay is never stricter than the host delay (a server with one site is paced
+        # by the site's delay; politeness.delay = 0 turns both off, as on one's own servers).
         self.politeness = Politeness(
-            p.delay, max_per_host=p.max_per_host, max_per_ip=p.max_per_ip, ip_delay=p.ip_delay,
+            p.delay, max_per_host=p.max_per_host, max_per_ip=p.max_per_ip, ip_delay=min(p.ip_delay, p.delay),
             max_delay=p.max_crawl_delay, max_backoff=p.max_backoff, max_retry_after=p.max_retry_after,
         )
         self.scheduler = Scheduler(self.politeness)
@@ -100,7 +103,8 @@ class Dispatcher:
         # robots.txt is per origin (RFC 9309): the robots cache is keyed by origin; these are the
         # origins of each host it holds entries for.
         self.origins_of: dict[str, set[str]] = {}
-        self.given_up: dict[str, str] = {}  # host -> why its queue was dropped (budget, robots.txt)
+        # host or origin -> why its queue was dropped (budget, DNS; an origin: robots.txt unreachable)
+        self.given_up: dict[str, str] = {}
         self.attempts: dict[str, int] = {}       # URL -> failed tries so far
         self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
         # URLs routed lately (in scope), oldest first; a pure traffic/CPU saver: the owner's
@@ -117,7 +121,7 @@ class Dispatcher:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
-            "fenced_results": 0,
+            "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0,
         }
         # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
         # family, so not summed into status_counters.
@@ -140,8 +144,42 @@ class Dispatcher:
             delay = self._crawl_delay(host)
             if delay is not None:
                 self.politeness.set_delay(host, delay)
-        self.scheduler.wake(host, self.host_ip.get(host) or UNRESOLVED, self.frontier.ready_at(host) or 0.0)
+        self.scheduler.wake(host, self.host_ip.get(host) or UNRESOLVED, self.frontier.ready_at(host, self.origin_wait) or 0.0)
         self.signal.poke()
+
+    def origin_wait(self, origin: str) -> float:
+        """When the origin's URLs may be fetched (absolute time; <= now: now). Robots.txt, backoff
+        and give-ups are per origin (RFC 9309 scopes robots.txt to scheme, host and port): a
+        waiting origin never holds back another origin of its host (Frontier.pop passes it over)."""
+        if origin in self.given_up:
+            return 0.0  # its URLs are finished as they come up
+        if origin in self.robots_in_flight:
+            return INF  # robots.txt first; its end wakes the host
+        t = self.origins.until(origin)
+        if self.s.robots.enabled:
+            failing = self.robots.unreachable(origin)
+            if failing is not None:
+                # Retry at failing[1], or give up at once when the give-up time has come.
+                t = max(t, min(failing[1], failing[0] + self.s.robots.give_up_after))
+        return t
+
+    def _parked_origin(self, origin: str, now: float) -> tuple[float, str] | None:
+        """(next try, reason) when the origin counts as parked: it cannot be fetched within the
+        park horizon, or its robots.txt has been unreachable for robots.park_after (its retries
+        back off for many minutes before they pass the horizon: a crawl must not wait for them)."""
+        if origin in self.given_up:
+            return None
+        wait = self.origin_wait(origin)
+        if self.s.robots.enabled:
+            failing = self.robots.unreachable(origin)
+            if failing is not None and (now - failing[0] >= self.s.robots.park_after or wait > now + self.s.politeness.park_horizon):
+                return failing[1], f"robots.txt unreachable (last status {failing[2]}) for {now - failing[0]:.0f}s"
+        if wait > now + self.s.politeness.park_horizon and wait != INF:
+            return wait, f"backoff after {self.origins.level(origin)} transport failures (connect, timeout, TLS...)"
+        return None
+
+    def _park_wait(self, now: float) -> Callable[[str], float]:
+        return lambda o: INF if self._parked_origin(o, now) is not None else self.origin_wait(o)
 
     def _crawl_delay(self, host: str) -> float | None:
         """The longest Crawl-delay among the host's origins (the rate is kept per host)."""
@@ -196,13 +234,18 @@ class Dispatcher:
             # At its page budget: its whole queue goes in one range delete, not item by item.
             self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
             return
+        why = self.given_up.get(host)
+        if why is not None and why.startswith("DNS") and self.resolver.failure(host) is not None:
+            # Given up on DNS and the name still has no address: URLs found since go too.
+            self._give_up(host, why)
+            return
         if not self.gate.allows(host, now):
             # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
             self.scheduler.remove(host)
             return
-        item = self.frontier.pop(host, now)
+        item = self.frontier.pop(host, now, self.origin_wait)
         if item is None:
-            ready = self.frontier.ready_at(host)
+            ready = self.frontier.ready_at(host, self.origin_wait)
             if ready is None:
                 self.scheduler.remove(host)
                 if self.politeness.next_time(host) <= now:
@@ -213,38 +256,41 @@ class Dispatcher:
                 self.scheduler.wake(host, ip, ready)
             return
         origin = origin_of(item.url)
-        wait = self.origins.until(origin)
-        if wait > now:
-            # This origin refused or timed out lately; the host's other origins go on.
-            self.frontier.retry(item, wait)
+        if origin in self.given_up:
+            # Given up (robots.txt unreachable or no answer too long): its URLs are finished as they come up
+            # (the loop yields between batches); the host's other origins go on.
+            self.counters["robots_given_up"] += 1
+            self.finish(item, None)
             self._schedule(host)
             return
         if self.s.robots.enabled:
-            if self.robots.needs_fetch(origin, now):
-                # robots.txt first, from the URL's origin (scheme, host, port).
-                self.frontier.retry(item)
-                if origin not in self.robots_in_flight:
-                    self.robots_in_flight.add(origin)
-                    self.origins_of.setdefault(host, set()).add(origin)
-                    self._spawn(self._fetch_robots(host, ip, origin))
-                return
             failing = self.robots.unreachable(origin)
+            if failing is not None and now - failing[0] >= self.s.robots.give_up_after:
+                self._give_up_origin(host, origin, f"robots.txt unreachable for {now - failing[0]:.0f}s "
+                                                   f"(last status {failing[2]})")
+                self.counters["robots_given_up"] += 1
+                self.finish(item, None)
+                self._schedule(host)
+                return
+            if self.robots.needs_fetch(origin, now):
+                # robots.txt first, from the URL's origin (scheme, host, port); the host's other
+                # origins go on meanwhile (origin_wait holds this one).
+                self.frontier.retry(item)
+                self.robots_in_flight.add(origin)
+                self.origins_of.setdefault(host, set()).add(origin)
+                # A retry after no answer at all (refused, timed out) is a probe: it takes neither
+                # the host's slot nor its delay, or each retry of a dead origin would hold back the
+                # live ones for up to a connect timeout.
+                probe = failing is not None and failing[2] == 0
+                self._spawn(self._fetch_robots(host, ip, origin, slot=not probe))
+                self._schedule(host)
+                return
             if failing is not None:
-                if now - failing[0] >= self.s.robots.give_up_after:
-                    # Unreachable too long: this origin's URLs are given up, one by one as they
-                    # come up (the loop yields between batches); the host's other origins go on.
-                    self.counters["robots_given_up"] += 1
-                    if origin not in self.given_up:
-                        log.warning("%s given up: robots.txt unreachable for %.0fs (last status %d)", origin,
-                                    now - failing[0], failing[2])
-                    self.given_up[origin] = f"robots.txt unreachable for {now - failing[0]:.0f}s (last status {failing[2]})"
-                    self.finish(item, None)
-                    self._schedule(host)
-                    return
                 # RFC 9309 2.4: disallowed for now, not refused: the URL waits for the retry.
+                # (origin_wait keeps such URLs from being popped; this is a safety net.)
                 self.counters["robots_deferred"] += 1
-                self.frontier.retry(item, failing[1])
-                self._schedule(host)  # due again when its first ready URL is (another origin's, maybe)
+                self.frontier.retry(item)
+                self._schedule(host)
                 return
             if not self.robots.allowed(item.url, origin):
                 self.counters["robots_denied"] += 1
@@ -253,6 +299,12 @@ class Dispatcher:
                 self._schedule(host)
                 return
         self._spawn(self._fetch_page(item, ip))
+
+    def _give_up_origin(self, host: str, origin: str, reason: str) -> None:
+        if origin not in self.given_up:
+            self.counters["origins_given_up"] += 1
+            log.warning("%s given up: %s; the host's other origins go on", origin, reason)
+        self.given_up[origin] = reason
 
     def _give_up(self, host: str, reason: str) -> None:
         n = self.frontier.clear_queue(host)
@@ -264,16 +316,23 @@ class Dispatcher:
         self.given_up[host] = reason
 
     def parked(self, now: float) -> list[Parked]:
-        """Hosts with work that cannot be fetched within the park horizon, and why."""
+        """Hosts and origins with work that cannot be fetched within the park horizon, and why:
+        an origin (scheme://host:port) whose robots.txt is unreachable or that is backed off; a
+        host backed off (HTTP 429/5xx, Retry-After) or whose URLs are not due."""
         horizon = now + self.s.politeness.park_horizon
         out = []
-        for host, t in self.scheduler.waiting():
-            if t <= horizon and not self._robots_stuck(host, now):
+        for host, due in self.scheduler.waiting():
+            origins = self.frontier.origins(host)
+            notes = [Parked(o, p[0], p[1]) for o in origins if (p := self._parked_origin(o, now)) is not None]
+            out += notes
+            if len(notes) == len(origins) or (due <= horizon and not notes):
+                continue  # every origin listed, or due soon (the common case: no queue is read)
+            ip = self.host_ip.get(host) or UNRESOLVED
+            ready = self.frontier.ready_at(host, self._park_wait(now))
+            t = max(self.politeness.next_time(host, ip), ready if ready is not None else INF)
+            if t <= horizon:
                 continue
-            failing = next((f for o in self.origins_of.get(host, ()) if (f := self.robots.unreachable(o))), None)
-            if failing is not None:
-                reason = f"robots.txt unreachable (status {failing[2]}) since {now - failing[0]:.0f}s"
-            elif self.politeness.backoff_state(host)[0] > horizon:
+            if self.politeness.backoff_state(host)[0] > horizon:
                 reason = f"backoff after {self.politeness.backoff_level(host)} failures (Retry-After or errors)"
             else:
                 reason = "URLs not due yet (Retry-After)"
@@ -281,21 +340,23 @@ class Dispatcher:
         return out
 
     def only_parked(self, now: float) -> bool:
-        """Nothing in flight, about to start, or due within the park horizon: what is left waits
-        longer than that (the crawl counts as finished; `parked` says who and why)."""
+        """Nothing fetchable is left here: nothing in flight or about to start, and every queued
+        URL waits beyond the park horizon (its host or its origin parked: `parked` says which
+        and why). The agent's half of "the crawl is finished" (manager.status.finished)."""
         if self.in_flight or self.bg_tasks or self.signal.pending():
             return False
         horizon = now + self.s.politeness.park_horizon
         nxt = self.scheduler.next_wakeup(now)
         if nxt is None or nxt > horizon:
             return True
-        # A host due sooner whose robots.txt has been unreachable for robots.park_after is parked
-        # too: its retries back off for many minutes before they pass the horizon.
-        return all(t > horizon or self._robots_stuck(h, now) for h, t in self.scheduler.waiting())
-
-    def _robots_stuck(self, host: str, now: float) -> bool:
-        failing = next((f for o in self.origins_of.get(host, ()) if (f := self.robots.unreachable(o))), None)
-        return failing is not None and now - failing[0] >= self.s.robots.park_after
+        wait = self._park_wait(now)
+        for host, due in self.scheduler.waiting():
+            if due > horizon:
+                continue  # parked whatever its origins (due counts their waits already)
+            ready = self.frontier.ready_at(host, wait)
+            if ready is not None and max(ready, self.politeness.next_time(host, self.host_ip.get(host) or UNRESOLVED)) <= horizon:
+                return False
+        return True
 
     def _progress(self, now: float) -> None:
         every = self.s.progress_interval
@@ -334,10 +395,11 @@ class Dispatcher:
             self.fetch_errors[resp.error] = self.fetch_errors.get(resp.error, 0.0) + 1
         return resp
 
-    async def _fetch_robots(self, host: str, ip: str, origin: str) -> None:
+    async def _fetch_robots(self, host: str, ip: str, origin: str, *, slot: bool = True) -> None:
         url = f"{origin}/robots.txt"
         # The host's slot is held for the whole chain, so its politeness sees one request.
-        self.scheduler.started(host, ip, self.clock())
+        if slot:
+            self.scheduler.started(host, ip, self.clock())
         try:
             resp = await self._fetch(url, host, ip)
             hops = 0
@@ -351,18 +413,37 @@ class Dispatcher:
                 target = host_of_canonical(url)
                 resp = await self._fetch(url, target, ip if target == host else None)
             self.counters["robots_fetches"] += 1
-            if resp.error == "forbidden_address":
-                self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
-                self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+            if self._host_failed(host, ip, resp, slot):
                 return
             self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
+            if self.robots.unreachable(origin) is not None:
+                self.counters["robots_deferred"] += 1  # the origin's URLs wait for the next try
             delay = self._crawl_delay(host)
             if delay is not None:
                 self.politeness.set_delay(host, delay)
             # A transport failure is the origin's (its robots entry retries with backoff), not the host's rate.
-            self.scheduler.finished(host, ip, self.clock(), resp.status or 0, resp.retry_after, has_work=True)
+            if slot:
+                self.scheduler.finished(host, ip, self.clock(), resp.status or 0, resp.retry_after, has_work=True)
         finally:
             self.robots_in_flight.discard(origin)
+            if host in self.host_ip and self.frontier.has_work(host) and host not in self.given_up:
+                self._schedule(host)  # with this origin's new wait
+
+    def _host_failed(self, host: str, ip: str, resp: FetchResponse, slot: bool = True) -> bool:
+        """A failure of the whole host, whatever the origin: its address is forbidden (the SSRF
+        guard) or its name does not resolve (NXDOMAIN, no address: not worth an hour of robots.txt
+        retries). The host is given up with the reason; True when it was."""
+        if resp.error == "forbidden_address":
+            reason = f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)"
+        elif resp.error == "dns":
+            self.counters["hosts_dns_failed"] += host not in self.given_up
+            reason = f"DNS: {resp.error_detail or 'the name does not resolve'}"
+        else:
+            return False
+        if slot:
+            self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
+        self._give_up(host, reason)
+        return True
 
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host
@@ -382,15 +463,19 @@ class Dispatcher:
             self.scheduler.finished(host, ip, now, 0, None, has_work=False)
             self.frontier.retry(item)
             return
-        if resp.error == "forbidden_address":
-            self.scheduler.finished(host, ip, now, 0, None, has_work=False)
+        if resp.error in ("forbidden_address", "dns"):
             self.frontier.retry(item)
-            self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+            self._host_failed(host, ip, resp)
             return
         # A transport failure backs off the URL's origin; an HTTP 429/5xx the host (its rate).
         origin, transport = origin_of(item.url), not resp.status
-        until = self.origins.failed(origin, now) if transport else 0.0
-        if not transport:
+        if transport:
+            self.origins.failed(origin, now)
+            if self.origins.failing_for(origin, now) >= self.s.politeness.origin_give_up_after:
+                # The origin's failure budget is spent: its URLs are finished as they come up.
+                self._give_up_origin(host, origin, f"no answer for {self.origins.failing_for(origin, now):.0f}s "
+                                                   f"({self.origins.level(origin)} transport failures in a row)")
+        else:
             self.origins.ok(origin)
         status = 0 if transport else resp.status
         kind = http_class(status)
@@ -403,9 +488,11 @@ class Dispatcher:
                 self.counters["retries"] += 1
             if o.record:
                 self.finish(None, self._capture(item, resp))  # the response is kept; the URL is not done
-            self.frontier.retry(item, max(now + o.wait, until))
+            # The wait is the host's (politeness backs it off: Retry-After, 5xx) or the origin's
+            # (transport failure): not the URL's, so no URL of a live origin waits behind it.
+            self.frontier.retry(item)
             self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=True)
-            self._schedule(host)  # with the retried URL's not-before
+            self._schedule(host)  # with the origin's new wait
             return
         self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)

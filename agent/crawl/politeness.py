@@ -223,13 +223,14 @@ class OriginBackoff:
         self.base = base
         self.max_backoff = max_backoff
         self.rng = rng if rng is not None else random.Random()
-        self._o: dict[str, tuple[float, int]] = {}  # origin -> (until, consecutive failures)
+        # origin -> (until, consecutive failures, first of them)
+        self._o: dict[str, tuple[float, int, float]] = {}
 
     def failed(self, origin: str, now: float) -> float:
-        until, level = self._o.get(origin, (0.0, 0))
+        until, level, since = self._o.get(origin, (0.0, 0, now))
         wait = min(self.base * 2.0 ** min(level, 62), self.max_backoff) * (1.0 - 0.5 * self.rng.random())
         until = max(until, now + wait)
-        self._o[origin] = (until, level + 1)
+        self._o[origin] = (until, level + 1, since)
         return until
 
     def ok(self, origin: str) -> None:
@@ -238,6 +239,16 @@ class OriginBackoff:
     def until(self, origin: str) -> float:
         e = self._o.get(origin)
         return 0.0 if e is None else e[0]
+
+    def level(self, origin: str) -> int:
+        """Consecutive transport failures of the origin."""
+        e = self._o.get(origin)
+        return 0 if e is None else e[1]
+
+    def failing_for(self, origin: str, now: float) -> float:
+        """Seconds since the first of the origin's current run of transport failures (0: none)."""
+        e = self._o.get(origin)
+        return 0.0 if e is None else now - e[2]
 
     def forget_host(self, host: str) -> None:
         for o in [o for o in self._o if origin_host(o) == host]:
@@ -283,17 +294,26 @@ class Scheduler:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, host))
 
-    def wake(self, host: str, ip: str, not_before: float = 0.0) -> None:
-        """The host has work (idempotent); not_before is e.g. the frontier head's not_before."""
+    def wake(self, host: str, ip: str, not_before: float | None = None) -> None:
+        """The host has work (idempotent). not_before: the earliest its queue may give a URL (the
+        frontier's ready_at, origins' waits included); it replaces the one known, earlier or
+        later; None keeps it."""
         self._ip_of[host] = ip
-        if not_before > 0:
-            self._floor[host] = not_before
-        if host in self._due or host in self._parked_host:
+        if not_before is not None:
+            if not_before > 0:
+                self._floor[host] = not_before
+            else:
+                self._floor.pop(host, None)
+        if host in self._parked_host:
             return
         parked = self._parked_ip.get(ip)
         if parked is not None and host in parked:
             return
-        self._push(host, max(self.p.next_time(host, ip), not_before))
+        t = max(self.p.next_time(host, ip), self._floor.get(host, 0.0))
+        due = self._due.get(host)
+        if due is not None and due <= t:
+            return  # a later floor is applied when the entry comes up (peek)
+        self._push(host, t)  # new, or sooner than its entry: the old entry goes stale
 
     def remove(self, host: str) -> None:
         """The host has no more work (or was handed over)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agent.fetch.guard import AddressGuard
+from wancrawl.hostres import TEMPORARY
 
 DEFAULT_USER_AGENT = "wancrawl/0.1 (+https://example.invalid/wancrawl)"
 MiB = 1024 * 1024
@@ -82,6 +83,10 @@ class Fetcher(Protocol):
 
 class Resolver(Protocol):
     async def resolve(self, host: str) -> str | None:
+        ...
+
+    def failure(self, host: str) -> str | None:
+        """Why resolve() found no address (wancrawl.hostres: NXDOMAIN, NO_ADDRESS, ...), or None."""
         ...
 
 
@@ -665,7 +670,11 @@ class BaseFetcher:
 
                 ip = ip_literal(req.host) or await asyncio.wait_for(self.resolver.resolve(req.host), s.connect_timeout)
             if ip is None:
-                return _fail(resp, "dns", f"{req.host} does not resolve")
+                why = self.resolver.failure(req.host) or "no address"
+                if why == TEMPORARY:  # worth another try, like any timeout
+                    return _fail(resp, "timeout", f"{req.host}: {why}")
+                # "dns": the name does not exist or has no address (the crawler gives the host up)
+                return _fail(resp, "dns", f"{req.host} does not resolve: {why}")
             reason = self.guard.check(ip)
             if reason is not None:
                 resp.ip = ip
@@ -684,7 +693,7 @@ class BaseFetcher:
                     del self._pins[req.host]
         except TimeoutError:
             # Only the resolver wait lands here: backends report their own timeouts.
-            _fail(resp, "dns", f"resolving {req.host} took longer than {s.connect_timeout}s")
+            _fail(resp, "timeout", f"resolving {req.host} took longer than {s.connect_timeout}s")
         except Exception as exc:  # noqa: BLE001 - the contract: fetch never raises for a bad response
             _fail(resp, "internal", f"{type(exc).__name__}: {exc}")
         finally:

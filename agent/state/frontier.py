@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from bisect import insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,23 +75,44 @@ class FlushListener(Protocol):
     def cleared(self, host: str) -> None: ...
 
 
-class _HostQ:
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of a canonical URL (RFC 9309's unit of robots.txt; a lane's key)."""
+    i = url.find("/", 8)  # the path's slash: after "https://h" or "http://h"
+    return url if i < 0 else url[:i]
+
+
+class _Lane:
+    # One origin's queued items of a host (robots.txt, backoff and parking are per origin: a
+    # blocked origin's items must not hide another origin's ready ones, so each has its own head).
     # Invariants (key = (depth, seq); "queued" = in the queue table or pending add, not in flight,
     # done not called):
-    #   hot   = exactly the queued items of the host with key < bound, sorted by key;
-    #   bound = None means +infinity (nothing of the host is on disk only);
-    #   cold  = number of queued items with key >= bound (on disk only, never in memory);
-    #   inflight = number of this host's items popped and neither done nor retried;
-    #   dirty = the flush epoch in which a cold item of the host was last buffered (its row may be
+    #   hot   = exactly the lane's queued items with key < bound, sorted by key;
+    #   bound = None means +infinity (nothing of the lane is on disk only);
+    #   cold  = number of the lane's queued items with key >= bound (on disk only, never in memory);
+    #   dirty = the flush epoch in which a cold item of the lane was last buffered (its row may be
     #   missing or stale in the table until that flush).
-    __slots__ = ("bound", "cold", "dirty", "hot", "inflight")
+    # A lane with no queued item is removed from its host.
+    __slots__ = ("bound", "cold", "dirty", "hot")
 
     def __init__(self) -> None:
         self.hot: list[Item] = []
         self.bound: tuple[int, int] | None = None
         self.cold = 0
-        self.inflight = 0
         self.dirty = -1
+
+
+class _HostQ:
+    # lanes: origin -> its lane (only lanes with queued items); every queued item of the host is
+    # in exactly the lane of origin_of(its url). inflight = the host's items popped and neither
+    # done nor retried.
+    __slots__ = ("inflight", "lanes")
+
+    def __init__(self) -> None:
+        self.lanes: dict[str, _Lane] = {}
+        self.inflight = 0
+
+    def queued(self) -> int:
+        return sum(len(ln.hot) + ln.cold for ln in self.lanes.values())
 
 
 def _key(it: Item) -> tuple[int, int]:
@@ -167,6 +188,7 @@ class Frontier:
         # by several flushes reach the main file once per checkpoint instead of once per flush.
         self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_pages)}")
         self._db.executescript(_SCHEMA)
+        self._db.create_function("origin", 1, origin_of, deterministic=True)
         self._migrate()
         self._hosts: dict[str, _HostQ] = {}
         self._work: set[str] = set()  # hosts with queued items (hot or cold)
@@ -217,11 +239,11 @@ class Frontier:
     def _recover(self) -> None:
         # Everything on disk is queued again, including what was in flight at the crash; nothing is
         # loaded into memory until a host is popped.
-        for host, n in self._db.execute("SELECT host, count(*) FROM queue GROUP BY host"):
-            q = _HostQ()
-            q.bound = _MIN_KEY
-            q.cold = n
-            self._hosts[host] = q
+        for host, origin, n in self._db.execute("SELECT host, origin(url), count(*) FROM queue GROUP BY host, origin(url)"):
+            q = self._q(host)
+            lane = q.lanes[origin] = _Lane()
+            lane.bound = _MIN_KEY
+            lane.cold = n
             self._work.add(host)
             self._queued += n
         # Seqs only grow, even if meta lagged (it is written in the same transaction, but be safe).
@@ -250,7 +272,12 @@ class Frontier:
 
     def queue_len(self, host: str) -> int:
         q = self._hosts.get(host)
-        return 0 if q is None else len(q.hot) + q.cold
+        return 0 if q is None else q.queued()
+
+    def origins(self, host: str) -> list[str]:
+        """The origins the host has queued items of."""
+        q = self._hosts.get(host)
+        return [] if q is None else list(q.lanes)
 
     def hosts_with_work(self) -> int:
         return len(self._work)
@@ -274,13 +301,17 @@ class Frontier:
         return q
 
     def _place(self, host: str, q: _HostQ, it: Item) -> None:
-        """Put a queued item in its host's head (memory) or leave it on disk only."""
+        """Put a queued item in its lane's head (memory) or leave it on disk only."""
+        o = origin_of(it.url)
+        lane = q.lanes.get(o)
+        if lane is None:
+            lane = q.lanes[o] = _Lane()
         k = (it.depth, it.seq)
-        if q.bound is not None and k >= q.bound:
-            q.cold += 1
-            q.dirty = self._epoch
+        if lane.bound is not None and k >= lane.bound:
+            lane.cold += 1
+            lane.dirty = self._epoch
         else:
-            hot = q.hot
+            hot = lane.hot
             if not hot or k > (hot[-1].depth, hot[-1].seq):
                 hot.append(it)
             else:
@@ -288,9 +319,9 @@ class Frontier:
             self._hot_total += 1
             if len(hot) > self.hot_per_host or self._hot_total > self.max_hot_items:
                 e = hot.pop()  # the largest key leaves memory; its row stays on disk
-                q.bound = (e.depth, e.seq)
-                q.cold += 1
-                q.dirty = self._epoch  # its add may still be buffered
+                lane.bound = (e.depth, e.seq)
+                lane.cold += 1
+                lane.dirty = self._epoch  # its add may still be buffered
                 self._hot_total -= 1
         if host not in self._work:
             self._work.add(host)
@@ -336,28 +367,32 @@ class Frontier:
         if not 0 <= n <= INT64_MAX:
             raise Unstorable(f"pages {n} of {host[:80]!r}: a page count must be within 0..2^63-1")
 
-    def _page_in(self, host: str, q: _HostQ) -> None:
-        # Rows of this host's cold items may still be buffered: then make the table the truth first.
+    def _page_in(self, host: str, q: _HostQ, origin: str, lane: _Lane) -> None:
+        # Rows of this lane's cold items may still be buffered: then make the table the truth first.
         # Rows of done items not yet deleted are skipped below, so most page-ins need no flush.
-        if q.dirty == self._epoch:
+        if lane.dirty == self._epoch:
             self.flush()
-        want = self.hot_per_host - len(q.hot)
+        want = self.hot_per_host - len(lane.hot)
         room = self.max_hot_items - self._hot_total
         if room < want:
             want = max(room, min(want, 16))  # a drained host still gets a useful page
         deleted = self._deleted
         inflight = self._inflight
-        hot = q.hot
+        hot = lane.hot
+        # A host of one origin (nearly all) reads its range as it is; with several, the lane's rows
+        # are picked from the host's range (each row is passed over once per lane: the bound moves on).
+        where = "" if len(q.lanes) == 1 else " AND origin(url) = ?"
+        extra: tuple[str, ...] = () if len(q.lanes) == 1 else (origin,)
         # In-flight rows and rows of buffered deletes in the range are skipped; loop in the rare case
-        # that a whole page was skipped so a host with cold items never looks empty.
+        # that a whole page was skipped so a lane with cold items never looks empty.
         limit = want + q.inflight + min(len(deleted), self.hot_per_host)
         while True:
-            b = q.bound
-            assert b is not None  # a page-in only happens while the host has cold items
+            b = lane.bound
+            assert b is not None  # a page-in only happens while the lane has cold items
             rows = self._db.execute(
-                "SELECT depth, seq, url, via, not_before FROM queue WHERE host=? AND (depth, seq) >= (?, ?) "
+                f"SELECT depth, seq, url, via, not_before FROM queue WHERE host=? AND (depth, seq) >= (?, ?){where} "
                 "ORDER BY depth, seq LIMIT ?",
-                (host, b[0], b[1], limit),
+                (host, b[0], b[1], *extra, limit),
             ).fetchall()
             taken = 0
             stop = None
@@ -370,57 +405,88 @@ class Frontier:
                 hot.append(Item(url, host, depth, via, nb, seq))
                 taken += 1
             self._hot_total += taken
-            q.cold -= taken
+            lane.cold -= taken
             if stop is not None:
-                q.bound = stop
+                lane.bound = stop
                 return
             if len(rows) < limit:
-                q.bound = None
-                q.cold = 0  # == 0 already by the invariant; this just keeps a slip from sticking
+                lane.bound = None
+                lane.cold = 0  # == 0 already by the invariant; this just keeps a slip from sticking
                 return
             last = rows[-1]
-            q.bound = (last[0], last[1] + 1)
+            lane.bound = (last[0], last[1] + 1)
             if taken:
                 return
 
-    def pop(self, host: str, now: float | None = None) -> Item | None:
+    def pop(self, host: str, now: float | None = None, wait: Callable[[str], float] | None = None) -> Item | None:
         """Take the host's first item in BFS order (first with not_before <= now when now is given);
-        it is in flight until done() or retry()."""
+        it is in flight until done() or retry(). `wait(origin)`: when the origin may be fetched
+        (its backoff, its robots.txt); with now, origins still waiting are passed over, so the
+        first item of any origin that may be fetched now is taken."""
         q = self._hosts.get(host)
         if q is None:
             return None
-        if len(q.hot) <= self._low_water and q.cold:
-            self._page_in(host, q)
-        hot = q.hot
-        if not hot:
-            return None
-        if now is None or hot[0].not_before <= now:
-            it = hot.pop(0)
-        else:
-            for i, cand in enumerate(hot):
-                if cand.not_before <= now:
-                    it = hot.pop(i)
-                    break
-            else:
+        lanes = q.lanes
+        if len(lanes) == 1:  # nearly every host: no choice to make
+            ((origin, lane),) = lanes.items()
+            if wait is not None and now is not None and wait(origin) > now:
                 return None
+            hot = lane.hot
+            if len(hot) > self._low_water and (now is None or hot[0].not_before <= now):
+                return self._take(host, q, origin, lane, 0)  # the usual case, in short
+            i = self._first_due(host, q, origin, lane, now)
+            return None if i < 0 else self._take(host, q, origin, lane, i)
+        best: tuple[tuple[int, int], str, _Lane, int] | None = None
+        for origin, lane in list(lanes.items()):
+            if wait is not None and now is not None and wait(origin) > now:
+                continue
+            i = self._first_due(host, q, origin, lane, now)
+            if i >= 0:
+                cand = lane.hot[i]
+                if best is None or (cand.depth, cand.seq) < best[0]:
+                    best = ((cand.depth, cand.seq), origin, lane, i)
+        return None if best is None else self._take(host, q, best[1], best[2], best[3])
+
+    def _first_due(self, host: str, q: _HostQ, origin: str, lane: _Lane, now: float | None) -> int:
+        """Index of the lane's first item due at now (paged in first if the head is low); -1: none."""
+        if len(lane.hot) <= self._low_water and lane.cold:
+            self._page_in(host, q, origin, lane)
+        hot = lane.hot
+        if not hot:
+            return -1
+        if now is None or hot[0].not_before <= now:
+            return 0
+        return next((j for j, cand in enumerate(hot) if cand.not_before <= now), -1)
+
+    def _take(self, host: str, q: _HostQ, origin: str, lane: _Lane, i: int) -> Item:
+        it = lane.hot.pop(i)
         self._hot_total -= 1
         self._queued -= 1
         q.inflight += 1
         self._inflight[it.seq] = it
-        if not hot and not q.cold:
-            self._work.discard(host)
+        if not lane.hot and not lane.cold:
+            del q.lanes[origin]
+            if not q.lanes:
+                self._work.discard(host)
         return it
 
-    def ready_at(self, host: str) -> float | None:
-        """Earliest not_before among the host's head items (None: no queued item)."""
+    def ready_at(self, host: str, wait: Callable[[str], float] | None = None) -> float | None:
+        """Earliest time an item of the host may be popped: per origin, the later of wait(origin)
+        and the earliest not_before of its head; the earliest over its origins (None: no item)."""
         q = self._hosts.get(host)
         if q is None:
             return None
-        if not q.hot and q.cold:
-            self._page_in(host, q)
-        if not q.hot:
-            return None
-        return min(it.not_before for it in q.hot)
+        out = None
+        for origin, lane in list(q.lanes.items()):
+            if not lane.hot and lane.cold:
+                self._page_in(host, q, origin, lane)
+            if not lane.hot:
+                continue
+            t = min(it.not_before for it in lane.hot)
+            if wait is not None:
+                t = max(t, wait(origin))
+            out = t if out is None else min(out, t)
+        return out
 
     def pages(self, host: str) -> int:
         """Pages fetched from the host so far (all time, across restarts)."""
@@ -450,7 +516,7 @@ class Frontier:
         q = self._hosts.get(item.host)
         if q is not None:
             q.inflight -= 1
-            if not q.inflight and not q.hot and not q.cold:
+            if not q.inflight and not q.lanes:
                 del self._hosts[item.host]  # idle hosts cost no memory
         return True
 
@@ -483,16 +549,16 @@ class Frontier:
         stay until done. Returns how many were dropped."""
         self.flush()
         q = self._hosts.get(host)
-        if q is None or not (q.hot or q.cold):
+        if q is None or not q.lanes:
             return 0
         inflight = [s for s, it in self._inflight.items() if it.host == host]
         marks = ",".join("?" * len(inflight))
         cur = self._db.execute(
             f"DELETE FROM queue WHERE host=?{f' AND seq NOT IN ({marks})' if inflight else ''}", (host, *inflight))
         n = cur.rowcount
-        self._queued -= len(q.hot) + q.cold
-        self._hot_total -= len(q.hot)
-        q.hot, q.bound, q.cold = [], None, 0
+        self._queued -= q.queued()
+        self._hot_total -= sum(len(ln.hot) for ln in q.lanes.values())
+        q.lanes = {}
         self._work.discard(host)
         if not q.inflight:
             del self._hosts[host]
@@ -512,8 +578,8 @@ class Frontier:
         n = cur.rowcount
         q = self._hosts.pop(host, None)
         if q is not None:
-            self._queued -= len(q.hot) + q.cold
-            self._hot_total -= len(q.hot)
+            self._queued -= q.queued()
+            self._hot_total -= sum(len(ln.hot) for ln in q.lanes.values())
         if q is not None and q.inflight:
             for seq in [s for s, it in self._inflight.items() if it.host == host]:
                 del self._inflight[seq]
@@ -526,7 +592,7 @@ class Frontier:
     def holds(self, host: str) -> bool:
         """Does the frontier know the host: URLs queued or in flight, or a page count?"""
         q = self._hosts.get(host)
-        return (q is not None and bool(q.hot or q.cold or q.inflight)) or host in self._pages
+        return (q is not None and bool(q.lanes or q.inflight)) or host in self._pages
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
         """hosts_moving with what the read cost (bench/parts/firstdiff.py)."""
@@ -573,7 +639,8 @@ class Frontier:
             self._pages_dirty.update(h for h, _ in pages)
             self._key_rows[:0] = keys
             for q in self._hosts.values():
-                q.dirty = self._epoch
+                for ln in q.lanes.values():
+                    ln.dirty = self._epoch
             raise
         if any(bad):
             adds = self._reject(stmts, bad)
@@ -608,7 +675,7 @@ class Frontier:
         for i, _ in bad_updates:
             _, host, _, seq = updates[i]
             q = self._hosts.get(host)
-            for it in q.hot if q is not None else ():
+            for it in (x for ln in q.lanes.values() for x in ln.hot) if q is not None else ():
                 if it.seq == seq:
                     it.not_before = 0.0
         for i, _ in bad_pages:
@@ -633,15 +700,20 @@ class Frontier:
         if self._inflight.pop(it.seq, None) is not None:
             q.inflight -= 1
         else:
-            for i, h in enumerate(q.hot):
-                if h.seq == it.seq:
-                    del q.hot[i]
-                    self._hot_total -= 1
-                    break
-            else:
-                q.cold -= 1  # counted as on disk only, where it never got
+            o = origin_of(it.url)
+            lane = q.lanes.get(o)
+            if lane is not None:
+                for i, h in enumerate(lane.hot):
+                    if h.seq == it.seq:
+                        del lane.hot[i]
+                        self._hot_total -= 1
+                        break
+                else:
+                    lane.cold -= 1  # counted as on disk only, where it never got
+                if not lane.hot and not lane.cold:
+                    del q.lanes[o]
             self._queued -= 1
-        if not q.hot and not q.cold:
+        if not q.lanes:
             self._work.discard(host)
             if not q.inflight:
                 del self._hosts[host]
