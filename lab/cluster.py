@@ -179,7 +179,7 @@ data_dir = "{run}/storage"
 {storage_consultant}[ingest]
 fsync = "os"
 {_pki(run, "service", "storage")}""")
-    allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
+    allowed = [s.host for s in topo.normal_sites] + ([topo.site_domain(s) for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
     for (spec, g, src, aport), address in zip(placed, addresses):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).

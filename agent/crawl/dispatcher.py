@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.crawl.bytebudget import ByteBudget
 from agent.crawl.links import extract_links
 from agent.crawl.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
 from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_of
@@ -110,6 +111,8 @@ class Dispatcher:
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
         self.robots_in_flight: set[str] = set()
+        # Bytes under the HTML parser at once (memory.parse_bytes_in_flight), threads included.
+        self.parses = ByteBudget(settings.memory.parse_bytes_in_flight)
         self.stopping = False
         self.rate_window: deque[float] = deque()  # times of recent pages (pages/s for heartbeats)
         self.counters: dict[str, float] = {
@@ -117,7 +120,7 @@ class Dispatcher:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
-            "fenced_results": 0,
+            "fenced_results": 0, "parse_waits": 0, "parse_pieces": 0, "parse_pieces_skipped": 0,
         }
         # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
         # family, so not summed into status_counters.
@@ -424,11 +427,18 @@ class Dispatcher:
             self._follow_redirect(item, o.follow)
         elif o.parse:
             sc = self.s.scope
+            piece = self.s.memory.parse_piece_bytes
             parse = functools.partial(extract_links, resp.body, item.url, resp.charset, sort_query=self.s.sort_query,
-                                      max_links=sc.max_outlinks_per_page, follow_rel_nofollow=sc.follow_rel_nofollow)
-            # Lexbor parses without the GIL: a big page goes to a thread so the loop (other
-            # fetches, RPCs, heartbeats) does not stall for the ~15 ms per MiB it takes.
-            res = await asyncio.to_thread(parse) if len(resp.body) > THREAD_PARSE_BYTES else parse()
+                                      max_links=sc.max_outlinks_per_page, follow_rel_nofollow=sc.follow_rel_nofollow,
+                                      piece_bytes=piece)
+            # The parser holds one piece at a time: parses wait for room by bytes, not by count.
+            async with self.parses.hold(min(len(resp.body), piece)):
+                # Lexbor parses without the GIL: a big page goes to a thread so the loop (other
+                # fetches, RPCs, heartbeats) does not stall for the ~15 ms per MiB it takes.
+                res = await asyncio.to_thread(parse) if len(resp.body) > THREAD_PARSE_BYTES else parse()
+            self.counters["parse_waits"] = self.parses.waits
+            self.counters["parse_pieces"] += res.pieces
+            self.counters["parse_pieces_skipped"] += res.pieces_skipped
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
             self.counters["links_over_cap"] += res.over_cap
