@@ -52,6 +52,7 @@ from agent.state.spool import Spool
 from agent.waker import HostSignal
 from storage.client import GrpcStorageClient, StorageClient
 from wancrawl import errors
+from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.v1 import agent_pb2, common_pb2
 
@@ -83,7 +84,7 @@ class AgentNode:
         self.signal = HostSignal()
         self.gate = Gate(self.signal.wake, fenced=rep.fence)
         changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes)
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, domain_of=registered_domain)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)

@@ -30,6 +30,13 @@ class ScopeSettings:
     # without bound. Pages counted persistently (the frontier); unset = no limit.
     max_pages_per_host: int | None = 100_000
     max_queued_per_host: int | None = 50_000   # URLs queued at once; beyond it new ones are dropped
+    # Per registered domain (the public suffix list: wancrawl/domains.py), on by default (issue 25):
+    # a site that spawns subdomains (one per user, per session, wildcard DNS) is held as one. A
+    # host new to this agent whose domain already has max_hosts_per_domain hosts here is refused;
+    # a domain's pages count across its hosts (durable: the frontier's per-host counts). Counted
+    # per agent: hosts are placed one by one, so a domain's hosts on n agents may have n budgets.
+    max_pages_per_domain: int | None = 1_000_000
+    max_hosts_per_domain: int | None = 1_000
     max_outlinks_per_page: int = 6_000          # links kept per page (Heritrix's default)
     max_urls_per_query_shape: int | None = 1_000  # URLs of a host differing only in query values
     follow_rel_nofollow: bool = True  # follow <a rel="nofollow"> (meta robots nofollow is always honoured)
@@ -55,7 +62,8 @@ class ScopeSettings:
                     re.compile(p)
                 except re.error as exc:
                     raise ValueError(f"{key}[{i}]: bad regex {p!r}: {exc}") from None
-        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape"):
+        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape",
+                    "max_pages_per_domain", "max_hosts_per_domain"):
             v = getattr(self, key)
             if v == -1:
                 setattr(self, key, None)  # TOML has no null: -1 says "no limit"

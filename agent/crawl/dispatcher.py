@@ -199,6 +199,10 @@ class Dispatcher:
             # At its page budget: its whole queue goes in one range delete, not item by item.
             self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
             return
+        if self.scope.domain_full(self.frontier.domain_pages(host)):
+            # Its registered domain is at its page budget: each of its hosts goes as it comes up.
+            self._give_up(host, f"domain page budget ({self.frontier.domain_pages(host)} pages on {self.frontier.domain_of(host)})")
+            return
         if not self.gate.allows(host, now):
             # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
             self.scheduler.remove(host)

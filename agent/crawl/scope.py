@@ -88,6 +88,16 @@ class Scope:
         m = self.settings.max_pages_per_host
         return m is not None and pages_fetched >= m
 
+    def domain_full(self, pages_fetched: int) -> bool:
+        """Whether a registered domain that had `pages_fetched` pages here is at max_pages_per_domain."""
+        m = self.settings.max_pages_per_domain
+        return m is not None and pages_fetched >= m
+
+    def domain_crowded(self, hosts: int) -> bool:
+        """Whether a registered domain with `hosts` hosts here may take no new one (max_hosts_per_domain)."""
+        m = self.settings.max_hosts_per_domain
+        return m is not None and hosts >= m
+
     def queue_room(self, queued: int) -> int | None:
         """How many more URLs a host with `queued` URLs may queue (None: no limit)."""
         m = self.settings.max_queued_per_host

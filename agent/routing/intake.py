@@ -76,6 +76,7 @@ class Intake:
         self.sort_query = sort_query
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
                                            "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0,
+                                           "over_domain_page_budget": 0, "over_domain_hosts": 0,
                                            "pushes_received": 0, "urls_received": 0, "unstorable": 0}
         # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
         # restart forgives a host once (its queue budget, on disk, still holds).
@@ -97,10 +98,23 @@ class Intake:
             by_host.setdefault(it.host, []).append(it)
         self.arriving(list(by_host))
         fresh: list[Item] = []
+        joining: dict[str, int] = {}  # registered domain -> hosts new to the frontier in this call
         for host, its in by_host.items():
             if self.scope.host_full(self.frontier.pages(host)):
                 self.counters["over_page_budget"] += len(its)
                 continue
+            if self.scope.domain_full(self.frontier.domain_pages(host)):
+                self.counters["over_domain_page_budget"] += len(its)
+                continue
+            if not self.frontier.holds(host):
+                # A host new here, of a domain with max_hosts_per_domain hosts already: a subdomain
+                # flood is held to the domain's budget (found again later, it is refused again).
+                # The hosts this call queues count too (the frontier sees them at the end).
+                dom = self.frontier.domain_of(host)
+                if self.scope.domain_crowded(self.frontier.domain_hosts(host) + joining.get(dom, 0)):
+                    self.counters["over_domain_hosts"] += len(its)
+                    continue
+                joining[dom] = joining.get(dom, 0) + 1
             if self.scope.settings.max_urls_per_query_shape is not None:
                 # Before the seen set: a trap's endless URLs must not grow it (memory, rehash stalls).
                 its = self._churn_guard(host, its)
