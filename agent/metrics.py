@@ -37,6 +37,14 @@ HELP = {
     "fetch_errors": "failed requests and refused URLs by kind: a transport failure of any request (connect, timeout, "
                     "read, dns, forbidden_address, protocol, too_large, tls, internal), a page answered 4xx or 5xx "
                     "(http_4xx, http_5xx; each try counts), a URL robots.txt disallows (robots_denied)",
+    "incidents": "what the hostile web did, by reason (agent/crawl/incidents.py; each also logged, at most one line per "
+                 "reason every 10 s): a host given up (host_page_budget, domain_page_budget, forbidden_address, "
+                 "robots_unreachable), a URL whose retries ran out (retries_exhausted), URLs refused (domain_hosts: a "
+                 "new host of a registered domain at scope.max_hosts_per_domain; domain_page_budget at intake; "
+                 "trap_depth, trap_url_length, trap_path_depth, trap_repeated_segments, trap_query_params, "
+                 "trap_query_churn, trap_redirect_hops), a page (truncated_length, truncated_decoded, truncated_time, "
+                 "truncated_disconnect, truncated_excess; bomb: decoded past the cap at over 100 times its wire "
+                 "bytes; links_capped: links or parse stopped at a cap)",
     "errors": "URLs given up without any response (transport failures after the last retry)",
     "retries": "tries put back for another attempt (429/5xx/transport failures)",
     "given_up": "URLs whose retries ran out",
@@ -186,10 +194,11 @@ HELP = {
     **SERVER_HELP,
 }
 
-SCHEMA = Schema("wancrawl_agent", "agent", HELP, GAUGES, {"fetch_errors": "kind", **SERVER_LABELLED})
+SCHEMA = Schema("wancrawl_agent", "agent", HELP, GAUGES, {"fetch_errors": "kind", "incidents": "reason", **SERVER_LABELLED})
 
 
 def sample(node: AgentNode, security: Security) -> Sample:
     """Every number of the agent, made on the event loop (AgentServer keeps the latest for the
     scrape thread)."""
-    return {**node.status_counters(), **security.metrics(), "fetch_errors": dict(node.dispatcher.fetch_errors)}
+    return {**node.status_counters(), **security.metrics(), "fetch_errors": dict(node.dispatcher.fetch_errors),
+            "incidents": dict(node.incidents.counts)}

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.crawl.bytebudget import ByteBudget
+from agent.crawl.incidents import BOMB_RATIO, TRAP_SCOPE_REASONS, Incidents
 from agent.crawl.links import extract_links
 from agent.crawl.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
 from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_of
@@ -72,6 +73,7 @@ class Dispatcher:
         clock: Callable[[], float],
         gate: Gate | None = None,
         stored_check: StoredCheck | None = None,
+        incidents: Incidents | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -87,6 +89,8 @@ class Dispatcher:
         self.gate = gate or Gate(signal.wake, fenced=False)
         # URLs a dead owner may have stored already: storage is asked before they are fetched.
         self.stored_check = stored_check
+        # What the hostile web did, by reason, for the operator (shared with intake).
+        self.incidents = incidents or Incidents(clock)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         self.politeness = Politeness(
@@ -197,11 +201,12 @@ class Dispatcher:
         ip = self.host_ip.get(host) or UNRESOLVED
         if self.scope.host_full(self.frontier.pages(host)):
             # At its page budget: its whole queue goes in one range delete, not item by item.
-            self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
+            self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)", "host_page_budget")
             return
         if self.scope.domain_full(self.frontier.domain_pages(host)):
             # Its registered domain is at its page budget: each of its hosts goes as it comes up.
-            self._give_up(host, f"domain page budget ({self.frontier.domain_pages(host)} pages on {self.frontier.domain_of(host)})")
+            self._give_up(host, f"domain page budget ({self.frontier.domain_pages(host)} pages on {self.frontier.domain_of(host)})",
+                          "domain_page_budget")
             return
         if not self.gate.allows(host, now):
             # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
@@ -242,8 +247,8 @@ class Dispatcher:
                     # come up (the loop yields between batches); the host's other origins go on.
                     self.counters["robots_given_up"] += 1
                     if origin not in self.given_up:
-                        log.warning("%s given up: robots.txt unreachable for %.0fs (last status %d)", origin,
-                                    now - failing[0], failing[2])
+                        self.incidents.note("robots_unreachable", host, f"{origin} for {now - failing[0]:.0f}s "
+                                            f"(last status {failing[2]}): its URLs are given up")
                     self.given_up[origin] = f"robots.txt unreachable for {now - failing[0]:.0f}s (last status {failing[2]})"
                     self.finish(item, None)
                     self._schedule(host)
@@ -261,13 +266,13 @@ class Dispatcher:
                 return
         self._spawn(self._fetch_page(item, ip))
 
-    def _give_up(self, host: str, reason: str) -> None:
+    def _give_up(self, host: str, reason: str, kind: str) -> None:
         n = self.frontier.clear_queue(host)
         self.scheduler.remove(host)
         self.counters["budget_dropped"] += n
         if host not in self.given_up:
             self.counters["hosts_given_up"] += 1
-            log.warning("host %s given up: %s; %d queued URLs dropped", host, reason, n)
+            self.incidents.note(kind, host, f"given up, {reason}; {n} queued URLs dropped")
         self.given_up[host] = reason
 
     def parked(self, now: float) -> list[Parked]:
@@ -360,7 +365,7 @@ class Dispatcher:
             self.counters["robots_fetches"] += 1
             if resp.error == "forbidden_address":
                 self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
-                self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+                self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)", "forbidden_address")
                 return
             self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
             delay = self._crawl_delay(host)
@@ -392,7 +397,7 @@ class Dispatcher:
         if resp.error == "forbidden_address":
             self.scheduler.finished(host, ip, now, 0, None, has_work=False)
             self.frontier.retry(item)
-            self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)")
+            self._give_up(host, f"{resp.error_detail or 'forbidden address'} (fetch.allow_networks)", "forbidden_address")
             return
         # A transport failure backs off the URL's origin; an HTTP 429/5xx the host (its rate).
         origin, transport = origin_of(item.url), not resp.status
@@ -417,15 +422,21 @@ class Dispatcher:
         self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
         self.counters["given_up"] += o.given_up
+        if o.given_up:
+            self.incidents.note("retries_exhausted", host, f"{item.url} after {self.policy.max_retries} retries")
         if not o.page:
             self.counters["errors"] += 1
             self.finish(item, None)
             return
         self.counters["pages"] += 1
         self.frontier.add_pages(host)
+        self.incidents.page(host, resp.raw_length)
         self.rate_window.append(now)
         if resp.truncated:
             self.counters["truncated"] += 1
+            self.incidents.note(f"truncated_{resp.truncated}", host, f"{item.url} ({len(resp.body)} bytes kept)")
+            if resp.truncated == "decoded" and len(resp.body) >= BOMB_RATIO * max(1, resp.raw_length):
+                self.incidents.note("bomb", host, f"{item.url}: {resp.raw_length} bytes decoded past {len(resp.body)}")
         if o.follow is not None:
             self.counters["redirects"] += 1
             self._follow_redirect(item, o.follow)
@@ -446,6 +457,8 @@ class Dispatcher:
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
             self.counters["links_over_cap"] += res.over_cap
+            if res.over_cap:
+                self.incidents.note("links_capped", host, f"{item.url}: {len(res.links)} links kept, ~{res.over_cap} left")
             self.counters["nofollow_skipped"] += res.nofollow_skipped
             # noindex is a search engine's directive: an archive keeps the page (counted).
             self.counters["noindex_pages"] += res.noindex
@@ -472,8 +485,11 @@ class Dispatcher:
                 self.counters["recent_skips"] += 1
                 continue
             host = host_of_canonical(url)
-            if self.scope.check(url, host, depth) is not None:
+            why = self.scope.check(url, host, depth)
+            if why is not None:
                 self.counters["out_of_scope"] += 1
+                if why in TRAP_SCOPE_REASONS:
+                    self.incidents.note(f"trap_{why}", host, url[:200])
                 continue
             if len(recent) >= self.s.routing.recent_filter:
                 # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
@@ -496,8 +512,11 @@ class Dispatcher:
         except InvalidUrl:
             self.counters["invalid_urls"] += 1
             return
-        if hops > MAX_REDIRECT_HOPS or self.scope.check(url, host, item.depth + 1) is not None:
+        why = "redirect_hops" if hops > MAX_REDIRECT_HOPS else self.scope.check(url, host, item.depth + 1)
+        if why is not None:
             self.counters["out_of_scope"] += 1
+            if why == "redirect_hops" or why in TRAP_SCOPE_REASONS:
+                self.incidents.note(f"trap_{why}", host, url[:200])
             return
         self.redirect_hops[url] = hops
         self.route([Item(url, host, item.depth + 1, item.url)])

@@ -25,11 +25,8 @@ PIECE_TAGS = 1024  # "<"s one parse sees at most (lexbor's deep-nesting cost: se
 # by default, a page with 6,000 links and plenty of markup): a page of nested <div>s with a link
 # now and then would otherwise be parsed piece after piece for its few links (~5 ms a piece).
 _TAGS_PER_ELEMENT = 10
-_NTH_TAG = {bytes: re.compile(rb"(?:[^<]*<){%d}[^<]*<" % PIECE_TAGS), str: re.compile(r"(?:[^<]*<){%d}[^<]*<" % PIECE_TAGS)}
-_LINK_TAG_ANY = {bytes: re.compile(rb"<(?:a|area|link|meta|base)[\s/>]", re.IGNORECASE),
-                 str: re.compile(r"<(?:a|area|link|meta|base)[\s/>]", re.IGNORECASE)}
-_HREF = {bytes: b"href", str: "href"}
-_HREF_UP = {bytes: b"HREF", str: "HREF"}
+_NTH_TAG = re.compile(rb"(?:[^<]*<){%d}[^<]*<" % PIECE_TAGS)  # through the (PIECE_TAGS + 1)-th "<"
+_LINK_TAG_B = re.compile(rb"<(?:a|area|link|meta|base)[\s/>]", re.IGNORECASE)  # a piece without one is not parsed
 
 # WHATWG encoding labels that Python spells differently or decodes more narrowly.
 _CHARSET_ALIASES = {
@@ -127,36 +124,35 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     """
     cs = choose_charset(body, charset)
     budget = None if max_links is None else max_links * _WORK_PER_LINK
-    opts = {"sort_query": sort_query, "link_rels": link_rels, "follow_rel_nofollow": follow_rel_nofollow,
-            "robots_names": robots_names}
     if piece_bytes is None or (len(body) <= piece_bytes and body.count(b"<") <= PIECE_TAGS):
-        res = _extract(decode_html(body, charset)[0], cs, url, max_links, budget, **opts)
+        res = _extract(decode_html(body, charset)[0], cs, url, max_links, budget, sort_query=sort_query,
+                       link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
         res.pieces = 1
         return res
-    # ASCII-compatible codecs are cut as bytes (a "<" byte is always "<" there); the others
-    # (UTF-16/32, the stateful ISO-2022 family) are decoded whole first and cut as text.
-    data: bytes | str = body if _ascii_safe(cs) else decode_html(body, charset)[0]
-    if isinstance(data, bytes) and cs == "utf-8" and data.startswith(codecs.BOM_UTF8):
+    # ASCII-compatible codecs are cut as they are (a "<" byte is always "<" there); the others
+    # (UTF-16/32, the stateful ISO-2022 family) are decoded whole first and cut as UTF-8.
+    safe = _ascii_safe(cs)
+    data = body if safe else decode_html(body, charset)[0].encode("utf-8")
+    piece_codec = cs if safe else "utf-8"
+    if piece_codec == "utf-8" and data.startswith(codecs.BOM_UTF8):
         data = data[3:]
     res = ExtractResult(base_used=url, charset=cs)
     seen: set[str] = set()
     work = 0
     tags = 0  # "<"s handed to the parser so far
-    lt = b"<" if isinstance(data, bytes) else "<"
     for start, end in _spans(data, piece_bytes):
         left = None if max_links is None else max_links - len(res.links)
         if left == 0 or (budget is not None and (work >= budget or tags >= _TAGS_PER_ELEMENT * budget)):
             # Caps reached: what is left is counted by its "href"s, unparsed (an estimate).
-            res.over_cap += max(1, data.count(_HREF[type(data)], start) + data.count(_HREF_UP[type(data)], start))
+            res.over_cap += max(1, data.count(b"href", start) + data.count(b"HREF", start))
             break
-        if _LINK_TAG_ANY[type(data)].search(data, start, end) is None:
+        if _LINK_TAG_B.search(data, start, end) is None:
             res.pieces_skipped += 1  # no element of the walk in it: nothing to parse
             continue
-        tags += data.count(lt, start, end)
-        piece = data[start:end]
-        text = piece.decode(cs, "replace") if isinstance(piece, bytes) else piece
-        del piece
-        r = _extract(text, cs, res.base_used, left, None if budget is None else budget - work, **opts)
+        tags += data.count(b"<", start, end)
+        text = data[start:end].decode(piece_codec, "replace")
+        r = _extract(text, cs, res.base_used, left, None if budget is None else budget - work, sort_query=sort_query,
+                     link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
         del text
         res.pieces += 1
         work += r.examined
@@ -191,7 +187,7 @@ def _ascii_safe(cs: str) -> bool:
     return not any(x in cs for x in ("utf-16", "utf_16", "utf-32", "utf_32", "2022", "utf-7", "utf_7", "hz"))
 
 
-def _spans(data: bytes | str, piece_bytes: int) -> Iterator[tuple[int, int]]:
+def _spans(data: bytes, piece_bytes: int) -> Iterator[tuple[int, int]]:
     """Pieces of at most `piece_bytes` units and PIECE_TAGS "<"s, cut just before a "<" that opens
     a tag (a letter, "/" or "!" after it), or hard at the limit if no tag starts in the piece.
 
@@ -201,24 +197,21 @@ def _spans(data: bytes | str, piece_bytes: int) -> Iterator[tuple[int, int]]:
     at most ~15 MB and ~5 ms. A cut can fall inside a <script> or a comment: the next piece reads
     the rest as markup (a few stray links at worst, on pages this big)."""
     n = len(data)
-    is_bytes = isinstance(data, bytes)
-    lt = b"<" if is_bytes else "<"
-    nth = _NTH_TAG[type(data)]
     pos = 0
     while pos < n:
         limit = min(n, pos + piece_bytes)
-        m = nth.match(data, pos, limit)
+        m = _NTH_TAG.match(data, pos, limit)
         if m is not None:
             limit = m.end() - 1  # just before the (PIECE_TAGS + 1)-th "<"
         if limit >= n:
             yield pos, n
             return
-        cut = data.rfind(lt, pos + 1, limit + 1)
+        cut = data.rfind(b"<", pos + 1, limit + 1)
         while cut > pos:
             nxt = data[cut + 1 : cut + 2]
-            if nxt and (nxt.isalpha() or nxt in (b"/", b"!", "/", "!")):
+            if nxt and (nxt.isalpha() or nxt in (b"/", b"!")):
                 break
-            cut = data.rfind(lt, pos + 1, cut)
+            cut = data.rfind(b"<", pos + 1, cut)
         end = cut if cut > pos else max(limit, pos + 1)
         yield pos, end
         pos = end

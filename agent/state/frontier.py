@@ -198,8 +198,8 @@ class Frontier:
         self._count_domains = domain_of is not None
         self._domain_pages: dict[str, int] = {}
         self._domain_hosts: dict[str, int] = {}
-        for host, n in self._pages.items() if domain_of is not None else ():
-            d = domain_of(host)
+        for host, n in self._pages.items() if self._count_domains else ():
+            d = self.domain_of(host)
             self._domain_pages[d] = self._domain_pages.get(d, 0) + n
             self._domain_hosts[d] = self._domain_hosts.get(d, 0) + 1
         # Host-key index rows (hkey, host) of hosts that entered memory (_hosts or _pages) from
