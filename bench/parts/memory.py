@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agent.client import AgentClient  # noqa: E402
+from bench.hostile import rss_mb  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
 from lab import cluster, topology  # noqa: E402
 from lab.web import Web  # noqa: E402
@@ -35,13 +36,6 @@ from wancrawl.urls import canonicalize  # noqa: E402
 
 AGENT = "telecom-beijing"
 TARGET_MB = 300.0
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def sample(cl: cluster.Cluster, pid: int, seeds: list[str], duration: float) -> dict:
