@@ -101,7 +101,7 @@ def main() -> int:
           f"{'OK' if ok else 'MISSED'}   (at {r['peak_at']:.1f} s; {r['peak'] / TARGET_MB:.2f}x the target)")
     print(f"{'agent RSS at the end':<40} {r['end']:>8.0f} MB")
     print("counters: " + ", ".join(f"{k} {c.get(k, 0):.0f}" for k in (
-        "pages", "truncated", "bombs", "parse_waits", "parse_pieces", "parse_pieces_skipped", "links_over_cap", "errors")))
+        "pages", "truncated", "parse_waits", "parse_pieces", "parse_pieces_skipped", "links_over_cap", "errors")))
     return 0 if ok else 1
 
 
