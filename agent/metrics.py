@@ -43,7 +43,7 @@ HELP = {
                  "new host of a registered domain at scope.max_hosts_per_domain; domain_page_budget at intake; "
                  "trap_depth, trap_url_length, trap_path_depth, trap_repeated_segments, trap_query_params, "
                  "trap_query_churn, trap_redirect_hops), a page (truncated_length, truncated_decoded, truncated_time, "
-                 "truncated_disconnect, truncated_excess; bomb: decoded past the cap at over 100 times its wire "
+                 "truncated_disconnect, truncated_excess; bomb: decoded past the cap at over 20 times its wire "
                  "bytes; links_capped: links or parse stopped at a cap)",
     "errors": "URLs given up without any response (transport failures after the last retry)",
     "retries": "tries put back for another attempt (429/5xx/transport failures)",

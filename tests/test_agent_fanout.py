@@ -74,12 +74,14 @@ def test_bombs_of_every_kind_at_once_are_stored_and_parsed_within_the_parse_budg
             async with cluster(tmp_path, lab, 1, agent_keys={"fetch.total_timeout": 20.0, "scope.max_depth": 0}) as (cs, client, [agent], [store]):
                 await seed(agent.node, urls)
                 await wait_idle([agent.node], timeout=90)
-                return agent.node.status_counters(), agent.node.dispatcher.parses, store
+                return agent.node.status_counters(), agent.node.dispatcher.parses, store, dict(agent.node.incidents.counts)
 
-        c, parses, store = run(go())
+        c, parses, store, incidents = run(go())
         by_url = {cap.url: cap for cap in store.captures.values()}
         assert set(urls) <= set(by_url), "every bomb is stored"
         assert all(by_url[u].truncated for u in urls), "each one truncated at a cap"
         # Parsed in pieces (the text bomb's without a tag skipped), never more than the budget at once.
         assert c["parse_pieces"] > len(urls) and c["parse_pieces_skipped"] > 0
         assert 0 < parses.peak <= 1024 * 1024
+        # The operator sees them: six decompression bombs (the links page is only 5:1), every cut body.
+        assert incidents["bomb"] == 6 and incidents["truncated_decoded"] == 7 and incidents["truncated_length"] == 1

@@ -16,13 +16,13 @@ REASONS = (
     *GIVE_UPS,
     "domain_hosts",  # URLs of a host new here refused: its registered domain has max_hosts_per_domain hosts
     "truncated_length", "truncated_decoded", "truncated_time", "truncated_disconnect", "truncated_excess",
-    "bomb",          # a body that decoded to over BOMB_RATIO times its wire bytes and hit the decoded cap
+    "bomb",          # a body that hit the decoded cap at over BOMB_RATIO times its wire bytes
     "links_capped",  # a page whose links or parse stopped at a cap (scope.max_outlinks_per_page and its work budget)
     "trap_depth", "trap_url_length", "trap_path_depth", "trap_repeated_segments", "trap_query_params",
     "trap_query_churn", "trap_redirect_hops",
 )
 TRAP_SCOPE_REASONS = frozenset({"depth", "url_length", "path_depth", "repeated_segments", "query_params"})
-BOMB_RATIO = 100  # gzip's best is ~1,000:1; ordinary HTML compresses ~5-10:1
+BOMB_RATIO = 20  # gzip's best is ~1,000:1; ordinary HTML compresses ~4-10:1
 
 
 @dataclass(frozen=True)
