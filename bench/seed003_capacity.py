@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['feasible']!s:>8} {r['ratio']:8.3f}")
     ours, swarm = paper["bisect"], paper["pso"]
     print(f"predicted makespan ours / equal split: {ours['ratio']:.3f} (the paper measured {PAPER_RATIO:.3f}, 134 s / 233 s; "
-          "a model's figure: the lab run that measures it is not built yet)")
+          "a model's figure: part 3 measures it in the lab)")
     print(f"objective ours / swarm: {ours['variance']:.3f} vs {swarm['variance']:.3f}"
           f"{'' if swarm['feasible'] else ' (the swarm answer breaks sum n = N)'}; "
           f"CPU swarm / ours: {swarm['cpu_ms'] / max(ours['cpu_ms'], 1e-3):.1f}x (target >= {TARGET_SPEEDUP:g}x)")
