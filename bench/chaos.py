@@ -1359,8 +1359,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the agent that restart, drain, kill, kill2 (first), flap and kill-owner-and-backup (the owner) hit")
     p.add_argument("--join", default=DEFAULT_JOIN, help=f"join: the ISP-city group of the agent that joins (default {DEFAULT_JOIN})")
     p.add_argument("--fault-at", type=float, default=None,
-                   help=f"share of truth requested when the fault comes (default {DEFAULT_FAULT_AT:.0%}; consultant-stop "
-                        f"{FAULT_AT['consultant-stop']:.0%})")
+                   help=f"share of truth requested when the fault comes (default {DEFAULT_FAULT_AT:.0%}%; consultant-stop "
+                        f"{FAULT_AT['consultant-stop']:.0%}%)")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds from seeding to the end of the crawl")
     p.add_argument("--stable", type=float, default=2.0, help="seconds every live agent must stay idle to call the crawl finished")
     p.add_argument("--time-scale", type=float, default=60.0)
