@@ -1,13 +1,15 @@
-"""Persistent seen set: 64-bit URL fingerprints in a compact open-addressing table, recorded per host on disk."""
+"""Persistent seen set: 64-bit URL fingerprints in memory in small sorted buckets under linear hashing
+(docs/agent-frontier.md), recorded per host on disk."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from hashlib import blake2b
 from pathlib import Path
 
@@ -68,6 +70,21 @@ def _bucket_of(fp: int, level: int, split: int) -> int:
     return fp & ((2 << level) - 1) if i < split else i
 
 
+
+@contextlib.contextmanager
+def _atomic(db: sqlite3.Connection) -> Iterator[None]:
+    """One explicit transaction (the connection runs in autocommit): committed at the end,
+    rolled back on any exception, cancellation included."""
+    db.execute("BEGIN")
+    try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
 class _MergeCycle:
     """The set-aside log `seen_merging` into `seen`, a short transaction per step: first its rows
     are read, _LOAD_ROWS at a time, into one bucket per slice of host ids (`slices` equal hid
@@ -104,17 +121,11 @@ class _MergeCycle:
                 loaded = rowid
             self.loaded = loaded
             return False
-        db.execute("BEGIN")
-        try:
+        with _atomic(db):
             if self.next < self.slices:
                 db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?)", sorted(zip(self.hids[self.next], self.fps[self.next])))
             else:
                 db.execute("DROP TABLE seen_merging")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         if self.next < self.slices:
             self.hids[self.next], self.fps[self.next] = array("i"), array("q")
             self.next += 1
@@ -392,15 +403,9 @@ class SeenSet:
 
     def _rotate(self) -> None:
         db = self._db
-        db.execute("BEGIN")
-        try:
+        with _atomic(db):
             db.execute("ALTER TABLE seen_log RENAME TO seen_merging")
             db.execute("CREATE TABLE seen_log (hid INTEGER NOT NULL, fp INTEGER NOT NULL)")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         self._cycle = self._new_cycle(self._log_rows)
         self._log_rows = 0
 
@@ -417,14 +422,9 @@ class SeenSet:
         if not self._log_rows:
             return
         db = self._db
-        db.execute("BEGIN")
-        try:
+        with _atomic(db):
             db.execute("INSERT OR IGNORE INTO seen SELECT hid, fp FROM seen_log ORDER BY hid, fp")
             db.execute("DELETE FROM seen_log")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         self._log_rows = 0
 
     # -- handover (by host: cost proportional to the host's URLs, after merging the log) -----------
@@ -503,10 +503,9 @@ class SeenSet:
         self._pending = [r for r in self._pending if r[0] != hid]
         self._new_hosts = [r for r in self._new_hosts if r[0] != hid]
         db = self._db
-        db.execute("BEGIN")
-        db.execute("DELETE FROM seen WHERE hid=?", (hid,))
-        db.execute("DELETE FROM hosts WHERE hid=?", (hid,))
-        db.execute("COMMIT")
+        with _atomic(db):
+            db.execute("DELETE FROM seen WHERE hid=?", (hid,))
+            db.execute("DELETE FROM hosts WHERE hid=?", (hid,))
         del self._hid[host]
         return len(fps)
 
