@@ -39,6 +39,14 @@ HELP = {
     "fetch_errors": "failed requests and refused URLs by kind: a transport failure of any request (connect, timeout, "
                     "read, dns, forbidden_address, protocol, too_large, tls, internal), a page answered 4xx or 5xx "
                     "(http_4xx, http_5xx; each try counts), a URL robots.txt disallows (robots_denied)",
+    "incidents": "what the hostile web did, by reason (agent/crawl/incidents.py; each also logged, at most one line per "
+                 "reason every 10 s): a host given up (host_page_budget, domain_page_budget, forbidden_address, "
+                 "robots_unreachable), a URL whose retries ran out (retries_exhausted), URLs refused (domain_hosts: a "
+                 "new host of a registered domain at scope.max_hosts_per_domain; domain_page_budget at intake; "
+                 "trap_depth, trap_url_length, trap_path_depth, trap_repeated_segments, trap_query_params, "
+                 "trap_query_churn, trap_redirect_hops), a page (truncated_length, truncated_decoded, truncated_time, "
+                 "truncated_disconnect, truncated_excess; bomb: decoded past the cap at over 20 times its wire "
+                 "bytes; links_capped: links or parse stopped at a cap)",
     "errors": "URLs given up without any response (transport failures after the last retry)",
     "retries": "tries put back for another attempt (429/5xx/transport failures)",
     "given_up": "URLs whose retries ran out",
@@ -49,7 +57,7 @@ HELP = {
     "robots_denied": "URLs robots.txt disallows (not fetched)",
     "robots_deferred": "robots.txt answers that left their origin's URLs waiting (5xx, 429, no answer: retried with backoff)",
     "robots_given_up": "URLs given up because robots.txt stayed unreachable for robots.give_up_after",
-    "hosts_given_up": "hosts whose queue was dropped (page budget, forbidden address, DNS failure)",
+    "hosts_given_up": "hosts whose queue was dropped (page budget of the host or its domain, forbidden address, DNS failure)",
     "hosts_dns_failed": "hosts given up because their name does not resolve (NXDOMAIN, no address; at the first answer)",
     "origins_given_up": "origins (scheme://host:port) given up: robots.txt unreachable for robots.give_up_after, "
                         "or no answer to any request for politeness.origin_give_up_after",
@@ -70,6 +78,11 @@ HELP = {
     "not_mine_sent": "pushed URLs answered \"not mine\" (another agent owns the host)",
     "over_queue_budget": "URLs dropped: their host's queue was at scope.max_queued_per_host",
     "over_page_budget": "URLs dropped: their host was at scope.max_pages_per_host",
+    "over_domain_page_budget": "URLs dropped: their registered domain was at scope.max_pages_per_domain",
+    "over_domain_hosts": "URLs dropped: their host is new and its registered domain has scope.max_hosts_per_domain hosts here",
+    "parse_waits": "HTML parses that waited for room under memory.parse_bytes_in_flight",
+    "parse_pieces": "pieces HTML bodies were parsed in (a body over memory.parse_piece_bytes or 1,024 tags is cut)",
+    "parse_pieces_skipped": "pieces of big bodies not parsed: no link tag in them",
     "query_churn": "URLs dropped: too many URLs of one query shape (scope.max_urls_per_query_shape)",
     "agent_rpcs": "Agent-service RPCs made to peers and received (pushes, seeds)",
     "unstorable": "discovered URLs dropped because the frontier could not store them (e.g. not UTF-8)",
@@ -196,10 +209,11 @@ HELP = {
     **SERVER_HELP,
 }
 
-SCHEMA = Schema("wancrawl_agent", "agent", HELP, GAUGES, {"fetch_errors": "kind", **SERVER_LABELLED})
+SCHEMA = Schema("wancrawl_agent", "agent", HELP, GAUGES, {"fetch_errors": "kind", "incidents": "reason", **SERVER_LABELLED})
 
 
 def sample(node: AgentNode, security: Security) -> Sample:
     """Every number of the agent, made on the event loop (AgentServer keeps the latest for the
     scrape thread)."""
-    return {**node.status_counters(), **security.metrics(), "fetch_errors": dict(node.dispatcher.fetch_errors)}
+    return {**node.status_counters(), **security.metrics(), "fetch_errors": dict(node.dispatcher.fetch_errors),
+            "incidents": dict(node.incidents.counts)}

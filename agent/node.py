@@ -20,6 +20,7 @@ from agent.client import AgentPool
 from agent.crawl.dispatcher import Dispatcher
 from agent.crawl.outcome import RETRY_STATUSES
 from agent.crawl.refetch import StoredCheck
+from agent.crawl.incidents import Incidents
 from agent.crawl.scope import Scope
 from agent.fetch import Fetcher, create_fetcher
 from agent.ownership.guard import PeerGuard
@@ -52,6 +53,7 @@ from agent.state.spool import Spool
 from agent.waker import HostSignal
 from storage.client import StorageClient, storage_client as make_storage_client
 from wancrawl import errors
+from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.looplag import LoopLag
 from wancrawl.v1 import agent_pb2, common_pb2
@@ -84,7 +86,7 @@ class AgentNode:
         self.signal = HostSignal()
         self.gate = Gate(self.signal.wake, fenced=rep.fence)
         changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes)
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, domain_of=registered_domain)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
@@ -116,6 +118,7 @@ class AgentNode:
         # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
         self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
         scope = Scope(s.scope)
+        self.incidents = Incidents(clock)  # the hostile web by reason: dispatcher and intake note, status reads
         self.load = LoadGauge(s.load, lambda: self.dispatcher.pages_per_second(), clock)
         self.interval = IntervalMeter(clock)
         self.resources = probe_resources()  # seed 003's node parameters, read once
@@ -125,12 +128,13 @@ class AgentNode:
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,
                              wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
                              arriving=lambda hosts: self.ownership.arriving(hosts),
-                             replicated=self._replicated if rep.enabled else None)
+                             replicated=self._replicated if rep.enabled else None, incidents=self.incidents)
         router = Router(self.id, self.directory.cache, alpha=r.alpha, beta=r.beta, flush_interval=r.flush_interval)
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
-                                     finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check)
+                                     finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
+                                     incidents=self.incidents)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,

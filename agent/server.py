@@ -172,7 +172,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             agent_id=self.node.id, load=self.node.load_report(), counters=self.node.status_counters(len(parked)),
             parked=[agent_pb2.HostNote(host=p.host, reason=p.reason, until=p.until) for p in parked[:STATUS_NOTES]],
             given_up=[agent_pb2.HostNote(host=h, reason=r) for h, r in given_up],
+            top_hosts=[agent_pb2.HostCost(host=t.host, pages=t.pages, bytes=t.bytes, give_ups=t.give_ups)
+                       for t in self.node.incidents.hosts.top(TOP_HOSTS)],
         )
+
+
+TOP_HOSTS = 10  # hosts per measure in a Status answer
 
 
 class AgentServer:

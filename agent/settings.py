@@ -31,12 +31,19 @@ class ScopeSettings:
     # without bound. Pages counted persistently (the frontier); unset = no limit.
     max_pages_per_host: int | None = 100_000
     max_queued_per_host: int | None = 50_000   # URLs queued at once; beyond it new ones are dropped
+    # Per registered domain (the public suffix list: wancrawl/domains.py), on by default (issue 25):
+    # a site that spawns subdomains (one per user, per session, wildcard DNS) is held as one. A
+    # host new to this agent whose domain already has max_hosts_per_domain hosts here is refused;
+    # a domain's pages count across its hosts (durable: the frontier's per-host counts). Counted
+    # per agent: hosts are placed one by one, so a domain's hosts on n agents may have n budgets.
+    max_pages_per_domain: int | None = 1_000_000
+    max_hosts_per_domain: int | None = 1_000
     max_outlinks_per_page: int = 6_000          # links kept per page (Heritrix's default)
     max_urls_per_query_shape: int | None = 1_000  # URLs of a host differing only in query values
     follow_rel_nofollow: bool = True  # follow <a rel="nofollow"> (meta robots nofollow is always honoured)
     max_url_length: int = 2048
     max_path_depth: int = 32  # path segments
-    max_segment_repeats: int = 2  # a run of 1-3 segments repeated more often than this is a trap
+    max_segment_repeats: int = 2  # a block of path segments (any width) repeated back to back more often than this is a trap
     max_query_params: int = 32
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])  # of the URLs followed
     ports: list[int] = field(default_factory=list)  # [] = any; else only these (a URL without a port: 80 or 443)
@@ -56,7 +63,8 @@ class ScopeSettings:
                     re.compile(p)
                 except re.error as exc:
                     raise ValueError(f"{key}[{i}]: bad regex {p!r}: {exc}") from None
-        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape"):
+        for key in ("max_depth", "max_pages_per_host", "max_queued_per_host", "max_urls_per_query_shape",
+                    "max_pages_per_domain", "max_hosts_per_domain"):
             v = getattr(self, key)
             if v == -1:
                 setattr(self, key, None)  # TOML has no null: -1 says "no limit"
@@ -145,6 +153,24 @@ class RobotsSettings:
     def __post_init__(self) -> None:
         if self.ttl <= 0 or self.error_ttl <= 0 or self.retry_base <= 0 or self.give_up_after <= 0 or self.park_after < 0:
             raise ValueError("robots.ttl, error_ttl, retry_base and give_up_after must be > 0, park_after >= 0")
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """The agent's memory budget on any input (issue 25; docs/agent-fetching.md "Memory"). With
+    the defaults one agent stays under 300 MB RSS on the lab's hostile web (bench/parts/memory.py)."""
+
+    # The HTML parser sees at most this many bytes of a body at once: a bigger body is parsed in
+    # pieces, and a piece without a link tag is not parsed. lexbor's tree costs up to ~60 bytes
+    # per byte (bare <p> tags): 256 KiB holds a parse to ~15 MB.
+    parse_piece_bytes: int = 256 * 1024
+    # Bytes being parsed at once, threads included: each parse holds min(body, piece) bytes and
+    # waits for room (one bigger than the budget runs alone). 1 MiB: four big parses at most.
+    parse_bytes_in_flight: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.parse_piece_bytes < 4096 or self.parse_bytes_in_flight < 1:
+            raise ValueError("memory.parse_piece_bytes must be >= 4096 and memory.parse_bytes_in_flight >= 1")
 
 
 @dataclass(frozen=True)
@@ -304,6 +330,7 @@ class AgentSettings:
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
     kademlia: KademliaSettings = field(default_factory=KademliaSettings)

@@ -222,7 +222,7 @@ data_dir = "{run}/{name}"
 fsync = "os"
 {index}{sink}{_pki(run, "service", "storage")}""")
         writers.append(Service(cfg_path, f"127.0.0.1:{wport}"))
-    allowed = [s.host for s in topo.normal_sites] + ([s.host for s in topo.hostile_sites.values()] if allow_hostile else [])
+    allowed = [s.host for s in topo.normal_sites] + ([topo.site_domain(s) for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
     for n, ((spec, g, src, aport), address) in enumerate(zip(placed, addresses)):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from lab.linkmodel import Flow, LinkModel
+from lab.topology import SUBDOMAIN_KINDS
 from lab.web import REASONS, Response, Web
 
 MAX_HEAD = 96 * 1024
@@ -259,7 +260,7 @@ class _Conn(asyncio.Protocol):
                 resp = Response(421, [("Content-Type", "text/plain")], f"{site.host} is not served at {self.site_ip}\n".encode())
             else:
                 resp = srv.web.respond(host, target, site=site, now=srv.model_now())
-            if site is not None:
+            if site is not None and site.kind not in SUBDOMAIN_KINDS:
                 host_name = site.host
             else:
                 host_name = (host or "").lower().rsplit(":", 1)[0] if host and not host.startswith("[") else (host or "")

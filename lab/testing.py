@@ -82,14 +82,15 @@ def connect(site: Site, port: int, source: str | None = None, timeout: float = 1
     return s
 
 
-def small_topology(**web: object) -> Topology:
-    """Two sites per block, the default world otherwise: quick to bind and to crawl."""
+def small_topology(hostile_kinds: list[str] | None = None, **web: object) -> Topology:
+    """Two sites per block, the default world otherwise: quick to bind and to crawl
+    (`hostile_kinds`: only these hostile sites)."""
     import dataclasses
 
     from lab import topology
 
     base = topology.default_spec()
     return topology.load(
-        sites=dataclasses.replace(base.sites, per_block=2),
+        sites=dataclasses.replace(base.sites, per_block=2, hostile_kinds=list(hostile_kinds or [])),
         web=dataclasses.replace(base.web, **({"pages_max": 200} | web)),  # type: ignore[arg-type]
     )

@@ -44,7 +44,17 @@ HOSTILE_KINDS = (
     "shift-jis",
     "two-origins",
     "dead-names",
+    # Issue 25: a path repeating a block of four segments, a domain of 2,000 subdomains on one
+    # IP, and decompression/parser bombs of several kinds on several hosts (so they arrive at once).
+    "repeat-block",
+    "subdomain-flood",
+    "bombs",
 )
+# Hostile kinds whose site answers on many names under its own domain, kind -> how many: the
+# site is www.KIND-BLOCK.DOMAIN and the names LABEL.KIND-BLOCK.DOMAIN (its own registered
+# domain under the public suffix list's default rule), all on the site's one address.
+SUBDOMAIN_KINDS = {"subdomain-flood": 2000, "bombs": 8}
+BOMB_LABELS = ("p-gzip", "p-deflate", "p-plain", "text-gzip", "astral-gzip", "nested-gzip", "links-gzip", "attr-gzip")
 
 
 @dataclass
@@ -96,6 +106,7 @@ class SitesSpec:
     per_block: int = 8
     blocks: dict[str, int] = field(default_factory=dict)  # "telecom-beijing" = 20 overrides per_block
     hostile: bool = True
+    hostile_kinds: list[str] = field(default_factory=list)  # [] = every kind of HOSTILE_KINDS
     port: int = 8080
     domain: str = "lab"
 
@@ -281,12 +292,14 @@ class Topology:
                 out.append(Site(idx, f"www.s{idx:0{width}d}.{b.name}.{dom}", ip, port, b.isp, b.city))
         if self.spec.sites.hostile:
             per_block: dict[str, int] = {}
-            for n, kind in enumerate(HOSTILE_KINDS):
+            chosen = self.spec.sites.hostile_kinds or HOSTILE_KINDS
+            for n, kind in enumerate(k for k in HOSTILE_KINDS if k in chosen):
                 b = self.blocks[n % len(self.blocks)]
                 k = per_block.get(b.name, 0)
                 per_block[b.name] = k + 1
                 ip = f"127.{b.isp_index}.{b.city_index}.{HOSTILE_FIRST + k % (HOSTILE_LAST - HOSTILE_FIRST + 1)}"
-                out.append(Site(len(out), f"www.{kind}.{b.name}.{dom}", ip, port, b.isp, b.city, kind))
+                host = f"www.{kind}-{b.name}.{dom}" if kind in SUBDOMAIN_KINDS else f"www.{kind}.{b.name}.{dom}"
+                out.append(Site(len(out), host, ip, port, b.isp, b.city, kind))
         return out
 
     @cached_property
@@ -297,9 +310,25 @@ class Topology:
     def hostile_sites(self) -> dict[str, Site]:
         return {s.kind: s for s in self.sites if s.hostile}
 
+    def subdomains(self, site: Site) -> list[str]:
+        """The other names a SUBDOMAIN_KINDS site answers on (none for other sites)."""
+        n = SUBDOMAIN_KINDS.get(site.kind, 0)
+        if not n:
+            return []
+        parent = site.host.removeprefix("www.")
+        labels = BOMB_LABELS[:n] if site.kind == "bombs" else [f"n{i:04d}" for i in range(n)]
+        return [f"{label}.{parent}" for label in labels]
+
+    def site_domain(self, site: Site) -> str:
+        """The name a scope allows to take in the site and every name it answers on."""
+        return site.host.removeprefix("www.") if site.kind in SUBDOMAIN_KINDS else site.host
+
     @cached_property
     def _by_host(self) -> dict[str, Site]:
-        return {s.host: s for s in self.sites}
+        by = {s.host: s for s in self.sites}
+        for s in self.sites:
+            by.update(dict.fromkeys(self.subdomains(s), s))
+        return by
 
     def site(self, host: str) -> Site | None:
         """The site of a host name (case-insensitive, port and trailing dot ignored)."""
@@ -320,6 +349,7 @@ class Topology:
         """/etc/hosts-format lines mapping every site's host name to its address."""
         lines = [f"# wancrawl lab hosts for topology {self.spec.name} ({self.source})"]
         lines += [f"{s.ip}\t{s.host}" for s in self.sites]
+        lines += [f"{s.ip}\t{name}" for s in self.sites for name in self.subdomains(s)]
         return "\n".join(lines) + "\n"
 
 
@@ -374,6 +404,9 @@ def _validate(spec: TopologySpec, source: str) -> None:
         raise ConfigError(f"{source}: web.pages_min/pages_max must satisfy 1 <= min <= max")
     if w.page_kb_min <= 0 or w.page_kb_max < w.page_kb_min:
         raise ConfigError(f"{source}: web.page_kb_min/page_kb_max must satisfy 0 < min <= max")
+    bad = [k for k in spec.sites.hostile_kinds if k not in HOSTILE_KINDS]
+    if bad:
+        raise ConfigError(f"{source}: sites.hostile_kinds: unknown kind(s) {', '.join(bad)} (known: {', '.join(HOSTILE_KINDS)})")
     for key in ("session_trap_links", "robots_unavailable_s", "retry_forever_s", "length_lie_bytes", "many_links"):
         if getattr(w, key) < 0:
             raise ConfigError(f"{source}: web.{key} must be >= 0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import html
 import itertools
@@ -12,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lab.topology import Site, Topology
+from lab.topology import BOMB_LABELS, Site, Topology
 
 WORDS = (
     "the of and to in is for on with as by at from that this are be or an it was which will "
@@ -126,6 +127,7 @@ class Web:
         self._huge: bytes | None = None
         self._many: tuple[str, ...] | None = None
         self._many_body: bytes | None = None
+        self._bombs: dict[str, bytes] = {}
 
     def with_port(self, port: int) -> "Web":
         """The same web served on another port (absolute links and redirects follow it)."""
@@ -318,6 +320,8 @@ class Web:
                 return Page(site, target, 503, "robots-503:robots-unavailable", html=False)
             return Page(site, target, 200, "robots", html=False)
         if site.hostile:
+            if site.kind in ("subdomain-flood", "bombs"):
+                return self._named_page(site, (host or site.host).lower().rsplit(":", 1)[0].rstrip("."), target)
             return self._hostile_page(site, target)
         if target == "/sitemap.xml" and self.site_info(site).sitemap:
             return Page(site, target, 200, "sitemap", html=False)
@@ -575,11 +579,79 @@ class Web:
             if target != "/":
                 return nf
             return Page(site, target, 200, "dead-names:index", links=("/",) + self.dead_names(site))
+        if kind == "repeat-block":
+            # A relative link one level deeper on every page, its segments cycling a/b/c/d:
+            # /a/b/c/d/a/b/c/d/... (each directory also has a leaf page).
+            segs = [x for x in target.split("/") if x]
+            leaf = bool(segs) and segs[-1] == "leaf.html"
+            dirs = segs[:-1] if leaf else segs
+            if len(dirs) > REPEAT_MAX_DEPTH or any(x != REPEAT_CYCLE[i % 4] for i, x in enumerate(dirs)) or (target != "/" and not target.endswith("/") and not leaf):
+                return nf
+            if leaf:
+                return Page(site, target, 200, "repeat-block:leaf", links=("./",))
+            nxt = REPEAT_CYCLE[len(dirs) % 4]
+            return Page(site, target, 200, "repeat-block:dir", links=(f"{nxt}/", "leaf.html"))
         raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
 
     def dead_names(self, site: Site) -> tuple[str, ...]:
         """The dead-names site's links: DEAD_NAMES hosts under a name no resolver knows."""
         return tuple(f"http://dead{k}.{site.host}.invalid/" for k in range(DEAD_NAMES))
+
+    def _named_page(self, site: Site, host: str, target: str) -> Page:
+        """A page of a site that answers on many names (topology.SUBDOMAIN_KINDS)."""
+        nf = Page(site, target, 404, "not-found", links=("/",))
+        names = self.topology.subdomains(site)
+        if site.kind == "bombs":
+            if host == site.host:
+                return Page(site, target, 200, "bombs:index", links=tuple(self._name_url(site, n) + "/" for n in names)) if target == "/" else nf
+            label = host.partition(".")[0]
+            return Page(site, target, 200, f"bombs:{label}", html=False) if target == "/" and label in BOMB_LABELS else nf
+        # subdomain-flood: every name's "/" links ten other names (the next one, so all are
+        # reachable, and nine drawn from the seed) and its own /about.html.
+        if host == site.host:
+            return Page(site, target, 200, "subdomain-flood:index", links=tuple(self._name_url(site, n) + "/" for n in names[:10])) if target == "/" else nf
+        label = host.partition(".")[0]
+        if not re.fullmatch(r"n\d{4}", label) or int(label[1:]) >= len(names):
+            return nf
+        if target == "/about.html":
+            return Page(site, target, 200, "subdomain-flood:about", links=("/",))
+        if target != "/":
+            return nf
+        k = int(label[1:])
+        rng = random.Random(f"{self.seed}/flood/{k}")
+        picks = [(k + 1) % len(names)] + [rng.randrange(len(names)) for _ in range(9)]
+        return Page(site, target, 200, "subdomain-flood:page", links=("/about.html",) + tuple(self._name_url(site, names[j]) + "/" for j in picks))
+
+    @staticmethod
+    def _name_url(site: Site, name: str) -> str:
+        return "http://" + name + site.base_url.removeprefix("http://" + site.host)
+
+    def bomb(self, label: str) -> tuple[bytes, str]:
+        """(body, Content-Encoding) of one of the bombs site's names (topology.BOMB_LABELS): decoded,
+        each is far over the fetcher's caps, and each is built to cost an HTML parser the most of a
+        kind: bare <p> elements, text without a tag, an astral character (4 bytes a character once
+        decoded to a Python str), deep nesting, links, one huge attribute."""
+        if label not in self._bombs:
+            mib = 1 << 20
+            head = b"<!DOCTYPE html><html><head><title>Bomb</title></head><body>"
+            para = (" ".join(self._paras[:8]) + " ").encode()
+            blocks = {
+                # A link every ~1,000 bytes: a parser that skips what holds no link must parse these.
+                "p": (b"<p>" * 330 + b'<a href="/p">p</a>') * (mib // 1008), "text": (para * (mib // len(para) + 1))[:mib],
+                "astral": ("\U0001F4A3" + (para.decode() * (mib // len(para) + 1))[: mib - 8]).encode(),
+                "nested": (b"<div>" * 200 + b'<a href="/d">d</a>') * (mib // 1018), "attr": b"x" * mib,
+            }
+            n = max(1, int(self.spec.gzip_bomb_mb) // 16)  # 64 MiB decoded by default: past any cap
+            kind, _, enc = label.partition("-")
+            if kind == "links":
+                links = "".join(f'<a href="/l/{i}">{i}</a>' for i in range(int(self.spec.huge_mb * mib) // 24))
+                self._bombs[label] = (gzip.compress(head + links.encode(), 6, mtime=0), "gzip")
+            elif enc == "plain":
+                self._bombs[label] = ((head + blocks[kind] * (int(self.spec.huge_mb) + 1))[: int(self.spec.huge_mb * mib)], "")
+            else:
+                first = head + (b'<a href="/x" title="' if kind == "attr" else b"")
+                self._bombs[label] = (_repeat_stream(first, blocks[kind], n, enc), enc)
+        return self._bombs[label]
 
     def session_links(self, target: str) -> tuple[str, ...]:
         """The session-trap page's fresh links: its own path, `sid` derived from (seed, target, k)."""
@@ -663,6 +735,13 @@ class Web:
             return self._plain(page, "Many links")
         if kind == "meta-robots":
             return self._meta_robots(page)
+        if kind == "bombs":
+            if case == "index":
+                return self._plain(page, "Bombs")
+            body, enc = self.bomb(case)
+            return Response(200, [("Content-Type", HTML_UTF8)] + ([("Content-Encoding", enc)] if enc else []), body)
+        if kind in ("subdomain-flood", "repeat-block"):
+            return self._plain(page, kind.capitalize())
         if kind == "shift-jis":
             return self._shift_jis(page)
         if kind in ("two-origins", "dead-names"):
@@ -792,6 +871,8 @@ class Web:
         return Response(200, [("Content-Type", f"text/html; charset={charset}")], body.encode("gbk"))
 
 
+REPEAT_CYCLE = ("a", "b", "c", "d")
+REPEAT_MAX_DEPTH = 64  # the repeat-block site's deepest directory
 SESSION_PAGES = ("/", "/shop/1.html", "/shop/2.html", "/shop/3.html", "/shop/4.html")
 _SID_RE = re.compile(r"sid=[0-9A-Za-z]+")
 ROBOTS_503_PAGES = 20  # "/" and /p/1.html .. /p/19.html
@@ -899,6 +980,25 @@ def _normalise_target(target: str) -> str:
     except InvalidUrl:
         return target
     return u[len("http://x") :]
+
+
+def _repeat_stream(head: bytes, block: bytes, n: int, enc: str) -> bytes:
+    """A gzip or zlib ("deflate") stream of head + n * block, built by compressing the block once:
+    after a full flush the compressor forgets its window, so each copy compresses the same."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+    comp = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)
+    tail = c.flush(zlib.Z_FINISH)
+    if enc == "gzip":
+        crc = zlib.crc32(head)
+        for _ in range(n):
+            crc = zlib.crc32(block, crc)
+        size = (len(head) + n * len(block)) & 0xFFFFFFFF
+        return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + first + comp * n + tail + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+    adler = zlib.adler32(head)
+    for _ in range(n):
+        adler = zlib.adler32(block, adler)
+    return b"\x78\xda" + first + comp * n + tail + adler.to_bytes(4, "big")
 
 
 def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:

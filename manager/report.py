@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from wancrawl.errors import FailedPrecondition, InvalidArgument, Unavailable
+from wancrawl.errors import FailedPrecondition, InvalidArgument, Unavailable, WancrawlError
 
 EXPLAIN_CHUNK = 50  # Explain calls in flight at once
 MAX_BINS = 300  # points per line in the pages/s plot
@@ -35,6 +35,9 @@ class Fetches:
     bin_seconds: float
     per_agent_host: dict[str, dict[str, int]]  # agent -> host -> pages
     series: dict[str, dict[int, int]]  # agent -> bin number -> pages
+    # The hosts with the most pages and the most wire bytes stored: (host, pages, bytes, truncated pages)
+    top_by_pages: list[tuple[str, int, int, int]] = field(default_factory=list)
+    top_by_bytes: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     def bins(self) -> int:
         return int((self.end - self.start) // self.bin_seconds) + 1
@@ -113,13 +116,18 @@ def read_fetches(url: str, schema: str | None = None, bin_seconds: float | None 
             series: dict[str, dict[int, int]] = defaultdict(dict)
             for agent, k, n in conn.execute(sa.select(c.agent_id, bucket, sa.func.count()).group_by(c.agent_id, bucket)):
                 series[agent][int(k)] = int(n)
+            cols = (c.host, sa.func.count(), sa.func.coalesce(sa.func.sum(c.raw_length), 0),
+                    sa.func.sum(sa.case((c.truncated != "", 1), else_=0)))
+            tops = [[(h, int(n), int(b), int(t or 0)) for h, n, b, t in conn.execute(
+                sa.select(*cols).group_by(c.host).order_by(order.desc(), c.host).limit(TOP_HOSTS))]
+                for order in (sa.func.count(), sa.func.coalesce(sa.func.sum(c.raw_length), 0))]
     except sa.exc.DBAPIError as exc:
         missing = "storage_captures" in str(exc.orig) or "no such table" in str(exc.orig)
         what = "has no storage_captures table (is it storage's index?)" if missing else f"cannot be read: {exc.orig}"
         raise Unavailable(f"storage index {_shown(url)} {what}".strip()) from None
     finally:
         engine.dispose()
-    return Fetches(int(total), start, end, b, dict(per), dict(series))
+    return Fetches(int(total), start, end, b, dict(per), dict(series), tops[0], tops[1])
 
 
 # --- places: the consultant's view --------------------------------------------------------------
@@ -310,8 +318,26 @@ def plot(f: Fetches, summary: dict[str, Any], out: Path) -> dict[str, Path]:
 # --- the command ---------------------------------------------------------------------------------
 
 
+async def agents_give_ups(consultant: str) -> list[tuple[str, int, int, int]]:
+    """The hosts the live agents gave up most (the index knows only what was stored): (host,
+    pages, bytes, give-ups) from their Status; [] when none answers (said on stderr)."""
+    from consultant.client import ConsultantClient
+    from manager.status import snapshot, top_hosts
+
+    try:
+        async with ConsultantClient(consultant) as client:
+            snap = await snapshot(client)
+    except WancrawlError as exc:
+        print(f"report: no give-ups from the agents ({exc})", file=sys.stderr)
+        return []
+    return top_hosts(snap.agents, TOP_HOSTS)["give_ups"]
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+TOP_HOSTS = 10  # hosts per measure in the report
 
 
 def text_summary(s: dict[str, Any]) -> str:
@@ -326,6 +352,13 @@ def text_summary(s: dict[str, Any]) -> str:
     sh = s["locality"]["share"]
     lines.append(f"{'overall':<24} {s['pages']:>9,} {s['pages_per_second']:>8.1f} {_pct(sh['same_isp']):>8} "
                  f"{_pct(sh['same_city']):>9} {_pct(sh['same_isp_and_city']):>7}")
+    top = s.get("top_hosts") or {}
+    for key, what in (("pages", "pages"), ("bytes", "wire bytes"), ("give_ups", "give-ups (the agents' count)")):
+        rows = top.get(key) or []
+        if rows:
+            lines.append(f"top hosts by {what}: " + ", ".join(
+                f"{h} ({n} pages, {b / 1e6:.1f} MB" + (f", {x} {'given up' if key == 'give_ups' else 'truncated'})" if x else ")")
+                for h, n, b, x in rows[:5]))
     return "\n".join(lines)
 
 
@@ -345,6 +378,8 @@ def run_report(args) -> int:
               "one (--peers, Kademlia mode) it is left empty", file=sys.stderr)
         places = Places(strategy="kademlia")
     summary = summarize(fetches, places)
+    summary["top_hosts"] = {"pages": fetches.top_by_pages, "bytes": fetches.top_by_bytes,
+                            "give_ups": asyncio.run(agents_give_ups(consultant)) if consultant else []}
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -29,6 +29,7 @@ class AgentView:
     reachable: bool = False
     parked: list[tuple[str, float, str]] = field(default_factory=list)  # (host, until, reason)
     given_up: list[tuple[str, str]] = field(default_factory=list)       # (host, reason)
+    top_hosts: list[tuple[str, int, int, int]] = field(default_factory=list)  # (host, pages, bytes, give-ups)
 
 
 @dataclass
@@ -80,10 +81,41 @@ async def snapshot(consultant: Directory, include_dead: bool = False, storage: s
             v.counters, v.reachable = dict(r.counters), True
             v.parked = [(p.host, p.until, p.reason) for p in r.parked]
             v.given_up = [(g.host, g.reason) for g in r.given_up]
+            v.top_hosts = [(t.host, t.pages, t.bytes, t.give_ups) for t in r.top_hosts]
     snap = Snapshot(listed.epoch, listed.strategy, views)
     if storage:
         snap.storage = await _storage_stats(storage)
     return snap
+
+
+def top_hosts(agents: list[AgentView], n: int = 5) -> dict[str, list[tuple[str, int, int, int]]]:
+    """The hosts that cost the crawl the most, by pages, by bytes and by give-ups, over every
+    agent's tally (a host that moved between agents adds up)."""
+    sums: dict[str, list[int]] = {}
+    for a in agents:
+        for host, pages, nbytes, give_ups in a.top_hosts:
+            row = sums.setdefault(host, [0, 0, 0])
+            row[0] += pages
+            row[1] += nbytes
+            row[2] += give_ups
+    out = {}
+    for i, key in enumerate(("pages", "bytes", "give_ups")):
+        best = sorted((h for h in sums if sums[h][i]), key=lambda h: (-sums[h][i], h))[:n]
+        out[key] = [(h, sums[h][0], sums[h][1], sums[h][2]) for h in best]
+    return out
+
+
+def render_top_hosts(snap: Snapshot, n: int = 5):
+    """The top hosts table `manager status` prints under the agents."""
+    from rich.table import Table
+
+    t = Table(title="hosts that cost the most (pages, wire bytes, give-ups)")
+    for col in ("by", "host", "pages", "MB", "give-ups"):
+        t.add_column(col, justify="right" if col in ("pages", "MB", "give-ups") else "left")
+    for key, rows in top_hosts(snap.agents, n).items():
+        for host, pages, nbytes, give_ups in rows:
+            t.add_row(key.replace("_", "-"), host, f"{pages}", f"{nbytes / 1e6:.1f}", f"{give_ups}")
+    return t
 
 
 async def _storage_stats(address: str) -> dict | None:
@@ -135,8 +167,10 @@ async def run_status(args) -> int:
         rates = PageRates()
 
         async def frame():
+            from rich.console import Group
+
             snap = await snapshot(c, True, args.storage)
-            return render(snap, rates.update(snap, time.monotonic()))
+            return Group(render(snap, rates.update(snap, time.monotonic())), render_top_hosts(snap))
 
         console = Console()
         if not console.is_terminal:

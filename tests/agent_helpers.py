@@ -20,8 +20,8 @@ from wancrawl.config import override
 NORMAL = r"^https?://www\.s\d{4}\."
 
 
-def lab_web(seed: int = 1, time_scale: float = 60.0, **web) -> Web:
-    return Web(small_topology(**web), seed, time_scale=time_scale)
+def lab_web(seed: int = 1, time_scale: float = 60.0, hostile_kinds: list[str] | None = None, **web) -> Web:
+    return Web(small_topology(hostile_kinds, **web), seed, time_scale=time_scale)
 
 
 def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, source_ip: str, **keys):

@@ -273,3 +273,34 @@ def test_a_host_whose_robots_txt_stays_unreachable_counts_as_parked(tmp_path, ru
     early, parked, queued = run(go())
     assert not early, "not parked before robots.park_after"
     assert parked == ["http://down.lab"] and queued == 5, "the origin is parked (RFC 9309: robots.txt is per origin)"
+
+
+def test_a_registered_domain_is_held_to_its_page_budget_across_its_hosts_and_restarts(tmp_path, run):
+    # Issue 25: budgets per host only let a site of many subdomains fetch max_pages_per_host on each.
+    web = Web(ok)
+
+    async def crawl(urls):
+        n = node(tmp_path, web, scope__max_pages_per_domain=6, concurrency=1)
+        await n.start()
+        n.intake.accept_local(urls)
+        await until(n.idle, "the crawl to end")
+        given_up = dict(n.dispatcher.given_up)
+        await n.stop()
+        return given_up
+
+    given_up = run(crawl([it for k in range(4) for it in items(f"u{k}.flood.co.uk", 3)] + items("other.co.uk", 8)))
+    fetched = Counter(u.split("/")[2] for u in web.log if not u.endswith("robots.txt"))
+    assert sum(n for h, n in fetched.items() if h.endswith(".flood.co.uk")) == 6, "the domain stops at its budget"
+    assert fetched["other.co.uk"] == 6, "another registered domain under the same public suffix has its own"
+    assert any("domain page budget" in why for why in given_up.values())
+    run(crawl(items("u9.flood.co.uk", 3)))
+    assert not [u for u in web.log if u.startswith("http://u9.") and not u.endswith("robots.txt")], "counts survive a restart"
+
+
+def test_a_domain_with_its_hosts_budget_refuses_new_hosts(tmp_path, run):
+    n = node(tmp_path, Web(ok), scope__max_hosts_per_domain=3)
+    n.intake.accept_local([it for k in range(10) for it in items(f"n{k}.flood.lab", 2)] + items("www.other.lab", 2))
+    assert sorted(h for h in (f"n{k}.flood.lab" for k in range(10)) if n.frontier.holds(h)) == ["n0.flood.lab", "n1.flood.lab", "n2.flood.lab"]
+    assert n.frontier.holds("www.other.lab") and n.intake.counters["over_domain_hosts"] == 14
+    n.intake.accept_local(items("n1.flood.lab", 3, prefix="q"))  # a host it has takes more URLs
+    assert n.frontier.queue_len("n1.flood.lab") == 5

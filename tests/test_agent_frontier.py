@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.state.frontier import Frontier, Item
+from wancrawl.domains import registered_domain
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -329,3 +330,37 @@ def test_kill_9_loses_nothing_flushed_and_requeues_in_flight(tmp_path):
                 popped += 1
         assert popped == len(present)
         del f  # leave the file as it is (nothing done) for the next round
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "pop_done", "pages", "clear", "drop", "restart"]), st.integers(0, 5)), max_size=40))
+def test_per_domain_counts_follow_the_per_host_state(tmp_path_factory, ops):
+    """Issue 25: domain_pages and domain_hosts equal what the per-host state says, after any mix
+    of queueing, fetching, page counts, dropped queues, handed-over hosts and restarts."""
+    path = tmp_path_factory.mktemp("dom") / "f.sqlite"
+    hosts = [f"h{k}.a.example.com" for k in range(3)] + ["x.b.example.com", "127.0.0.1", "solo.lab"]
+    f = Frontier(path, domain_of=registered_domain)
+    seq = 0
+    for op, k in ops:
+        h = hosts[k]
+        if op == "add":
+            seq += 1
+            f.add([Item(f"http://{h}/{seq}", h)])
+        elif op == "pop_done":
+            it = f.pop(h)
+            if it is not None:
+                f.done(it)
+        elif op == "pages":
+            f.add_pages(h, k + 1)
+        elif op == "clear":
+            f.clear_queue(h)
+        elif op == "drop":
+            f.drop_host(h)
+        else:
+            f.close()
+            f = Frontier(path, domain_of=registered_domain)
+        for d in {f.domain_of(x) for x in hosts}:
+            mine = [x for x in hosts if f.domain_of(x) == d]
+            assert f.domain_pages(mine[0]) == sum(f.pages(x) for x in mine)
+            assert f.domain_hosts(mine[0]) == sum(1 for x in mine if f.holds(x) or f.queue_len(x) or f.in_flight_of(x))
+    f.close()

@@ -1,8 +1,9 @@
 """Scope: reasons for out-of-scope URLs, trap guards, settings validation through wancrawl.config."""
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from agent.crawl.scope import REASONS, Scope, query_shape
+from agent.crawl.scope import REASONS, Scope, _repeats, query_shape
 from agent.settings import ScopeSettings
 from wancrawl import config
 from wancrawl.errors import ConfigError
@@ -40,6 +41,24 @@ def test_trap_guards():
     assert sc.check("http://h.lab/s?a=1&b=2&c=3", h, 0) is None
     assert sc.check("http://h.lab/s?a=1&b=2&c=3&d=4", h, 0) == "query_params"
     assert Scope(ScopeSettings(max_segment_repeats=3)).check("http://h.lab/a/b/a/b/a/b", h, 0) is None
+
+
+def test_a_repeated_block_of_any_width_is_a_trap():
+    # Issue 25: a/b/c/d/a/b/c/d/... grew to 2,682 pages when only blocks of 1-3 were looked at.
+    deep = Scope(ScopeSettings(max_path_depth=32))
+    assert deep.check("http://h.lab/a/b/c/d/a/b/c/d/a/b/c/d", "h.lab", 0) == "repeated_segments"
+    assert deep.check("http://h.lab/x/a/b/c/d/e/a/b/c/d/e/a/b/c/d/e/y", "h.lab", 0) == "repeated_segments"
+    assert deep.check("http://h.lab/a/b/c/d/a/b/c/d/a/b/c", "h.lab", 0) is None  # twice and a bit
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from("abc"), max_size=24), st.integers(1, 4))
+def test_repeats_matches_a_brute_force_reference(segs, limit):
+    def reference(segs, limit):
+        n = len(segs)
+        return any(segs[s : s + w * (limit + 1)] == segs[s : s + w] * (limit + 1)
+                   for w in range(1, n + 1) for s in range(n - w * (limit + 1) + 1))
+    assert _repeats(segs, limit) == reference(segs, limit)
 
 
 def test_host_budget_and_reason_names():

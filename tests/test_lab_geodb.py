@@ -51,7 +51,7 @@ def test_hosts_file_written(dbs):
     from wancrawl.hostres import parse_hosts_file
 
     t, paths = dbs
-    assert parse_hosts_file(paths["hosts"]) == {s.host: s.ip for s in t.sites}
+    assert parse_hosts_file(paths["hosts"]) == {n: s.ip for s in t.sites for n in [s.host, *t.subdomains(s)]}
 
 
 def test_cli_writes_a_world_topology(tmp_path):

@@ -47,8 +47,9 @@ def test_sites_live_in_their_block_with_readable_names():
         assert t.locate(s.ip) == (s.isp, s.city)
         last = int(s.ip.rsplit(".", 1)[1])
         assert last >= topology.SITE_FIRST  # agents' .2-.9 are never site addresses
-        assert s.host.endswith(f".{s.isp}-{s.city}.lab")
+        assert s.host.endswith(f"{s.isp}-{s.city}.lab")
         assert t.site(s.host.upper() + ":8080") == s
+        assert all(t.site(name) == s and name.endswith("." + t.site_domain(s)) for name in t.subdomains(s))
     assert t.sites[42].host == "www.s0042.unicom-guangzhou.lab"  # 8 per block, 6th block
 
 
@@ -93,5 +94,6 @@ def test_hosts_file_maps_every_site(tmp_path):
     (tmp_path / "hosts").write_text(t.hosts_file())
     # Read back by the reader the consultant and agents use (it also checks every name).
     mapping = parse_hosts_file(tmp_path / "hosts")
-    assert len(mapping) == len(t.sites) == len({s.host for s in t.sites})
+    names = [s.host for s in t.sites] + [n for s in t.sites for n in t.subdomains(s)]
+    assert len(mapping) == len(names) == len(set(names)) == len(t.sites) + sum(topology.SUBDOMAIN_KINDS.values())
     assert all(mapping[s.host] == s.ip and t.locate(s.ip) == (s.isp, s.city) for s in t.sites)

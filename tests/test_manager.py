@@ -84,3 +84,15 @@ def test_progress_key_ignores_the_order_the_directory_lists_agents_in():
     a, b = view("a", 10), view("b", 20)
     assert Snapshot(1, "", [a, b]).progress_key() == Snapshot(1, "", [b, a]).progress_key()
     assert Snapshot(1, "", [a, b]).progress_key() != Snapshot(1, "", [a, view("b", 21)]).progress_key()
+
+
+def test_status_merges_the_agents_top_hosts_by_pages_bytes_and_give_ups():
+    from manager.status import AgentView, Snapshot, render_top_hosts, top_hosts
+
+    a = AgentView("a", "", "alive", "", "", top_hosts=[("big.lab", 900, 10, 0), ("moved.lab", 5, 10**9, 1)])
+    b = AgentView("b", "", "alive", "", "", top_hosts=[("moved.lab", 5, 10**9, 2), ("trap.lab", 1, 1, 40)])
+    top = top_hosts([a, b], n=2)
+    assert [h for h, *_ in top["pages"]] == ["big.lab", "moved.lab"]
+    assert top["bytes"][0] == ("moved.lab", 10, 2 * 10**9, 3), "a host that moved between agents adds up"
+    assert [h for h, *_ in top["give_ups"]] == ["trap.lab", "moved.lab"]
+    assert render_top_hosts(Snapshot(1, "hash", [a, b])).row_count == 3 + 3 + 2  # a measure lists hosts with some of it

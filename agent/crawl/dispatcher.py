@@ -10,6 +10,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.crawl.bytebudget import ByteBudget
+from agent.crawl.incidents import BOMB_RATIO, TRAP_SCOPE_REASONS, Incidents
 from agent.crawl.links import extract_links
 from agent.crawl.outcome import ERROR_KINDS, MAX_REDIRECT_HOPS, REDIRECTS, Policy, decide, http_class
 from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_of
@@ -72,6 +74,7 @@ class Dispatcher:
         clock: Callable[[], float],
         gate: Gate | None = None,
         stored_check: StoredCheck | None = None,
+        incidents: Incidents | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -87,6 +90,8 @@ class Dispatcher:
         self.gate = gate or Gate(signal.wake, fenced=False)
         # URLs a dead owner may have stored already: storage is asked before they are fetched.
         self.stored_check = stored_check
+        # What the hostile web did, by reason, for the operator (shared with intake).
+        self.incidents = incidents or Incidents(clock)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         # The per-IP delay is never stricter than the host delay (a server with one site is paced
@@ -114,6 +119,8 @@ class Dispatcher:
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
         self.robots_in_flight: set[str] = set()
+        # Bytes under the HTML parser at once (memory.parse_bytes_in_flight), threads included.
+        self.parses = ByteBudget(settings.memory.parse_bytes_in_flight)
         self.stopping = False
         self.rate_window: deque[float] = deque()  # times of recent pages (pages/s for heartbeats)
         self.counters: dict[str, float] = {
@@ -121,7 +128,8 @@ class Dispatcher:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
-            "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0,
+            "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0, "parse_waits": 0, "parse_pieces": 0,
+            "parse_pieces_skipped": 0,
         }
         # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
         # family, so not summed into status_counters.
@@ -232,12 +240,17 @@ class Dispatcher:
         ip = self.host_ip.get(host) or UNRESOLVED
         if self.scope.host_full(self.frontier.pages(host)):
             # At its page budget: its whole queue goes in one range delete, not item by item.
-            self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)")
+            self._give_up(host, f"page budget ({self.frontier.pages(host)} pages)", "host_page_budget")
+            return
+        if self.scope.domain_full(self.frontier.domain_pages(host)):
+            # Its registered domain is at its page budget: each of its hosts goes as it comes up.
+            self._give_up(host, f"domain page budget ({self.frontier.domain_pages(host)} pages on {self.frontier.domain_of(host)})",
+                          "domain_page_budget")
             return
         why = self.given_up.get(host)
         if why is not None and why.startswith("DNS") and self.resolver.failure(host) is not None:
             # Given up on DNS and the name still has no address: URLs found since go too.
-            self._give_up(host, why)
+            self._give_up(host, why, "dns_failure")
             return
         if not self.gate.allows(host, now):
             # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
@@ -303,16 +316,16 @@ class Dispatcher:
     def _give_up_origin(self, host: str, origin: str, reason: str) -> None:
         if origin not in self.given_up:
             self.counters["origins_given_up"] += 1
-            log.warning("%s given up: %s; the host's other origins go on", origin, reason)
+            self.incidents.note("robots_unreachable", host, f"{origin} given up: {reason}; the host's other origins go on")
         self.given_up[origin] = reason
 
-    def _give_up(self, host: str, reason: str) -> None:
+    def _give_up(self, host: str, reason: str, kind: str) -> None:
         n = self.frontier.clear_queue(host)
         self.scheduler.remove(host)
         self.counters["budget_dropped"] += n
         if host not in self.given_up:
             self.counters["hosts_given_up"] += 1
-            log.warning("host %s given up: %s; %d queued URLs dropped", host, reason, n)
+            self.incidents.note(kind, host, f"given up, {reason}; {n} queued URLs dropped")
         self.given_up[host] = reason
 
     def parked(self, now: float) -> list[Parked]:
@@ -442,7 +455,7 @@ class Dispatcher:
             return False
         if slot:
             self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
-        self._give_up(host, reason)
+        self._give_up(host, reason, "dns_failure" if resp.error == "dns" else "forbidden_address")
         return True
 
     async def _fetch_page(self, item: Item, ip: str) -> None:
@@ -497,28 +510,43 @@ class Dispatcher:
         self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
         self.counters["given_up"] += o.given_up
+        if o.given_up:
+            self.incidents.note("retries_exhausted", host, f"{item.url} after {self.policy.max_retries} retries")
         if not o.page:
             self.counters["errors"] += 1
             self.finish(item, None)
             return
         self.counters["pages"] += 1
         self.frontier.add_pages(host)
+        self.incidents.page(host, resp.raw_length)
         self.rate_window.append(now)
         if resp.truncated:
             self.counters["truncated"] += 1
+            self.incidents.note(f"truncated_{resp.truncated}", host, f"{item.url} ({len(resp.body)} bytes kept)")
+            if resp.truncated == "decoded" and len(resp.body) >= BOMB_RATIO * max(1, resp.raw_length):
+                self.incidents.note("bomb", host, f"{item.url}: {resp.raw_length} bytes decoded past {len(resp.body)}")
         if o.follow is not None:
             self.counters["redirects"] += 1
             self._follow_redirect(item, o.follow)
         elif o.parse:
             sc = self.s.scope
+            piece = self.s.memory.parse_piece_bytes
             parse = functools.partial(extract_links, resp.body, item.url, resp.charset, sort_query=self.s.sort_query,
-                                      max_links=sc.max_outlinks_per_page, follow_rel_nofollow=sc.follow_rel_nofollow)
-            # Lexbor parses without the GIL: a big page goes to a thread so the loop (other
-            # fetches, RPCs, heartbeats) does not stall for the ~15 ms per MiB it takes.
-            res = await asyncio.to_thread(parse) if len(resp.body) > THREAD_PARSE_BYTES else parse()
+                                      max_links=sc.max_outlinks_per_page, follow_rel_nofollow=sc.follow_rel_nofollow,
+                                      piece_bytes=piece)
+            # The parser holds one piece at a time: parses wait for room by bytes, not by count.
+            async with self.parses.hold(min(len(resp.body), piece)):
+                # Lexbor parses without the GIL: a big page goes to a thread so the loop (other
+                # fetches, RPCs, heartbeats) does not stall for the ~15 ms per MiB it takes.
+                res = await asyncio.to_thread(parse) if len(resp.body) > THREAD_PARSE_BYTES else parse()
+            self.counters["parse_waits"] = self.parses.waits
+            self.counters["parse_pieces"] += res.pieces
+            self.counters["parse_pieces_skipped"] += res.pieces_skipped
             self.counters["dropped_schemes"] += sum(res.dropped_schemes.values())
             self.counters["invalid_urls"] += res.invalid
             self.counters["links_over_cap"] += res.over_cap
+            if res.over_cap:
+                self.incidents.note("links_capped", host, f"{item.url}: {len(res.links)} links kept, ~{res.over_cap} left")
             self.counters["nofollow_skipped"] += res.nofollow_skipped
             # noindex is a search engine's directive: an archive keeps the page (counted).
             self.counters["noindex_pages"] += res.noindex
@@ -545,8 +573,11 @@ class Dispatcher:
                 self.counters["recent_skips"] += 1
                 continue
             host = host_of_canonical(url)
-            if self.scope.check(url, host, depth) is not None:
+            why = self.scope.check(url, host, depth)
+            if why is not None:
                 self.counters["out_of_scope"] += 1
+                if why in TRAP_SCOPE_REASONS:
+                    self.incidents.note(f"trap_{why}", host, url[:200])
                 continue
             if len(recent) >= self.s.routing.recent_filter:
                 # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
@@ -569,8 +600,11 @@ class Dispatcher:
         except InvalidUrl:
             self.counters["invalid_urls"] += 1
             return
-        if hops > MAX_REDIRECT_HOPS or self.scope.check(url, host, item.depth + 1) is not None:
+        why = "redirect_hops" if hops > MAX_REDIRECT_HOPS else self.scope.check(url, host, item.depth + 1)
+        if why is not None:
             self.counters["out_of_scope"] += 1
+            if why == "redirect_hops" or why in TRAP_SCOPE_REASONS:
+                self.incidents.note(f"trap_{why}", host, url[:200])
             return
         self.redirect_hops[url] = hops
         self.route([Item(url, host, item.depth + 1, item.url)])

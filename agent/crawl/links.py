@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborAttributes, LexborHTMLParser
@@ -18,6 +19,14 @@ _SELECTOR = "a[href], area[href], meta[content]:not([href])"
 MAX_LINKS = 6000  # links kept per page, as Heritrix does
 _WORK_PER_LINK = 4  # elements examined per link of the cap: bounds pages of repeated hrefs too
 ROBOTS_META_NAMES = frozenset({"robots", "wancrawl"})  # <meta name=...> read for nofollow/noindex
+PIECE_BYTES = 256 * 1024  # the default of memory.parse_piece_bytes (agent/settings.py)
+PIECE_TAGS = 1024  # "<"s one parse sees at most (lexbor's deep-nesting cost: see _spans)
+# The pieces of one page stop after this many "<"s per element of its work budget (10 x 24,000
+# by default, a page with 6,000 links and plenty of markup): a page of nested <div>s with a link
+# now and then would otherwise be parsed piece after piece for its few links (~5 ms a piece).
+_TAGS_PER_ELEMENT = 10
+_NTH_TAG = re.compile(rb"(?:[^<]*<){%d}[^<]*<" % PIECE_TAGS)  # through the (PIECE_TAGS + 1)-th "<"
+_LINK_TAG_B = re.compile(rb"<(?:a|area|link|meta|base)[\s/>]", re.IGNORECASE)  # a piece without one is not parsed
 
 # WHATWG encoding labels that Python spells differently or decodes more narrowly.
 _CHARSET_ALIASES = {
@@ -47,6 +56,9 @@ class ExtractResult:
     nofollow_skipped: int = 0  # link elements not followed: rel="nofollow" (if asked), or all under nofollow
     refresh: str | None = None  # canonical target of <meta http-equiv="refresh" content="N; url=...">
     over_cap: int = 0  # elements (a, area, link, meta) left unexamined because a cap was reached
+    pieces: int = 0  # parses the body took (a big body is parsed in pieces: extract_links)
+    pieces_skipped: int = 0  # pieces not parsed: no link tag in them
+    examined: int = 0  # elements the walk looked at
 
 
 def choose_charset(body: bytes, header_charset: str | None) -> str:
@@ -83,7 +95,8 @@ def decode_html(body: bytes, header_charset: str | None) -> tuple[str, str]:
 def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_query: bool = False,
                   link_rels: frozenset[str] | set[str] = frozenset(), max_links: int | None = MAX_LINKS,
                   follow_rel_nofollow: bool = True,
-                  robots_names: frozenset[str] | set[str] = ROBOTS_META_NAMES) -> ExtractResult:
+                  robots_names: frozenset[str] | set[str] = ROBOTS_META_NAMES,
+                  piece_bytes: int | None = PIECE_BYTES) -> ExtractResult:
     """Links of an HTML page as canonical absolute URLs.
 
     `url` is the page's (canonical) URL; `<base href>` overrides it when it is a valid http(s)
@@ -93,11 +106,113 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     `robots_names`) sets `nofollow` (then only the refresh target is returned) and `noindex`.
     `follow_rel_nofollow=False` skips rel="nofollow" links. At most `max_links` links (None:
     no cap); the walk also stops after `4 * max_links` elements, the rest counted in `over_cap`.
+
+    Memory and time stay bounded on any input (issue 25): a body over `piece_bytes` bytes or
+    PIECE_TAGS tags is parsed in pieces (see _spans), each alone, and a piece without a link tag
+    is not parsed at all. None: the whole body in one parse, whatever it costs.
     Never raises for bad HTML or bad hrefs.
     """
-    text, cs = decode_html(body, charset)
-    res = ExtractResult(base_used=url, charset=cs)
+    cs = choose_charset(body, charset)
     budget = None if max_links is None else max_links * _WORK_PER_LINK
+    if piece_bytes is None or (len(body) <= piece_bytes and body.count(b"<") <= PIECE_TAGS):
+        res = _extract(decode_html(body, charset)[0], cs, url, max_links, budget, sort_query=sort_query,
+                       link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
+        res.pieces = 1
+        return res
+    # ASCII-compatible codecs are cut as they are (a "<" byte is always "<" there); the others
+    # (UTF-16/32, the stateful ISO-2022 family) are decoded whole first and cut as UTF-8.
+    safe = _ascii_safe(cs)
+    data = body if safe else decode_html(body, charset)[0].encode("utf-8")
+    piece_codec = cs if safe else "utf-8"
+    if piece_codec == "utf-8" and data.startswith(codecs.BOM_UTF8):
+        data = data[3:]
+    res = ExtractResult(base_used=url, charset=cs)
+    seen: set[str] = set()
+    work = 0
+    tags = 0  # "<"s handed to the parser so far
+    for start, end in _spans(data, piece_bytes):
+        left = None if max_links is None else max_links - len(res.links)
+        if left == 0 or (budget is not None and (work >= budget or tags >= _TAGS_PER_ELEMENT * budget)):
+            # Caps reached: what is left is counted by its "href"s, unparsed (an estimate).
+            res.over_cap += max(1, data.count(b"href", start) + data.count(b"HREF", start))
+            break
+        if _LINK_TAG_B.search(data, start, end) is None:
+            res.pieces_skipped += 1  # no element of the walk in it: nothing to parse
+            continue
+        tags += data.count(b"<", start, end)
+        text = data[start:end].decode(piece_codec, "replace")
+        r = _extract(text, cs, res.base_used, left, None if budget is None else budget - work, sort_query=sort_query,
+                     link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
+        del text
+        res.pieces += 1
+        work += r.examined
+        if res.pieces == 1:
+            res.base_used = r.base_used  # a <base> is only ever in the first piece with a link tag
+        for u in r.links:
+            if u not in seen:
+                seen.add(u)
+                res.links.append(u)
+        res.dropped_schemes.update(r.dropped_schemes)
+        res.invalid += r.invalid
+        res.hrefs += r.hrefs
+        res.nofollow_skipped += r.nofollow_skipped
+        res.over_cap += r.over_cap
+        res.noindex |= r.noindex
+        res.refresh = res.refresh or r.refresh
+        if r.nofollow:
+            res.nofollow = True
+            break  # nothing further is followed (a refresh after it is ignored)
+    if max_links is not None and len(res.links) > max_links:
+        res.over_cap += len(res.links) - max_links
+        del res.links[max_links:]
+    if res.nofollow:
+        res.nofollow_skipped = res.hrefs
+        res.links = [res.refresh] if res.refresh else []
+        res.dropped_schemes.clear()
+        res.invalid = 0
+    return res
+
+
+def _ascii_safe(cs: str) -> bool:
+    return not any(x in cs for x in ("utf-16", "utf_16", "utf-32", "utf_32", "2022", "utf-7", "utf_7", "hz"))
+
+
+def _spans(data: bytes, piece_bytes: int) -> Iterator[tuple[int, int]]:
+    """Pieces of at most `piece_bytes` units and PIECE_TAGS "<"s, cut just before a "<" that opens
+    a tag (a letter, "/" or "!" after it), or hard at the limit if no tag starts in the piece.
+
+    Why both limits: the parse tree costs ~60 bytes of memory per byte of input at worst (a page of
+    bare <p> tags), and lexbor's time grows with the square of the open elements (2,048 nested
+    <div>s take ~25 ms, 10,000 ~0.3 s, 50,000 about 40 s): a piece of 256 KiB and 1,024 "<"s costs
+    at most ~15 MB and ~5 ms. A cut can fall inside a <script> or a comment: the next piece reads
+    the rest as markup (a few stray links at worst, on pages this big)."""
+    n = len(data)
+    pos = 0
+    while pos < n:
+        limit = min(n, pos + piece_bytes)
+        m = _NTH_TAG.match(data, pos, limit)
+        if m is not None:
+            limit = m.end() - 1  # just before the (PIECE_TAGS + 1)-th "<"
+        if limit >= n:
+            yield pos, n
+            return
+        cut = data.rfind(b"<", pos + 1, limit + 1)
+        while cut > pos:
+            nxt = data[cut + 1 : cut + 2]
+            if nxt and (nxt.isalpha() or nxt in (b"/", b"!")):
+                break
+            cut = data.rfind(b"<", pos + 1, cut)
+        end = cut if cut > pos else max(limit, pos + 1)
+        yield pos, end
+        pos = end
+
+
+def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | None, *, sort_query: bool,
+             link_rels: frozenset[str] | set[str], follow_rel_nofollow: bool,
+             robots_names: frozenset[str] | set[str]) -> ExtractResult:
+    """extract_links of one decoded document (or piece): at most `max_links` links, and at most
+    `budget` elements examined (None: no cap)."""
+    res = ExtractResult(base_used=url, charset=cs)
     if budget is not None and len(text) > _MIN_CHARS_PER_ELEMENT * budget:
         text = _cut(text, budget, res)
     try:
@@ -130,6 +245,7 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     if budget is not None and len(nodes) > budget:
         res.over_cap += len(nodes) - budget
         del nodes[budget:]
+    res.examined = len(nodes)
     # The cache key's third part: sort_query alone for UTF-8 pages (no tuple built per href).
     mode: bool | tuple[bool, str] = sort_query if qenc == "utf-8" else (sort_query, qenc)
     cache = _CACHE

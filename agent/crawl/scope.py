@@ -88,6 +88,16 @@ class Scope:
         m = self.settings.max_pages_per_host
         return m is not None and pages_fetched >= m
 
+    def domain_full(self, pages_fetched: int) -> bool:
+        """Whether a registered domain that had `pages_fetched` pages here is at max_pages_per_domain."""
+        m = self.settings.max_pages_per_domain
+        return m is not None and pages_fetched >= m
+
+    def domain_crowded(self, hosts: int) -> bool:
+        """Whether a registered domain with `hosts` hosts here may take no new one (max_hosts_per_domain)."""
+        m = self.settings.max_hosts_per_domain
+        return m is not None and hosts >= m
+
     def queue_room(self, queued: int) -> int | None:
         """How many more URLs a host with `queued` URLs may queue (None: no limit)."""
         m = self.settings.max_queued_per_host
@@ -104,18 +114,19 @@ def query_shape(url: str) -> str | None:
 
 
 def _repeats(segs: list[str], limit: int) -> bool:
-    """A block of 1 to 3 segments repeated back to back more than `limit` times (/a/b/a/b/a/b)."""
+    """A block of segments of any width repeated back to back more than `limit` times
+    (/x/x/x, /a/b/a/b/a/b, /a/b/c/d/a/b/c/d/a/b/c/d...): a relative link that keeps resolving
+    one level deeper. A block of width w needs w * (limit + 1) segments, so the widths tried stop
+    at len(segs) // (limit + 1): at most ~n^2 / (limit + 1) comparisons (n <= max_path_depth)."""
     n = len(segs)
-    for width in (1, 2, 3):
-        need = width * (limit + 1)
-        if need > n:
-            break
-        run = width  # length of the current periodic stretch
+    for width in range(1, n // (limit + 1) + 1):
+        need = width * limit  # matches segs[i] == segs[i - width] in a row: limit + 1 copies
+        run = 0
         for i in range(width, n):
             if segs[i] == segs[i - width]:
                 run += 1
                 if run >= need:
                     return True
             else:
-                run = width
+                run = 0
     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from agent.crawl.incidents import Incidents
 from agent.crawl.scope import Scope, query_shape
 from agent.state.commit import Durable
 from agent.state.frontier import Frontier, Item, item_problem
@@ -63,6 +64,7 @@ class Intake:
         arriving: Callable[[list[str]], None] = lambda hosts: None,
         replicated: Callable[[], Awaitable[None]] | None = None,
         sort_query: bool = False,
+        incidents: Incidents | None = None,
     ):
         self.seen = seen
         self.frontier = frontier
@@ -74,8 +76,10 @@ class Intake:
         self.arriving = arriving    # hosts about to get URLs (ownership may hold a new one first)
         self.replicated = replicated  # returns once what is committed is at the backups
         self.sort_query = sort_query
+        self.incidents = incidents   # refusals by reason, for the operator (the dispatcher's)
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
                                            "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0,
+                                           "over_domain_page_budget": 0, "over_domain_hosts": 0,
                                            "pushes_received": 0, "urls_received": 0, "unstorable": 0}
         # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
         # restart forgives a host once (its queue budget, on disk, still holds).
@@ -97,10 +101,25 @@ class Intake:
             by_host.setdefault(it.host, []).append(it)
         self.arriving(list(by_host))
         fresh: list[Item] = []
+        joining: dict[str, int] = {}  # registered domain -> hosts new to the frontier in this call
         for host, its in by_host.items():
             if self.scope.host_full(self.frontier.pages(host)):
                 self.counters["over_page_budget"] += len(its)
                 continue
+            if self.scope.domain_full(self.frontier.domain_pages(host)):
+                self.counters["over_domain_page_budget"] += len(its)
+                self._note("domain_page_budget", host, len(its))
+                continue
+            if not self.frontier.holds(host):
+                # A host new here, of a domain with max_hosts_per_domain hosts already: a subdomain
+                # flood is held to the domain's budget (found again later, it is refused again).
+                # The hosts this call queues count too (the frontier sees them at the end).
+                dom = self.frontier.domain_of(host)
+                if self.scope.domain_crowded(self.frontier.domain_hosts(host) + joining.get(dom, 0)):
+                    self.counters["over_domain_hosts"] += len(its)
+                    self._note("domain_hosts", host, len(its), f"{dom} has {self.frontier.domain_hosts(host)} hosts here")
+                    continue
+                joining[dom] = joining.get(dom, 0) + 1
             if self.scope.settings.max_urls_per_query_shape is not None:
                 # Before the seen set: a trap's endless URLs must not grow it (memory, rehash stalls).
                 its = self._churn_guard(host, its)
@@ -110,6 +129,10 @@ class Intake:
             for host in {i.host for i in fresh}:
                 self.wake(host)
         return len(fresh)
+
+    def _note(self, reason: str, host: str, n: int, detail: str = "") -> None:
+        if self.incidents is not None:
+            self.incidents.note(reason, host, f"{n} URLs refused" + (f" ({detail})" if detail else ""), n)
 
     def _record(self, host: str, its: list[Item]) -> list[Item]:
         room = self.scope.queue_room(self.frontier.queue_len(host))
@@ -144,6 +167,7 @@ class Intake:
             n = shapes.get(shape, 0)
             if n >= cap:
                 self.counters["query_churn"] += 1
+                self._note("trap_query_churn", host, 1, shape[:200])
                 continue
             if not n:
                 self._shape_count += 1

@@ -101,6 +101,10 @@ class _Lane:
         self.dirty = -1
 
 
+def _no_domain(host: str) -> str:
+    return ""
+
+
 class _HostQ:
     # lanes: origin -> its lane (only lanes with queued items); every queued item of the host is
     # in exactly the lane of origin_of(its url). inflight = the host's items popped and neither
@@ -170,6 +174,7 @@ class Frontier:
         cache_kib: int = 8192,
         wal_pages: int = 16384,
         changes: FlushListener | None = None,
+        domain_of: Callable[[str], str] | None = None,
     ) -> None:
         if hot_per_host < 1:
             raise ValueError("hot_per_host must be >= 1")
@@ -206,6 +211,19 @@ class Frontier:
         # Pages fetched per host (the page budget), durable with the done marks that count them.
         self._pages: dict[str, int] = dict(self._db.execute("SELECT host, n FROM pages"))
         self._pages_dirty: set[str] = set()
+        # Per registered domain (the per-domain budgets, issue 25), derived from the per-host state
+        # above, so nothing more is stored. Invariants: _domain_pages[d] = sum of _pages over the
+        # hosts of d; _domain_hosts[d] = number of hosts of d "present": in _hosts or in _pages.
+        # domain_of None: no per-domain counts (every domain reads 0); the agent passes
+        # wancrawl.domains.registered_domain (agent/node.py).
+        self.domain_of: Callable[[str], str] = domain_of or _no_domain
+        self._count_domains = domain_of is not None
+        self._domain_pages: dict[str, int] = {}
+        self._domain_hosts: dict[str, int] = {}
+        for host, n in self._pages.items() if self._count_domains else ():
+            d = self.domain_of(host)
+            self._domain_pages[d] = self._domain_pages.get(d, 0) + n
+            self._domain_hosts[d] = self._domain_hosts.get(d, 0) + 1
         # Host-key index rows (hkey, host) of hosts that entered memory (_hosts or _pages) from
         # neither, until the next flush writes them (INSERT OR IGNORE: the row may exist already).
         self._key_rows: list[tuple[int, str]] = []
@@ -240,6 +258,8 @@ class Frontier:
         # Everything on disk is queued again, including what was in flight at the crash; nothing is
         # loaded into memory until a host is popped.
         for host, origin, n in self._db.execute("SELECT host, origin(url), count(*) FROM queue GROUP BY host, origin(url)"):
+            if host not in self._hosts and host not in self._pages:
+                self._present(host, 1)
             q = self._q(host)
             lane = q.lanes[origin] = _Lane()
             lane.bound = _MIN_KEY
@@ -346,6 +366,7 @@ class Frontier:
                 q = self._hosts[host] = _HostQ()
                 if host not in self._pages:  # a host in neither has no index row, or a stale one
                     self._key_rows.append((host_prefix(host), host))
+                    self._present(host, 1)
             self._place(host, q, it)
             n += 1
         self._queued += n
@@ -492,6 +513,39 @@ class Frontier:
         """Pages fetched from the host so far (all time, across restarts)."""
         return self._pages.get(host, 0)
 
+    def domain_pages(self, host: str) -> int:
+        """Pages fetched here from every host of the host's registered domain."""
+        return self._domain_pages.get(self.domain_of(host), 0)
+
+    def domain_hosts(self, host: str) -> int:
+        """Hosts of the host's registered domain this frontier knows (URLs queued or pages counted)."""
+        return self._domain_hosts.get(self.domain_of(host), 0)
+
+    def _present(self, host: str, step: int) -> None:
+        """A host entered (step 1) or left (-1) the hosts this frontier knows (_hosts or _pages)."""
+        if not self._count_domains:
+            return
+        d = self.domain_of(host)
+        n = self._domain_hosts.get(d, 0) + step
+        if n > 0:
+            self._domain_hosts[d] = n
+        else:
+            self._domain_hosts.pop(d, None)
+            self._domain_pages.pop(d, None)
+
+    def _set_pages(self, host: str, n: int | None) -> None:
+        """_pages[host] = n (None: no entry), with the domain's sum."""
+        old = self._pages.get(host, 0)
+        if n is None:
+            self._pages.pop(host, None)
+        else:
+            self._pages[host] = n
+        if not self._count_domains:
+            return
+        d = self.domain_of(host)
+        if n != old and d in self._domain_hosts:
+            self._domain_pages[d] = self._domain_pages.get(d, 0) + (n or 0) - old
+
     def add_pages(self, host: str, n: int = 1) -> None:
         """Count pages fetched (at once, so the budget holds between commits; durable at the next
         flush: a crash before it can only count a refetched page twice, never let one through).
@@ -500,8 +554,9 @@ class Frontier:
         if n:
             if host not in self._pages and host not in self._hosts:
                 self._key_rows.append((host_prefix(host), host))
+                self._present(host, 1)
             # Handed-over counts add up here: each is bounded at the edge, their sum is not.
-            self._pages[host] = min(self._pages.get(host, 0) + n, MAX_PAGES)
+            self._set_pages(host, min(self._pages.get(host, 0) + n, MAX_PAGES))
             self._pages_dirty.add(host)
 
     def done(self, item: Item) -> bool:
@@ -518,6 +573,8 @@ class Frontier:
             q.inflight -= 1
             if not q.inflight and not q.lanes:
                 del self._hosts[item.host]  # idle hosts cost no memory
+                if item.host not in self._pages:
+                    self._present(item.host, -1)
         return True
 
     def retry(self, item: Item, not_before: float = 0.0) -> bool:
@@ -562,6 +619,8 @@ class Frontier:
         self._work.discard(host)
         if not q.inflight:
             del self._hosts[host]
+            if host not in self._pages:
+                self._present(host, -1)
         if self.changes is not None:
             self.changes.cleared(host)
         return n
@@ -573,10 +632,13 @@ class Frontier:
         cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
         self._db.execute("DELETE FROM pages WHERE host=?", (host,))
         self._db.execute("DELETE FROM hostkey WHERE hkey=? AND host=?", (host_prefix(host), host))
-        self._pages.pop(host, None)
+        present = host in self._pages or host in self._hosts
+        self._set_pages(host, None)
         self._pages_dirty.discard(host)
         n = cur.rowcount
         q = self._hosts.pop(host, None)
+        if present:
+            self._present(host, -1)
         if q is not None:
             self._queued -= q.queued()
             self._hot_total -= sum(len(ln.hot) for ln in q.lanes.values())
@@ -682,9 +744,11 @@ class Frontier:
             host = pages[i][0]
             row = self._db.execute("SELECT n FROM pages WHERE host=?", (host,)).fetchone()
             if row is None:
-                self._pages.pop(host, None)
+                self._set_pages(host, None)
+                if host not in self._hosts:
+                    self._present(host, -1)
             else:
-                self._pages[host] = row[0]
+                self._set_pages(host, row[0])
             self._rejected_hosts.append(host)
         gone = {i for i, _ in bad_adds}
         return [r for i, r in enumerate(adds) if i not in gone]
@@ -717,6 +781,8 @@ class Frontier:
             self._work.discard(host)
             if not q.inflight:
                 del self._hosts[host]
+                if host not in self._pages:
+                    self._present(host, -1)
 
     def take_rejected(self) -> tuple[list[Item], list[str]]:
         """Items whose add was left out by a flush, and hosts whose page count was, since the

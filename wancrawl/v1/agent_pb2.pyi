@@ -152,7 +152,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("agent_id", "load", "counters", "parked", "given_up")
+    __slots__ = ("agent_id", "load", "counters", "parked", "given_up", "top_hosts")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -165,12 +165,26 @@ class StatusResponse(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     PARKED_FIELD_NUMBER: _ClassVar[int]
     GIVEN_UP_FIELD_NUMBER: _ClassVar[int]
+    TOP_HOSTS_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     load: _common_pb2.LoadReport
     counters: _containers.ScalarMap[str, float]
     parked: _containers.RepeatedCompositeFieldContainer[HostNote]
     given_up: _containers.RepeatedCompositeFieldContainer[HostNote]
-    def __init__(self, agent_id: _Optional[str] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., counters: _Optional[_Mapping[str, float]] = ..., parked: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ..., given_up: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ...) -> None: ...
+    top_hosts: _containers.RepeatedCompositeFieldContainer[HostCost]
+    def __init__(self, agent_id: _Optional[str] = ..., load: _Optional[_Union[_common_pb2.LoadReport, _Mapping]] = ..., counters: _Optional[_Mapping[str, float]] = ..., parked: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ..., given_up: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ..., top_hosts: _Optional[_Iterable[_Union[HostCost, _Mapping]]] = ...) -> None: ...
+
+class HostCost(_message.Message):
+    __slots__ = ("host", "pages", "bytes", "give_ups")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    GIVE_UPS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    pages: int
+    bytes: int
+    give_ups: int
+    def __init__(self, host: _Optional[str] = ..., pages: _Optional[int] = ..., bytes: _Optional[int] = ..., give_ups: _Optional[int] = ...) -> None: ...
 
 class HostNote(_message.Message):
     __slots__ = ("host", "reason", "until")
