@@ -21,6 +21,7 @@ from agent.ownership.replica import ReplicaStore
 from agent.state.seen import fingerprint
 from consultant.client import HostRoute
 from lab.testing import ServerThread
+from wancrawl.errors import Unavailable
 from wancrawl.urls import canonicalize
 from wancrawl.v1 import agent_pb2
 
@@ -387,6 +388,72 @@ def test_pages_stored_before_their_done_reached_the_backup_are_not_fetched_again
         assert sum(c["refetches_avoided"] for c in counters) > 0
     else:
         assert twice, "without asking storage the pages in the window are fetched again"
+
+@pytest.mark.parametrize("cut", ["cancelled", "error"])
+def test_a_push_is_answered_only_once_its_urls_are_at_the_backup(run, tmp_path, cut):
+    """The loss behind the test above (seen as http://www.s0006.unicom-beijing.lab/events/plain-15.html
+    lost under load): the replication loop was stopped (cancelled) in the middle of the round a
+    push waited on. The round answered the push as if its URLs were at the backup, and the delta
+    it was sending had left the replicator's pending changes while the backup still counted as
+    current, so no later round sent it. The push's sender forgot the URLs, the owner died, its
+    backup promoted a replica without them. Here the backup's first answer after the push never
+    comes and the round is cut short (the loop cancelled, or an error in the round): the push
+    must not be answered as done, and the next rounds must bring the backup's replica (a real
+    ReplicaStore, the reference) to the owner's queue."""
+    from test_peer_guard import A, B, H, URLS, done, make_node
+
+    replica = ReplicaStore(tmp_path / "backup")
+    hang = asyncio.Event()   # set: the next Replicate to the backup never answers
+    entered = asyncio.Event()
+
+    class Backup:
+        async def replicate(self, parts):
+            msgs = [m for batch in parts for m in batch.items]
+            if hang.is_set():
+                hang.clear()
+                entered.set()
+                if cut == "error":
+                    raise RuntimeError("the round breaks (test)")
+                await asyncio.Event().wait()  # no answer: the round is cancelled while it waits
+            replica.apply("a", msgs)
+            return agent_pb2.ReplicateResponse(applied=len(msgs))
+
+    class Pool:
+        def get(self, address):
+            assert address == B[1]
+            return Backup()
+
+    async def go():
+        node = make_node(tmp_path, {H: (A, B)})
+        node.replicator.peers = Pool()  # type: ignore[assignment]
+        node.intake.accept_local([Item(URLS[0], H)])
+        node.commit_log.commit(force=True)
+        await node.replicator.round()  # the backup has the host whole: synced
+        assert [i.url for i in replica.export(H).queue] == [URLS[0]]
+        loop = asyncio.create_task(node.replicator.run(), name="replication")
+        hang.set()
+        push = asyncio.create_task(node.push(7, [agent_pb2.UrlItem(url=URLS[1], depth=1)], route=False))
+        await entered.wait()  # the round carrying the push's URL is under way
+        if cut == "cancelled":
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+            with pytest.raises(Unavailable):
+                await push  # its sender keeps the URL and pushes it again
+        else:
+            # The loop goes on: the next round sends the host whole and answers the push then.
+            assert (await push).accepted == 1
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+        await node.replicator.round()
+        owner = sorted(i.url for i in node.frontier.export_host(H))
+        assert owner == [URLS[0], URLS[1]]
+        assert sorted(i.url for i in replica.export(H).queue) == owner, "the backup's replica lacks what the owner queued"
+        assert node.replicator.gauges()["replica_unsynced"] == 0
+        await done(node)
+
+    run(go())
+    replica.close()
+
 
 def test_an_agent_whose_lease_lapsed_fetches_nothing_until_it_is_renewed(run, tmp_path):
     """The fence: a consultant that stops answering heartbeats (a partition, as the agent sees

@@ -160,14 +160,25 @@ class Replicator:
             self._pending.clear()
 
     async def round(self) -> None:
+        """One round; answers the barriers waiting on it only if it ran to its end. A round cut
+        short has not sent what they wait for: cancelled (the loop stops: a stop, a crash's last
+        moments), they fail with Unavailable, so a push waiting on it fails and its sender keeps
+        the URLs; an error in the round leaves them to the next round."""
         async with self._lock:
             waiters, self._waiters = self._waiters, []
             try:
                 await self._round()
-            finally:
+            except asyncio.CancelledError:
                 for w in waiters:
                     if not w.done():
-                        w.set_result(None)
+                        w.set_exception(errors.Unavailable("replication stopped before this push reached the backups"))
+                raise
+            except BaseException:
+                self._waiters[:0] = waiters
+                raise
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
 
     async def barrier(self) -> None:
         """Return after a round that started after this call: what was committed before it is
@@ -197,6 +208,24 @@ class Replicator:
         if not self._dirty:
             return
         hosts, self._dirty = sorted(self._dirty), set()
+        try:
+            await self._round_of(hosts)
+        except BaseException:
+            # Cut short (cancelled, or an error): their deltas were taken from _pending and what a
+            # backup got of them is unknown. Left as they were, a backup would count as current
+            # without a delta it never received, and the next round would not send it again (a
+            # URL acknowledged to its pusher, then missing from the replica a backup promotes).
+            # Every backup gets these hosts whole at the next round.
+            self._unsure(hosts)
+            raise
+
+    def _unsure(self, hosts: list[str]) -> None:
+        for h in hosts:
+            self._synced.pop(h, None)
+            self._need_full.add(h)
+        self._dirty.update(hosts)
+
+    async def _round_of(self, hosts: list[str]) -> None:
         routes = await self.directory.routes(hosts)
         self._collect()  # what committed during the look-up: a full copy below must not miss a done
         now = self.clock()
