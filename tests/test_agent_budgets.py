@@ -304,3 +304,45 @@ def test_a_domain_with_its_hosts_budget_refuses_new_hosts(tmp_path, run):
     assert n.frontier.holds("www.other.lab") and n.intake.counters["over_domain_hosts"] == 14
     n.intake.accept_local(items("n1.flood.lab", 3, prefix="q"))  # a host it has takes more URLs
     assert n.frontier.queue_len("n1.flood.lab") == 5
+
+
+def test_a_promoted_replica_is_taken_whole_over_the_domain_budgets_and_a_spent_budget_gives_up_visibly(tmp_path, run):
+    """Budgets per registered domain refuse hosts new here at intake; a host a promoted replica
+    (or a handover) brings in is this agent's already and is taken whole, even when its domain
+    is at max_hosts_per_domain: its URLs are fetched. Only a domain page budget that is truly
+    spent drops URLs, and then as a give-up with its reason and counts, never silently."""
+    from agent.crawl.dispatcher import HostCrawlState
+    from agent.ownership.ledger import HostState
+    from agent.state.seen import fingerprint
+
+    web = Web(ok)
+    n = node(tmp_path, web, scope__max_hosts_per_domain=3, scope__max_pages_per_domain=12, concurrency=1)
+    n.intake.accept_local([it for k in range(3) for it in items(f"n{k}.flood.lab", 2)])  # the domain's 3 hosts
+    promoted = items("n7.flood.lab", 4)
+    done_there = "http://n7.flood.lab/fetched-by-the-dead-owner"
+    n.ledger.merge(HostState("n7.flood.lab", promoted, [fingerprint(i.url) for i in promoted] + [fingerprint(done_there)],
+                             HostCrawlState(None, 0.0, 0, [], 3)))
+    assert n.frontier.queue_len("n7.flood.lab") == 4 and n.intake.counters["over_domain_hosts"] == 0
+    n.intake.accept_local(items("n7.flood.lab", 2, prefix="more") + items("n8.flood.lab", 2))
+    assert n.frontier.queue_len("n7.flood.lab") == 6, "a host held here takes more URLs"
+    assert not n.frontier.holds("n8.flood.lab") and n.intake.counters["over_domain_hosts"] == 2
+    assert n.incidents.counts["domain_hosts"] == 2, "the refusal is counted by reason"
+
+    async def go():
+        await n.start()
+        await until(n.idle, "the crawl to end")
+        given_up = dict(n.dispatcher.given_up)
+        c = n.status_counters()
+        await n.stop()
+        return given_up, c
+
+    given_up, c = run(go())
+    fetched = [u for u in web.log if not u.endswith("robots.txt")]
+    queued = [i.url for k in range(3) for i in items(f"n{k}.flood.lab", 2)] + [i.url for i in promoted] + \
+        [i.url for i in items("n7.flood.lab", 2, prefix="more")]
+    # The budget of 12 less the 3 pages the replica brought: 9 fetched, one at a time (concurrency 1).
+    assert len(fetched) == 9 and set(fetched) <= set(queued) and len(set(fetched)) == 9
+    left = {u.split("/")[2] for u in set(queued) - set(fetched)}
+    assert left and all("domain page budget" in given_up.get(h, "") for h in left), given_up
+    assert c["budget_dropped"] == len(queued) - 9, "every URL not fetched is counted as dropped"
+    assert n.incidents.counts["domain_page_budget"] >= 1

@@ -25,13 +25,14 @@ def hostile_web(*kinds: str) -> Web:
 
 
 @pytest.mark.timeout(120)
-def test_a_subdomain_flood_on_one_ip_is_held_to_its_domains_host_budget(run, tmp_path):
+def test_a_subdomain_flood_on_one_ip_is_held_to_its_domains_host_budget_and_the_per_ip_delay(run, tmp_path):
     with ServerThread(hostile_web("subdomain-flood"), zero_latency=True) as lab:
         site = lab.web.topology.hostile_sites["subdomain-flood"]
 
         async def go():
             # Depth 2 reaches ~110 of its 2,000 names; the domain may have 20 hosts here.
-            keys = {"scope.max_depth": 2, "scope.max_hosts_per_domain": 20}
+            # The default politeness (the test helpers' 0.02 s delay would cap ip_delay at 0.02 s).
+            keys = {"scope.max_depth": 2, "scope.max_hosts_per_domain": 20, "politeness.delay": 1.0, "politeness.ip_delay": 0.25}
             async with cluster(tmp_path, lab, 1, agent_keys=keys) as (cs, client, [agent], [store]):
                 await seed(agent.node, [lab.web.url(site, "/")])
                 await wait_idle([agent.node], timeout=90)
@@ -42,6 +43,13 @@ def test_a_subdomain_flood_on_one_ip_is_held_to_its_domains_host_budget(run, tmp
         flood = {h for h in hosts if h.endswith("." + lab.web.topology.site_domain(site))}
         assert 10 < len(flood) <= 20, (f"{len(flood)} hosts of the flood contacted", {k: v for k, v in c.items() if v})
         assert c["over_domain_hosts"] > 0
+        # And to the per-IP delay (politeness.ip_delay, 0.25 s by default): every name is on the
+        # site's one IP, so the server sees about one request per 0.25 s whatever the name, not
+        # one per name at once (4 in flight at zero latency: hundreds a second). Counted over 2 s
+        # windows of the server's clock, with slack for requests bunched on the way.
+        times = sorted(e.t for e in lab.server.log if e.site_ip == site.ip)
+        busiest = max(sum(1 for t in times[i:] if t < t0 + 2.0) for i, t0 in enumerate(times))
+        assert len(times) > 20 and busiest <= 2.0 / 0.25 + 4, (len(times), busiest, [(round(e.t - times[0], 3), e.host, e.path) for e in lab.server.log][:60])
 
 
 @pytest.mark.timeout(120)

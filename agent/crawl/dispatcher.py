@@ -295,6 +295,10 @@ class Dispatcher:
                 # the host's slot nor its delay, or each retry of a dead origin would hold back the
                 # live ones for up to a connect timeout.
                 probe = failing is not None and failing[2] == 0
+                if not probe:
+                    # The slot is taken now, not when the task first runs: the next pick of this
+                    # turn must see it (per-IP delay and cap), or one turn starts a whole IP's hosts.
+                    self.scheduler.started(host, ip, self.clock())
                 self._spawn(self._fetch_robots(host, ip, origin, slot=not probe))
                 self._schedule(host)
                 return
@@ -311,6 +315,7 @@ class Dispatcher:
                 self.finish(item, None)
                 self._schedule(host)
                 return
+        self.scheduler.started(host, ip, self.clock())  # before the task runs (see robots.txt above)
         self._spawn(self._fetch_page(item, ip))
 
     def _give_up_origin(self, host: str, origin: str, reason: str) -> None:
@@ -410,9 +415,8 @@ class Dispatcher:
 
     async def _fetch_robots(self, host: str, ip: str, origin: str, *, slot: bool = True) -> None:
         url = f"{origin}/robots.txt"
-        # The host's slot is held for the whole chain, so its politeness sees one request.
-        if slot:
-            self.scheduler.started(host, ip, self.clock())
+        # The host's slot (slot: taken by _start) is held for the whole chain, so its politeness
+        # sees one request.
         try:
             resp = await self._fetch(url, host, ip)
             hops = 0
@@ -459,8 +463,7 @@ class Dispatcher:
         return True
 
     async def _fetch_page(self, item: Item, ip: str) -> None:
-        host = item.host
-        self.scheduler.started(host, ip, self.clock())
+        host = item.host  # its slot was taken by _start
         if self.stored_check is not None and item.url in self.stored_check and await self.stored_check.stored(item.url):
             # The owner it was promoted from stored it before its "done" reached the replica.
             self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=self.frontier.has_work(host))
