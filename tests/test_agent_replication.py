@@ -362,16 +362,22 @@ def test_pages_stored_before_their_done_reached_the_backup_are_not_fetched_again
                 victim = agents[1].node
                 await _until(lambda: victim.status_counters()["pages"] >= 15)
                 await _until(lambda: all(a.node.replicator.gauges()["replica_unsynced"] == 0 for a in agents), 20)
-                # Its last moments, in the window's order: replication stops, fetching stops, one
-                # round carries the last pages as fetched-but-unshipped, then they reach storage.
-                rep = next(t for t in victim.tasks if t.get_name() == "replication")
-                rep.cancel()
-                await asyncio.gather(rep, return_exceptions=True)
+                # Its last moments, in the window's order: replication stops and shipping to
+                # storage pauses; the pages it fetches from then on (one at least) are the window's;
+                # fetching stops, one round carries them as fetched-but-unshipped, then they reach
+                # storage. (With the shipper running, every page could reach storage before that
+                # round on a loaded machine, and the case tested nothing.)
+                tasks = {t.get_name(): t for t in victim.tasks}
+                for name in ("replication", "storage"):
+                    tasks[name].cancel()
+                await asyncio.gather(tasks["replication"], tasks["storage"], return_exceptions=True)
+                await _until(lambda: victim.spool.pages > 0, 20)
                 await victim.dispatcher.stop()
                 victim.commit_log.commit(force=True)
                 await victim.replicator.round()
                 in_window = len(victim.replicator._held_done) and sum(len(v) for v in victim.replicator._held_done.values())
-                await _until(lambda: victim.spool.pages == 0, 10)
+                while len(victim.spool):
+                    assert await victim.shipper.send(max_batches=50) > 0, "the fake storage takes every batch"
                 await crash(agents[1])
                 rest = [agents[0].node, agents[2].node]
                 await _until(lambda: sum(n.status_counters()["hosts_promoted"] for n in rest) > 0, 20)
