@@ -111,16 +111,25 @@ class Replicator:
         backup fetch them again, so that window is kept to one round trip."""
         last_round = float("-inf")
         last_shipped = self.shipped()
-        while True:
-            await self.waker.wait(SHIP_POLL)
-            shipped = self.shipped()
-            if not (self._waiters or shipped != last_shipped or self.clock() - last_round >= self.interval):
-                continue
-            last_round, last_shipped = self.clock(), shipped
-            try:
-                await self.round()
-            except Exception:
-                log.exception("replication round failed")
+        try:
+            while True:
+                await self.waker.wait(SHIP_POLL)
+                shipped = self.shipped()
+                if not (self._waiters or shipped != last_shipped or self.clock() - last_round >= self.interval):
+                    continue
+                last_round, last_shipped = self.clock(), shipped
+                try:
+                    await self.round()
+                except Exception:
+                    log.exception("replication round failed")
+        except asyncio.CancelledError:
+            # The loop stops: no round will answer the pushes waiting for one (an explicit
+            # round() still answers those that wait after this).
+            waiters, self._waiters = self._waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(errors.Unavailable("replication stopped before this push reached the backups"))
+            raise
 
     def _collect(self) -> None:
         """Take the committed changes; move dones whose captures are at storage to pending."""
@@ -183,7 +192,8 @@ class Replicator:
     async def barrier(self) -> None:
         """Return after a round that started after this call: what was committed before it is
         at its backup (or that backup failed: the replica lags, counted). A peer's push is
-        acknowledged only then, so a URL it handed over survives this agent's crash."""
+        acknowledged only then, so a URL it handed over survives this agent's crash. Raises
+        Unavailable if the round is cancelled instead (see round)."""
         fut = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self.waker.set()
