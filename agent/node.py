@@ -84,7 +84,7 @@ class AgentNode:
         self.signal = HostSignal()
         self.gate = Gate(self.signal.wake, fenced=rep.fence)
         changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes)
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, revisit=s.revisit, clock=clock)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
@@ -296,6 +296,10 @@ class AgentNode:
         if self.overlay is not None:
             out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch,
                        **self.overlay.balancing.gauges())
+        if self.s.revisit.enabled:
+            out.update(self.frontier.revisit_counts(self.clock()))
+            seen_changed, seen_same = out.get("revisits_changed", 0.0), out.get("revisits_unchanged", 0.0)
+            out["revisit_freshness"] = seen_same / (seen_changed + seen_same) if seen_changed + seen_same else 1.0
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
                    parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)

@@ -166,6 +166,39 @@ class StorageOutSettings:
             raise ValueError("storage_out.not_placed_hold must be >= 0")
 
 
+REVISIT_POLICIES = ("fixed", "adaptive", "optimal")  # agent/state/revisit.py
+
+
+@dataclass(frozen=True)
+class RevisitSettings:
+    """Continuous crawling (issue 26; docs/continuous.md). Off by default: a one-shot crawl
+    fetches each URL once. On, every page fetched with a 2xx answer is due again after an
+    interval chosen by `policy`, and a revisit asks with If-None-Match / If-Modified-Since."""
+
+    enabled: bool = False
+    policy: str = "fixed"             # fixed | adaptive (Nutch) | optimal (Cho and Garcia-Molina)
+    interval: float = 86400.0         # fixed interval; the first interval of the other two
+    min_interval: float = 60.0        # bounds of the adaptive and optimal intervals
+    max_interval: float = 30 * 86400.0
+    inc_rate: float = 0.4             # adaptive: interval * (1 + inc_rate) when a page did not change
+    dec_rate: float = 0.2             # adaptive: interval * (1 - dec_rate) when it did
+    pages_per_host_day: float = 1000.0  # optimal: revisits per host per day the intervals are planned for
+    # Of a host's fetch slots when both kinds are due, at least this share goes to first visits
+    # (discovery); revisits take the rest. Either kind alone takes every slot.
+    discovery_share: float = 0.5
+    conditional: bool = True          # send If-None-Match / If-Modified-Since from the last capture
+
+    def __post_init__(self) -> None:
+        if self.policy not in REVISIT_POLICIES:
+            raise ValueError(f"revisit.policy must be one of {', '.join(REVISIT_POLICIES)}, got {self.policy!r}")
+        if not 0 < self.min_interval <= self.interval <= self.max_interval:
+            raise ValueError("revisit: 0 < min_interval <= interval <= max_interval")
+        if not (0 <= self.inc_rate <= 10 and 0 <= self.dec_rate < 1):
+            raise ValueError("revisit: inc_rate 0..10, dec_rate 0..<1")
+        if self.pages_per_host_day <= 0 or not 0 <= self.discovery_share <= 1:
+            raise ValueError("revisit: pages_per_host_day > 0, discovery_share 0..1")
+
+
 @dataclass(frozen=True)
 class ReplicationSettings:
     # Each owned host's committed state goes to its first `backups` backups (docs/replication.md):
@@ -307,6 +340,7 @@ class AgentSettings:
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
     kademlia: KademliaSettings = field(default_factory=KademliaSettings)
+    revisit: RevisitSettings = field(default_factory=RevisitSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS, server and client (docs/security.md)
     source: str = field(default="defaults", compare=False)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -20,6 +21,7 @@ from agent.fetch import Fetcher, FetchRequest, FetchResponse
 from agent.placement.gate import Gate
 from agent.settings import AgentSettings
 from agent.state.frontier import Frontier, Item
+from agent.state.revisit import Visit, changed, conditional_headers, validators
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
@@ -122,6 +124,9 @@ class Dispatcher:
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
             "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0,
+            # Continuous crawling (issue 26): revisits fetched, of them those that found the page
+            # changed / unchanged, 304 answers, and the payload bytes those 304s did not send.
+            "revisits": 0, "revisits_changed": 0, "revisits_unchanged": 0, "not_modified": 0, "not_modified_bytes": 0,
         }
         # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
         # family, so not summed into status_counters.
@@ -382,10 +387,10 @@ class Dispatcher:
         if not t.cancelled() and t.exception() is not None:
             log.error("fetch task failed", exc_info=t.exception())
 
-    async def _fetch(self, url: str, host: str, ip: str | None) -> FetchResponse:
+    async def _fetch(self, url: str, host: str, ip: str | None, headers: dict[str, str] | None = None) -> FetchResponse:
         """One request through the fetcher, counted (robots.txt and its redirect hops too)."""
         try:
-            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip))
+            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip, headers or None))
         except Exception as exc:
             log.exception("fetcher raised on %s", url)
             resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
@@ -448,12 +453,14 @@ class Dispatcher:
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host
         self.scheduler.started(host, ip, self.clock())
-        if self.stored_check is not None and item.url in self.stored_check and await self.stored_check.stored(item.url):
+        if (item.revisit is None and self.stored_check is not None and item.url in self.stored_check
+                and await self.stored_check.stored(item.url)):
             # The owner it was promoted from stored it before its "done" reached the replica.
             self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=self.frontier.has_work(host))
             self.finish(item, None)
             return
-        resp = await self._fetch(item.url, host, ip)
+        rv = item.revisit
+        resp = await self._fetch(item.url, host, ip, conditional_headers(rv) if rv is not None and self.s.revisit.conditional else None)
         now = self.clock()
         if not self.gate.lease_ok(now):
             # The lease lapsed while this fetch was under way: another agent may own the host
@@ -524,7 +531,29 @@ class Dispatcher:
             self.counters["noindex_pages"] += res.noindex
             self._discover(item, res.links)
         self.counters["not_html"] += o.not_html
-        self.finish(item, self._capture(item, resp))
+        self.finish(item, self._visited(item, resp, self._capture(item, resp)))
+
+    def _visited(self, item: Item, resp: FetchResponse, cap: Capture | None) -> Capture | None:
+        """Tell the item what its fetch found (the frontier schedules the URL's next visit from
+        it) and count revisits. A 304 confirms the capture the revisit entry names: its record
+        goes to storage with that capture's payload digest (storage writes a server-not-modified
+        revisit record referring to it)."""
+        etag, modified = validators(resp.headers)
+        rv = item.revisit
+        digest = cap.payload_digest if cap is not None else ""
+        if rv is not None and resp.status == 304:
+            self.counters["not_modified"] += 1
+            self.counters["not_modified_bytes"] += rv.length
+            digest = rv.digest
+            if cap is not None and rv.digest:
+                cap = dataclasses.replace(cap, payload_digest=rv.digest)
+        item.visit = Visit(resp.started_at or self.clock(), resp.status, digest, etag, modified, len(resp.body))
+        if rv is not None:
+            self.counters["revisits"] += 1
+            c = changed(rv, item.visit)
+            if c is not None:
+                self.counters["revisits_changed" if c else "revisits_unchanged"] += 1
+        return cap
 
     def pages_per_second(self, window: float = 10.0) -> float:
         now = self.clock()
