@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import html
+from bisect import bisect_right
+from email.utils import formatdate, parsedate_to_datetime
 import itertools
 import math
 import random
@@ -101,6 +103,7 @@ MALFORMED_PAGES = 10
 TWO_ORIGIN_PAGES = 12  # pages of the two-origins site on its live origin ("/" and /o/1..11)
 DEAD_NAMES = 20  # names the dead-names site links to, none of which resolves
 GBK_PAGES = 5
+LAB_EPOCH = 1230768000.0  # 2009-01-01T00:00:00Z: model time 0 on the changing web's Last-Modified
 
 
 class Web:
@@ -126,6 +129,10 @@ class Web:
         self._huge: bytes | None = None
         self._many: tuple[str, ...] | None = None
         self._many_body: bytes | None = None
+        # Changing pages (spec.change_ratio > 0): per page, its change times so far and the
+        # generator that draws the next ones (a pure function of the seed, extended lazily).
+        self._changes: dict[tuple[int, int], tuple[list[float], random.Random, float]] = {}
+        self.render_version = lru_cache(maxsize=cache_pages)(self._render_version)
 
     def with_port(self, port: int) -> "Web":
         """The same web served on another port (absolute links and redirects follow it)."""
@@ -298,6 +305,88 @@ class Web:
             href += "#top"
         return href
 
+    # --- a web that changes (issue 26) -----------------------------------------------------
+    @property
+    def changing(self) -> bool:
+        return self.spec.change_ratio > 0
+
+    def change_rate(self, site: Site, i: int) -> float:
+        """Changes per model second of normal page i (a Poisson process); 0: it never changes."""
+        w = self.spec
+        if w.change_ratio <= 0 or site.hostile:
+            return 0.0
+        rng = random.Random(f"{self.seed}/{site.index}/{i}/changes")
+        if rng.random() >= w.change_ratio or not w.change_means:
+            return 0.0
+        return 1.0 / (rng.choice(w.change_means) * math.exp(rng.uniform(math.log(0.5), math.log(2.0))))
+
+    def _times(self, site: Site, i: int, until: float) -> list[float]:
+        key = (site.index, i)
+        got = self._changes.get(key)
+        if got is None:
+            rate = self.change_rate(site, i)
+            got = self._changes[key] = ([], random.Random(f"{self.seed}/{site.index}/{i}/times"), rate)
+        times, rng, rate = got
+        if rate > 0:
+            while not times or times[-1] <= until:
+                times.append((times[-1] if times else 0.0) + rng.expovariate(rate))
+        return times
+
+    def version_at(self, site: Site, i: int, t: float) -> int:
+        """Truth: the version of normal page i current at model time t (0 until its first change;
+        each change makes the next). Pure: the same seed gives the same history."""
+        return bisect_right(self._times(site, i, t), t)
+
+    def changed_at(self, site: Site, i: int, version: int) -> float:
+        """Model time at which `version` of page i began (0.0 for version 0)."""
+        times = self._times(site, i, 0.0)
+        if version <= 0 or not times:
+            return 0.0
+        while len(times) < version:
+            self._times(site, i, times[-1])
+        return times[version - 1]
+
+    def page_of_url(self, url: str) -> tuple[Site, int] | None:
+        """The normal page a canonical URL names, or None."""
+        rest = url.split("://", 1)[-1]
+        host, _, path = rest.partition("/")
+        site = self.topology.site(host)
+        if site is None or site.hostile:
+            return None
+        i = self.page_id(site, "/" + path)
+        return None if i is None else (site, i)
+
+    def version_of_url(self, url: str, t: float) -> int | None:
+        """Truth for a URL: its page's version at model time t (None: not a normal page)."""
+        p = self.page_of_url(url)
+        return None if p is None else self.version_at(p[0], p[1], t)
+
+    def validators(self, site: Site, i: int, version: int) -> tuple[str, str]:
+        """(ETag, Last-Modified) of one version of a page."""
+        etag = f'"{site.index:x}-{i:x}-{version}"'
+        return etag, formatdate(LAB_EPOCH + math.floor(self.changed_at(site, i, version)), usegmt=True)
+
+    def _render_version(self, site: Site, i: int, version: int) -> bytes:
+        """Version `version` of page i: the page with a revision paragraph; links unchanged."""
+        base = self.render_page(site, i)
+        if version <= 0:
+            return base
+        rng = random.Random(f"{self.seed}/{site.index}/{i}/v{version}")
+        note = " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 40)))
+        para = f'<p class="content__revision">Revision {version}: {note}.</p>\n'.encode()
+        k = base.find(b"</h1>\n")
+        return base[: k + 6] + para + base[k + 6 :] if k >= 0 else base + para
+
+    def _respond_changing(self, page: Page, now: float | None, inm: str | None, ims: str | None) -> Response:
+        site = page.site
+        assert site is not None
+        v = self.version_at(site, page.page_id, now) if now is not None else 0
+        etag, modified = self.validators(site, page.page_id, v)
+        headers = [("ETag", etag), ("Last-Modified", modified)]
+        if _not_modified(etag, LAB_EPOCH + math.floor(self.changed_at(site, page.page_id, v)), inm, ims):
+            return Response(304, headers)
+        return Response(200, [("Content-Type", HTML_UTF8), *headers], self.render_version(site, page.page_id, v))
+
     # --- requests ---------------------------------------------------------------------------
     def resolve(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Page:
         """Map (Host header, request target) to a Page; no body is built.
@@ -326,8 +415,15 @@ class Web:
             return Page(site, target, 404, "not-found", links=("/",))
         return Page(site, target, 200, "page", i, self.links(site, i))
 
-    def respond(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Response:
-        return self.render(self.resolve(host, target, site=site, now=now))
+    def respond(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None,
+                if_none_match: str | None = None, if_modified_since: str | None = None) -> Response:
+        """The response at model time `now`. On a changing web a page is served as its version
+        current at `now`, with ETag and Last-Modified, and a conditional request it satisfies
+        (If-None-Match, else If-Modified-Since; RFC 9110 13.2.2) is answered 304."""
+        page = self.resolve(host, target, site=site, now=now)
+        if page.kind == "page" and self.changing:
+            return self._respond_changing(page, now, if_none_match, if_modified_since)
+        return self.render(page)
 
     def render(self, page: Page) -> Response:
         kind = page.kind
@@ -909,3 +1005,15 @@ def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:
     ).encode()
 
 
+def _not_modified(etag: str, modified: float, inm: str | None, ims: str | None) -> bool:
+    """RFC 9110 13.1.2 and 13.1.3 for a GET: If-None-Match (weak comparison) decides when sent;
+    otherwise If-Modified-Since, a date at or after the last modification. A bad date is ignored."""
+    if inm is not None:
+        tags = [t.strip().removeprefix("W/") for t in inm.split(",")]
+        return "*" in tags or etag.removeprefix("W/") in tags
+    if ims is not None:
+        try:
+            return parsedate_to_datetime(ims).timestamp() >= modified
+        except (TypeError, ValueError, IndexError):
+            return False
+    return False
