@@ -84,7 +84,7 @@ class AgentNode:
         self.signal = HostSignal()
         self.gate = Gate(self.signal.wake, fenced=rep.fence)
         changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, revisit=s.revisit, clock=clock)
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, revisit=s.revisit, clock=clock, wake=self.signal.wake)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)

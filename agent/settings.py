@@ -191,8 +191,10 @@ class RevisitSettings:
     def __post_init__(self) -> None:
         if self.policy not in REVISIT_POLICIES:
             raise ValueError(f"revisit.policy must be one of {', '.join(REVISIT_POLICIES)}, got {self.policy!r}")
-        if not 0 < self.min_interval <= self.interval <= self.max_interval:
-            raise ValueError("revisit: 0 < min_interval <= interval <= max_interval")
+        # interval is not checked against the bounds (flags set one key at a time): the
+        # policies clamp every interval into [min_interval, max_interval].
+        if not (0 < self.min_interval <= self.max_interval and self.interval > 0):
+            raise ValueError("revisit: 0 < min_interval <= max_interval, interval > 0")
         if not (0 <= self.inc_rate <= 10 and 0 <= self.dec_rate < 1):
             raise ValueError("revisit: inc_rate 0..10, dec_rate 0..<1")
         if self.pages_per_host_day <= 0 or not 0 <= self.discovery_share <= 1:

@@ -219,6 +219,7 @@ class Frontier:
         changes: FlushListener | None = None,
         revisit: RevisitSettings | None = None,
         clock: Callable[[], float] = time.time,
+        wake: Callable[[str], None] | None = None,
     ) -> None:
         if hot_per_host < 1:
             raise ValueError("hot_per_host must be >= 1")
@@ -267,6 +268,9 @@ class Frontier:
         # The revisit schedule (issue 26): kept whatever the settings (a host handed over keeps
         # its schedule); popped, and written by done(), only when revisits are on.
         self.clock = clock
+        # Told of a host whose earliest revisit moved earlier (a page just fetched is scheduled at
+        # its commit, after the dispatcher let the host go idle): the agent's HostSignal.wake.
+        self.wake = wake
         self.planner = Planner(Policy.of(revisit)) if revisit is not None and revisit.enabled else None
         self.discovery_share = revisit.discovery_share if revisit is not None else 1.0
         self._rv: dict[str, _RvHost] = {h: _RvHost(False) for (h,) in self._db.execute("SELECT DISTINCT host FROM revisit")}
@@ -679,6 +683,8 @@ class Frontier:
         head = rh.head
         if rh.complete or (head and e.due <= head[-1].due):
             insort(head, e, key=_due)
+            if head[0] is e and self.wake is not None and self.planner is not None:
+                self.wake(e.host)
             if len(head) > 2 * _RV_HEAD:
                 head.pop()
                 rh.complete = False
