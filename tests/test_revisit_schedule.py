@@ -22,7 +22,7 @@ from agent.settings import RevisitSettings
 from agent.state.changes import ChangeLog
 from agent.state.frontier import Frontier, Item
 from agent.state.revisit import (
-    DAY, Entry, Planner, Policy, Visit, adaptive_next, age, changed, changefreq_seconds, estimate_rate, freq_for, freshness,
+    DAY, Planner, Policy, Visit, adaptive_next, age, changed, changefreq_seconds, estimate_rate, freq_for, freshness,
     optimal_frequencies,
 )
 from wancrawl.v1 import agent_pb2
