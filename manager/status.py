@@ -121,7 +121,34 @@ def render(snap: Snapshot, rates: dict[str, float]):
         st = snap.storage
         t.caption = (f"storage: {st.get('error')}" if "error" in st else
                      f"storage: {st.get('pages', 0)} pages, ratio {float(st.get('compression_ratio', 0) or 0):.2f}")
+    line = revisit_line(snap)
+    if line:
+        t.caption = f"{t.caption}\n{line}" if t.caption else line
     return t
+
+
+def revisit_summary(snap: Snapshot) -> dict[str, float] | None:
+    """A continuous crawl's figures over every agent (issue 26): URLs scheduled and due,
+    revisits, pages found changed, 304s and the bytes they saved, and the freshness estimate
+    (the share of revisits that found the page unchanged); None when no agent revisits."""
+    agents = [a.counters for a in snap.agents if "revisits_scheduled" in a.counters]
+    if not agents:
+        return None
+    out = {k: sum(c.get(k, 0.0) for c in agents) for k in (
+        "revisits_scheduled", "revisits_due", "revisits", "revisits_changed", "revisits_unchanged", "not_modified",
+        "not_modified_bytes")}
+    seen = out["revisits_changed"] + out["revisits_unchanged"]
+    out["freshness"] = out["revisits_unchanged"] / seen if seen else 1.0
+    return out
+
+
+def revisit_line(snap: Snapshot) -> str:
+    r = revisit_summary(snap)
+    if r is None:
+        return ""
+    return (f"revisits: {r['revisits_scheduled']:.0f} scheduled, {r['revisits_due']:.0f} due, {r['revisits']:.0f} done, "
+            f"{r['revisits_changed']:.0f} pages changed, {r['not_modified']:.0f} not modified "
+            f"({r['not_modified_bytes'] / 1e6:.1f} MB saved), freshness estimate {r['freshness']:.2f}")
 
 
 async def run_status(args) -> int:
