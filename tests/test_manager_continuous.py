@@ -12,7 +12,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from test_manager_crawl import CONTACT, _alive_services, _crawl_args, _crawler_requests, with_default_sigint
-from test_manager_crawl import sites  # noqa: F401 (the fixture: three manuals served by http.server)
+import test_manager_crawl
+
+sites = test_manager_crawl.sites  # the fixture: three manuals served by http.server
 
 from manager.cli import parser
 from manager.crawl import agent_toml, make_plan

@@ -10,14 +10,16 @@ from bisect import insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from agent.settings import RevisitSettings
 from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.revisit import FIELDS as RV_FIELDS, Entry, Planner, Policy, Visit, entry_of
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 from wancrawl.checks import MAX_COUNT
 from wancrawl.xorspace import host_prefix
+
+if TYPE_CHECKING:  # not at run time: agent.settings pulls in the fetchers (seconds of imports)
+    from agent.settings import RevisitSettings
 
 log = logging.getLogger("agent")
 

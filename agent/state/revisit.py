@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from agent.settings import RevisitSettings
+if TYPE_CHECKING:  # not at run time: agent.settings pulls in the fetchers (seconds of imports)
+    from agent.settings import RevisitSettings
 
 DAY = 86400.0
 NEVER = 100 * 365 * DAY  # "never" (archived pages): a change rate of once a century
