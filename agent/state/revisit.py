@@ -267,9 +267,14 @@ class Planner:
                      lastmod, cf)
 
     def rate(self, e: Entry) -> float:
-        """The estimated change rate (/s) of e's page."""
+        """The estimated change rate (/s) of e's page: the estimator over its revisits, blended
+        with the prior (a sitemap changefreq, else 1 / interval) as one pseudo-visit, so that a
+        page seen unchanged a few times is not taken for one that never changes (its rate decays
+        as prior / (n + 1), and it is still revisited now and then)."""
         prior = 1.0 / (e.changefreq or self.p.interval)
-        return estimate_rate(e.visits, e.changes, e.span, prior)
+        if e.visits <= 0 or e.span <= 0:
+            return prior
+        return (estimate_rate(e.visits, e.changes, e.span) * e.visits + prior) / (e.visits + 1)
 
     def next(self, e: Entry, v: Visit | None, now: float) -> Entry:
         """e after a revisit that told v (None: no answer, refused, given up)."""
