@@ -4,14 +4,12 @@ If-Modified-Since with 304), Ctrl-C stops it and the same --out resumes with the
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from test_manager_crawl import CONTACT, _alive_services, _crawl_args, _crawler_requests, with_default_sigint
+from test_manager_crawl import CONTACT, _alive_services, _crawl_args, _crawler_requests, interrupt_when
 import test_manager_crawl
 
 sites = test_manager_crawl.sites  # the fixture: three manuals served by http.server
@@ -57,25 +55,15 @@ def test_continuous_crawl_revisits_stops_on_ctrl_c_and_resumes_with_the_schedule
     out = tmp_path / "crawl"
     ref = sites["ref"]["urls"]
     args = ("--delay", "0", "--no-report", "--continuous", "--revisit-policy", "fixed", "--revisit-interval", "1")
-    log = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(with_default_sigint(_crawl_args(sites, out, *args)), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        # Every page fetched, then each fetched again at least once: the crawl goes on by itself.
-        want = {(urlsplit(u).hostname, urlsplit(u).path) for u in ref}
-        end = time.monotonic() + 150
-        while first.poll() is None and time.monotonic() < end:
-            reqs = _crawler_requests(sites)
-            if want <= set(reqs) and sum(reqs.values()) >= 2 * len(ref):
-                break
-            time.sleep(0.2)
-        assert want <= set(_crawler_requests(sites)), "not every page was fetched in time"
-        assert first.poll() is None, (tmp_path / "first.log").read_text()  # it did not end on its own
-        first.send_signal(signal.SIGINT)
-        assert first.wait(timeout=90) == 130, (tmp_path / "first.log").read_text()
-    finally:
-        if first.poll() is None:
-            first.kill()
-        log.close()
+    # Every page fetched, then each fetched again at least once: the crawl goes on by itself.
+    want = {(urlsplit(u).hostname, urlsplit(u).path) for u in ref}
+
+    def revisited() -> bool:
+        reqs = _crawler_requests(sites)
+        return want <= set(reqs) and sum(reqs.values()) >= 2 * len(ref)
+
+    interrupt_when(_crawl_args(sites, out, *args), tmp_path, revisited, timeout=150)
+    assert want <= set(_crawler_requests(sites)), "not every page was fetched in time"
     assert _alive_services(out) == []
     sched = _schedule(out)
     # Exactly the pages stored with a 2xx answer are scheduled (not the 404s of broken links).

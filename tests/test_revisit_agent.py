@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 
 from agent.state.frontier import Frontier
 from lab.testing import ServerThread
 
 from agent_helpers import cluster, fetched_urls, lab_web, normal_hosts, seed, truth_urls
-from conftest import REPO, free_port
+from test_agent_budgets import until
 
 REVISIT = {"revisit__enabled": True, "revisit__interval": 0.6, "revisit__min_interval": 0.2, "revisit__max_interval": 5.0,
            "scope__max_depth": -1}
@@ -25,15 +22,6 @@ REVISIT = {"revisit__enabled": True, "revisit__interval": 0.6, "revisit__min_int
 def _changing_web(**kw):
     # time_scale 3600: a lab hour each wall second; a third of the pages change, hourly on average.
     return lab_web(seed=6, time_scale=3600.0, pages_max=25, change_ratio=0.5, change_means=[3600.0], **kw)
-
-
-async def _until(pred, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_revisits_send_conditional_requests_and_304s_are_unchanged(tmp_path):
@@ -51,7 +39,7 @@ def test_revisits_send_conditional_requests_and_304s_are_unchanged(tmp_path):
                 node = servers[0].node
                 await seed(node, seeds)
                 d = node.dispatcher.counters
-                await _until(lambda: d["not_modified"] >= 10 and d["revisits_changed"] >= 3, 60, "revisits, some 304, some changed")
+                await until(lambda: d["not_modified"] >= 10 and d["revisits_changed"] >= 3, "revisits, some 304, some changed", 60)
                 counters = node.status_counters()
                 await servers[0].stop(0)
                 return node, counters, storages[0]
@@ -96,7 +84,7 @@ def test_revisits_send_conditional_requests_and_304s_are_unchanged(tmp_path):
 def test_the_schedule_survives_kill_9_of_the_agent_and_revisits_resume(tmp_path):
     """A revisiting agent killed with SIGKILL: every URL the lab served it is queued or
     scheduled in its data dir (none drops out), and restarted from it, it revisits again."""
-    from test_agent_resume import _push, _status, _wait
+    from test_agent_resume import _status, _wait, running, write_configs
 
     web = _changing_web()
     with ServerThread(web, zero_latency=True) as lab:
@@ -104,46 +92,12 @@ def test_the_schedule_survives_kill_9_of_the_agent_and_revisits_resume(tmp_path)
         topo = web.topology
         hosts = normal_hosts(web)[:3]
         seeds = [web.url(s, "/") for s in topo.normal_sites[:3]]
-        (tmp_path / "hosts").write_text(topo.hosts_file())
-        cport, aport = free_port(), free_port()
-        (tmp_path / "c.toml").write_text(
-            f'listen = "127.0.0.1:{cport}"\nstate_url = "sqlite:///{tmp_path}/c.db"\n[dns]\nhosts_file = "{tmp_path}/hosts"\nsystem_dns = false\n')
-        src = topo.agent_address(topo.blocks[0].isp, topo.blocks[0].city, 0)
-        hosts_toml = ", ".join(f'"{h}"' for h in hosts)
-        (tmp_path / "a.toml").write_text(f"""
-agent_id = "a1"
-listen = "127.0.0.1:{aport}"
-consultant = "127.0.0.1:{cport}"
-data_dir = "{tmp_path}/data"
-hosts_file = "{tmp_path}/hosts"
-system_dns = false
-source_ip = "{src}"
-commit_interval = 0.05
-[fetch]
-allow_networks = ["127.0.0.0/8"]
-[politeness]
-delay = 0.05
-[scope]
-allowed_domains = [{hosts_toml}]
-max_depth = -1
-[revisit]
-enabled = true
-interval = 0.5
-min_interval = 0.2
-""")
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        logs = open(tmp_path / "procs.log", "w")
-        consultant = subprocess.Popen([sys.executable, "-m", "consultant.cli", "serve", "--config", str(tmp_path / "c.toml")],
-                                      cwd=REPO, env=env, stdout=logs, stderr=logs)
-        agent_cmd = [sys.executable, "-m", "agent.cli", "run", "--config", str(tmp_path / "a.toml")]
-        agent = subprocess.Popen(agent_cmd, cwd=REPO, env=env, stdout=logs, stderr=logs)
-        addr = f"127.0.0.1:{aport}"
-        try:
-            _wait(lambda: _status(addr) is not None, 30, "the agent")
-            asyncio.run(_push(addr, seeds))
-            _wait(lambda: (_status(addr) or {}).get("revisits", 0) >= 20, 60, "revisits")
-            agent.send_signal(signal.SIGKILL)
-            agent.wait(10)
+        _, aport = write_configs(tmp_path, topo, hosts, delay=0.05, sections="max_depth = -1\n[revisit]\nenabled = true\n"
+                                                                             "interval = 0.5\nmin_interval = 0.2\n")
+        with running(tmp_path, aport, seeds) as procs:
+            _wait(lambda: (_status(procs.addr) or {}).get("revisits", 0) >= 20, 60, "revisits")
+            procs.agent.send_signal(signal.SIGKILL)
+            procs.agent.wait(10)
             served = {u for u in fetched_urls(lab, port)}
             f = Frontier(tmp_path / "data" / "frontier.sqlite")
             held = {it.url for h in hosts for it in f.export_host(h)} | {e.url for h in hosts for e in f.export_schedule(h)}
@@ -151,15 +105,9 @@ min_interval = 0.2
             missing = served - held
             assert not missing, f"{len(missing)} URLs dropped out of queue and schedule, e.g. {sorted(missing)[:3]}"
             n_log = len(lab.server.log)
-            agent = subprocess.Popen(agent_cmd, cwd=REPO, env=env, stdout=logs, stderr=logs)
-            _wait(lambda: (_status(addr) or {}).get("revisits", 0) >= 10, 60, "revisits after the restart")
+            procs.start_agent()
+            _wait(lambda: (_status(procs.addr) or {}).get("revisits", 0) >= 10, 60, "revisits after the restart")
             assert len(lab.server.log) > n_log
-        finally:
-            for p in (agent, consultant):
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    p.wait(20)
-            logs.close()
         db = sqlite3.connect(tmp_path / "data" / "frontier.sqlite")
         urls = [u for (u,) in db.execute("SELECT url FROM revisit")]
         assert len(urls) == len(set(urls)) and set(urls) >= served - {u for (u,) in db.execute("SELECT url FROM queue")}
@@ -179,8 +127,8 @@ def test_a_drain_hands_the_schedule_over_whole(tmp_path):
             async with cluster(tmp_path, lab, 2, agent_keys=keys) as (_, _, servers, _):
                 a, b = servers[0].node, servers[1].node
                 await seed(a, seeds)
-                await _until(lambda: a.frontier.hosts_with_work() == 0 and b.frontier.hosts_with_work() == 0
-                             and a.dispatcher.idle() and b.dispatcher.idle() and a.dispatcher.counters["pages"] > 5, 60, "first visits")
+                await until(lambda: a.frontier.hosts_with_work() == 0 and b.frontier.hosts_with_work() == 0
+                            and a.dispatcher.idle() and b.dispatcher.idle() and a.dispatcher.counters["pages"] > 5, "first visits", 60)
                 a.commit_log.commit(force=True)
                 mine = {h: {e.url: e for e in a.frontier.export_schedule(h)} for h in hosts}
                 mine = {h: s for h, s in mine.items() if s}
