@@ -277,6 +277,7 @@ class Frontier:
         self.discovery_share = revisit.discovery_share if revisit is not None else 1.0
         self._rv: dict[str, _RvHost] = {h: _RvHost(False) for (h,) in self._db.execute("SELECT DISTINCT host FROM revisit")}
         self._rv_writes: dict[tuple[str, str], Entry] = {}
+        self._rv_inflight = 0  # revisits popped, neither done nor retried (every host's)
         self._rv_changed: list[Entry] = []
         # The optimal policy's plans: host -> revisits since its last plan, and its pages then.
         self._rv_since: dict[str, int] = {}
@@ -324,7 +325,7 @@ class Frontier:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight) + sum(len(rh.inflight) for rh in self._rv.values() if rh.inflight)
+        return len(self._inflight) + self._rv_inflight
 
     @property
     def hot_items(self) -> int:
@@ -642,6 +643,7 @@ class Frontier:
             e = rh.inflight.pop(item.url, None) if rh is not None else None
             if e is None or rh is None:
                 return False
+            self._rv_inflight -= 1
             e.due = max(e.due, not_before) if not_before else e.due
             self._rv_place(rh, e, buffered=False)
             return True
@@ -739,6 +741,7 @@ class Frontier:
                 continue
             del rh.head[i]
             rh.inflight[e.url] = e
+            self._rv_inflight += 1
             return Item(e.url, host, e.depth, revisit=e)
         return None
 
@@ -747,6 +750,7 @@ class Frontier:
         e = rh.inflight.pop(item.url, None) if rh is not None else None
         if rh is None or e is None:
             return False  # dropped meanwhile (handed over)
+        self._rv_inflight -= 1
         if self.planner is None:
             self._rv_place(rh, e, buffered=False)
             return True
@@ -858,7 +862,9 @@ class Frontier:
         cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
         self._db.execute("DELETE FROM pages WHERE host=?", (host,))
         self._db.execute("DELETE FROM revisit WHERE host=?", (host,))
-        self._rv.pop(host, None)
+        rh = self._rv.pop(host, None)
+        if rh is not None:
+            self._rv_inflight -= len(rh.inflight)
         self._rv_since.pop(host, None)
         self._rv_size.pop(host, None)
         if self.planner is not None:
