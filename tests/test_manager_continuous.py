@@ -81,8 +81,26 @@ def test_continuous_crawl_revisits_stops_on_ctrl_c_and_resumes_with_the_schedule
     p = subprocess.run(_crawl_args(sites, out, *args, "--timeout", "15"), capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr  # --timeout ends a continuous crawl, still running
     assert "resuming" in p.stdout
+    assert "freshness estimate" in p.stderr  # the progress line (every 5 s without a terminal)
     again = _schedule(out)
     assert set(again) == set(sched), "the schedule came through the restart whole"
     assert sum(v for v, _ in again.values()) > revisited  # and the revisits went on from it
     # No first visit again: every page the second run asked for was a scheduled revisit.
     assert {path for _, path in _crawler_requests(sites)}, "the second run revisited nothing"
+
+
+def test_status_sums_the_revisit_figures_of_every_agent():
+    from manager.status import AgentView, Snapshot, render, revisit_line, revisit_summary
+
+    one = {"revisits_scheduled": 10, "revisits_due": 2, "revisits": 8, "revisits_changed": 2, "revisits_unchanged": 6,
+           "not_modified": 5, "not_modified_bytes": 2_000_000}
+    two = {**one, "revisits_changed": 0, "revisits_unchanged": 0}
+    snap = Snapshot(1, "hash", [AgentView("a", "x", "alive", "", "", one, True), AgentView("b", "y", "alive", "", "", two, True)])
+    r = revisit_summary(snap)
+    assert r["revisits_scheduled"] == 20 and r["revisits_due"] == 4 and r["revisits_changed"] == 2
+    assert r["freshness"] == 6 / 8
+    line = revisit_line(snap)
+    assert "20 scheduled, 4 due" in line and "2 pages changed" in line and "4.0 MB saved" in line and "0.75" in line
+    assert line in str(render(snap, {}).caption)
+    one_shot = Snapshot(1, "hash", [AgentView("a", "x", "alive", "", "", {"pages": 3}, True)])
+    assert revisit_summary(one_shot) is None and revisit_line(one_shot) == ""
