@@ -146,3 +146,44 @@ def test_a_drain_hands_the_schedule_over_whole(tmp_path):
                 got = theirs[h][url]
                 assert (got.digest, got.etag, got.modified) == (e.digest, e.etag, e.modified)
 
+
+
+def test_a_dead_owners_schedule_goes_on_from_its_replica(run, tmp_path):
+    """kill -9 (in process) of a revisiting agent whose replicas are current: its backups
+    promote its hosts with their schedules, so every URL it had scheduled is scheduled by a
+    survivor (the chaos table's counting: none drops out)."""
+    from test_agent_replication import CONSULTANT, _keys, _until as until_sync, crash
+
+    web = _changing_web()
+    with ServerThread(web, zero_latency=True) as lab:
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+
+        async def go():
+            keys = {**_keys(hosts), **REVISIT, "revisit__interval": 30.0, "revisit__max_interval": 60.0}
+            async with cluster(tmp_path, lab, 3, agent_keys=keys, consultant_keys=CONSULTANT) as (_, _, agents, _):
+                nodes = [a.node for a in agents]
+                await seed(nodes[0], seeds)
+                await until_sync(lambda: all(n.frontier.hosts_with_work() == 0 and n.dispatcher.idle() for n in nodes)
+                                 and nodes[1].dispatcher.counters["pages"] > 5, 60)
+                for n in nodes:
+                    n.commit_log.commit(force=True)
+                await until_sync(lambda: all(n.replicator.gauges()["replica_unsynced"] == 0 for n in nodes), 20)
+                for n in nodes:
+                    await n.replicator.round()
+                victim = nodes[1]
+                theirs = {e.url for h in hosts for e in victim.frontier.export_schedule(h)}
+                owned = set(victim.ledger.owned_hosts())
+                await crash(agents[1])
+                rest = [nodes[0], nodes[2]]
+                # Every host of the victim promoted by one survivor or the other.
+                await until_sync(lambda: sum(n.status_counters()["hosts_promoted"] for n in rest) >= len(owned), 30)
+                for n in rest:
+                    n.commit_log.commit(force=True)
+                ours = {e.url for n in rest for h in hosts for e in n.frontier.export_schedule(h)}
+                return theirs, ours
+
+        theirs, ours = run(go())
+        assert theirs, "the victim scheduled nothing"
+        assert theirs <= ours, f"{len(theirs - ours)} of the dead agent's scheduled URLs dropped out"
