@@ -155,12 +155,13 @@ class SitemapSettings:
     well_known: bool = False         # also ask /sitemap.xml of each origin (one more request per origin)
     max_files_per_host: int = 100    # sitemap and index files fetched per host (this agent's lifetime)
     max_bytes_per_host: int = 500 * 1024 * 1024  # decompressed sitemap bytes read per host
+    max_urls_per_host: int = 100_000  # sitemap entries taken per host (scope.max_pages_per_host's default)
     max_urls_per_file: int = 50_000  # the protocol's limit
     max_file_bytes: int = 50 * 1024 * 1024  # decompressed, per file (the protocol's 52,428,800)
     max_robots_lines: int = 50       # Sitemap: lines taken from one robots.txt
 
     def __post_init__(self) -> None:
-        if min(self.max_files_per_host, self.max_bytes_per_host, self.max_urls_per_file, self.max_file_bytes,
+        if min(self.max_files_per_host, self.max_bytes_per_host, self.max_urls_per_host, self.max_urls_per_file, self.max_file_bytes,
                self.max_robots_lines) < 1:
             raise ValueError("sitemaps: every max_* must be >= 1")
         if self.max_urls_per_file > 50_000 or self.max_file_bytes > 50 * 1024 * 1024:

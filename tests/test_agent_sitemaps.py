@@ -252,3 +252,74 @@ def test_book_bounds_files_per_host_loops_and_bytes():
 def test_sniff():
     assert sitemap.sniff(_urlset(1)) and sitemap.sniff(gzip.compress(_urlset(1)))
     assert sitemap.sniff(INDEX) and not sitemap.sniff(b"\x89PNG....") and not sitemap.sniff(b"<html></html>")
+
+
+# -- end to end on the lab ----------------------------------------------------------------------------
+
+def _crawl_site(run, tmp_path, kind: str, keys: dict):
+    """Crawl one lab site from its "/" with one agent; (stored URLs of its host, hints, counters, lab log)."""
+    from lab.testing import ServerThread
+
+    from agent_helpers import cluster, lab_web, seed, wait_idle
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    web = lab_web(seed=5, pages_max=10)
+    with ServerThread(web, zero_latency=True) as lab:
+        site = lab.web.topology.hostile_sites[kind]
+        hints: list[Entry] = []
+
+        async def go():
+            k = {"scope.allowed_domains": [site.host], **keys}
+            async with cluster(tmp_path, lab, 1, agent_keys=k) as (cs, client, [agent], [store]):
+                agent.node.dispatcher.sitemap_hints = hints.extend
+                await seed(agent.node, [lab.web.url(site, "/")])
+                await wait_idle([agent.node], timeout=120)
+                return agent.node.status_counters(), store
+
+        c, store = run(go())
+        stored = {cap.url for cap in store.captures.values()}
+        log = [e for e in lab.server.log if e.host.split(":")[0] == site.host]
+        return lab.web, site, stored, hints, c, log
+
+
+@pytest.mark.timeout(180)
+def test_pages_reachable_only_from_sitemaps_are_crawled(run, tmp_path):
+    from lab.web import SITEMAP_LASTMOD, SITEMAP_ONLY
+
+    web, site, stored, hints, c, log = _crawl_site(run, tmp_path / "on", "sitemaps", {"sitemaps.enabled": True})
+    # The lab's own account of what the site's sitemaps reach (index -> gzip'd sitemap with
+    # lastmod, plain sitemap, a subdirectory's sitemap under the location rule), and no more:
+    # /private/p.html (robots.txt), /other/b.html (location rule) and another host's URLs stay out.
+    assert stored == {web.url(site, p) for p in web.sitemaps_truth(site)}
+    paths = {e.path for e in log}
+    assert "/private/p.html" not in paths and "/other/b.html" not in paths
+    assert c["sitemaps"] == 4 and c["sitemap_urls"] == 10 + 1 + 5 + 1
+    # The hints: every in-scope entry that carries one, lastmod as unix time.
+    want = {web.url(site, p): parse_lastmod(SITEMAP_LASTMOD[k % 3]) for k, p in enumerate(SITEMAP_ONLY[:10])}
+    want[web.url(site, "/docs/a.html")] = None
+    assert {h.url: h.lastmod for h in hints} == want
+    assert {h.changefreq for h in hints} == {"hourly", "daily", "weekly", "monthly", "never"}
+    # Off (the default): the same site gives only what its links reach.
+    web, site, stored, hints, c, log = _crawl_site(run, tmp_path / "off", "sitemaps", {})
+    assert stored == {web.url(site, "/"), web.url(site, "/linked.html")} and hints == [] and c["sitemaps"] == 0
+
+
+@pytest.mark.timeout(180)
+def test_hostile_sitemaps_stay_bounded(run, tmp_path):
+    from lab.web import HOSTILE_SITEMAPS
+
+    keys = {"sitemaps.enabled": True, "sitemaps.max_files_per_host": 8, "sitemaps.max_urls_per_host": 60,
+            "fetch.max_body_bytes": 5 * 1024 * 1024, "scope.max_pages_per_host": 500}
+    web, site, stored, hints, c, log = _crawl_site(run, tmp_path, "sitemap-hostile", keys)
+    sitemap_requests = [e.path for e in log if e.path.endswith((".xml", ".xml.gz"))]
+    # Files: the five robots.txt lists, loop-b (loop-a's child; the loop ends there: an index in an
+    # index is not followed, and loop-a is seen already), two of nested.xml's 50,000 children.
+    assert sorted(sitemap_requests) == sorted([*HOSTILE_SITEMAPS, "/loop-b.xml", "/n/0.xml", "/n/1.xml"])
+    # The good URLs behind the hostile ones: the bomb's first entry (read up to 50 MiB of its
+    # 1 GiB), the malformed sitemap's two entries before the error, the good sitemap's page.
+    for p in ("/bomb/first.html", "/mal/1.html", "/mal/2.html", "/good.html"):
+        assert web.url(site, p) in stored
+    # 50,000 x 50,000 URLs offered: the host's sitemap URL budget (60) taken, no more.
+    nested = [p for p in (e.path for e in log) if p.startswith("/n/") and p.endswith(".html")]
+    assert 0 < len(nested) <= 60 - 4
+    assert c["sitemaps_skipped"] >= 1 and c["sitemap_errors"] >= 2 and c["sitemap_refused"] > 0

@@ -95,7 +95,7 @@ class Dispatcher:
         # them; by default nobody). Every entry of one call is on the sitemap's own host, which
         # this agent owned when it fetched the sitemap.
         sm = settings.sitemaps
-        self.sitemaps = SitemapBook(sm.max_files_per_host, sm.max_bytes_per_host)
+        self.sitemaps = SitemapBook(sm.max_files_per_host, sm.max_bytes_per_host, sm.max_urls_per_host)
         self.sitemap_hints = sitemap_hints or (lambda entries: None)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
@@ -655,6 +655,10 @@ class Dispatcher:
             self._route_sitemaps([e.url for e in res.entries], item.depth + 1, item.url, "index-child")
             return
         depth = item.depth + 1
+        kept = self.sitemaps.take(host, len(res.entries))
+        if kept < len(res.entries):
+            self.counters["sitemap_refused"] += len(res.entries) - kept
+            res.entries = res.entries[:kept]
         hints = [e for e in res.entries if (e.lastmod is not None or e.changefreq is not None or e.priority is not None)
                  and self.scope.check(e.url, host, depth) is None]
         if hints:

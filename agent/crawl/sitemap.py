@@ -332,10 +332,12 @@ class SitemapBook:
     memory: a restart forgets it (the seen set still keeps every sitemap URL to one fetch; a
     text-format child of an index is then not known as a sitemap, XML ones are sniffed)."""
 
-    def __init__(self, max_files_per_host: int, max_bytes_per_host: int):
+    def __init__(self, max_files_per_host: int, max_bytes_per_host: int, max_urls_per_host: int = 100_000):
         self.max_files = max_files_per_host
         self.max_bytes = max_bytes_per_host
+        self.max_urls = max_urls_per_host
         self.files: dict[str, int] = {}
+        self.urls: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
         self.known: dict[str, str] = {}   # sitemap URL -> "index-child" | "well-known"
         self.origins: set[str] = set()    # origins whose sitemaps were looked for
@@ -359,9 +361,16 @@ class SitemapBook:
         """Decompressed bytes the host may still have read."""
         return max(0, self.max_bytes - self.bytes.get(host, 0))
 
+    def take(self, host: str, n: int) -> int:
+        """How many of n more sitemap entries of `host` may be taken (and count them)."""
+        k = max(0, min(n, self.max_urls - self.urls.get(host, 0)))
+        self.urls[host] = self.urls.get(host, 0) + k
+        return k
+
     def read(self, host: str, n: int) -> None:
         self.bytes[host] = self.bytes.get(host, 0) + n
 
     def forget(self, host: str) -> None:
         self.files.pop(host, None)
         self.bytes.pop(host, None)
+        self.urls.pop(host, None)
