@@ -137,3 +137,49 @@ def test_cdxj_replays_a_304_revisit_as_the_capture_it_refers_to(settings):
     assert [x["ts"] for x in lines] == ["20231114221320", "20231114222320"]
     assert lines[1]["status"] == "200" and lines[1]["offset"] == lines[0]["offset"] and lines[1]["digest"] == lines[0]["digest"]
     store.close()
+
+
+def test_pywb_replays_a_304_revisit_as_the_earlier_capture(tmp_path):
+    """pywb's own replay server (as tests/test_storage_replay.py runs it, here over the local sink):
+    at the 304's time it answers with the earlier capture's status and body, not an empty 304;
+    warcio reads every record of the files (verify)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pywb", reason="pywb (the dev extra) is not installed")
+    from storage.store import timestamp14
+    from wancrawl.procs import free_port
+
+    from test_storage_replay import _get_when_up
+
+    settings = StorageSettings(data_dir=str(tmp_path / "data"), index=IndexSettings(), warc=WarcSettings(),
+                               ingest=IngestSettings(fsync="os"))
+    store = Store(settings)
+    (url, body1), (_, body2) = list(pages(2, seed=9, min_size=3_000, max_size=5_000))
+    t1, t2, t3 = 1_700_000_000.0, 1_700_003_600.0, 1_700_007_200.0
+    a = build_capture(fetch_result(url, body1, at=t1))
+    nm = not_modified(url, a.payload_digest, t2)
+    c = build_capture(fetch_result(url, body2, at=t3))
+    store.ingest([make_batch([a]), make_batch([nm]), make_batch([c])])
+    assert store.index.get(nm.record_id).record_type == "revisit" and store.verify()["ok"]
+    index = tmp_path / "index.cdxj"
+    with open(index, "w") as out:
+        store.export_cdxj(out)
+    warcs = store.warc_dir
+    store.close()
+    (tmp_path / "config.yaml").write_text(
+        f"collections:\n  local:\n    index_paths: {index}\n    archive_paths: ['{warcs}/']\n"
+        "framed_replay: false\nenable_memento: true\n")
+    port = free_port()
+    log = open(tmp_path / "pywb.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", "from pywb.apps.cli import wayback; wayback()", "--port", str(port),
+                             "--bind", "127.0.0.1"], cwd=tmp_path, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for at, want in ((t2, body1), (t1, body1), (t3, body2)):
+            got = _get_when_up(f"http://127.0.0.1:{port}/local/{timestamp14(at)}id_/{url}", proc)
+            assert got == want, (timestamp14(at), got[:300])
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
