@@ -539,7 +539,7 @@ class Dispatcher:
             self.counters["noindex_pages"] += res.noindex
             self._discover(item, res.links)
         elif o.not_html and self.s.sitemaps.enabled and resp.status == 200:
-            why = self._sitemap_why(item.url)
+            why = self._sitemap_why(item.url, item.host)
             if why or sitemap.sniff(resp.body):
                 await self._read_sitemap(item, resp.body, why)
         self.counters["not_html"] += o.not_html
@@ -600,9 +600,9 @@ class Dispatcher:
                 self.counters["invalid_urls"] += 1
         return out
 
-    def _sitemap_why(self, url: str) -> str | None:
+    def _sitemap_why(self, url: str, host: str) -> str | None:
         """How this agent knows `url` is a sitemap ("robots", "well-known", "index-child"), or None."""
-        why = self.sitemaps.known.get(url)
+        why = self.sitemaps.why(host, url)
         if why is None and url in self._robots_sitemaps(origin_of(url)):
             why = "robots"  # listed by a robots.txt handed over with its host, or read before a restart
         return why
@@ -722,6 +722,7 @@ class Dispatcher:
         self.politeness.forget(host)
         for origin in self.origins_of.pop(host, ()):
             self.robots.forget(origin)
+            self.sitemaps.origins.discard(origin)
             self.given_up.pop(origin, None)
         self.origins.forget_host(host)
         self.sitemaps.forget(host)

@@ -339,23 +339,28 @@ class SitemapBook:
         self.files: dict[str, int] = {}
         self.urls: dict[str, int] = {}
         self.bytes: dict[str, int] = {}
-        self.known: dict[str, str] = {}   # sitemap URL -> "index-child" | "well-known"
+        self.known: dict[str, dict[str, str]] = {}  # host -> sitemap URL -> "robots" | "well-known" | "index-child"
         self.origins: set[str] = set()    # origins whose sitemaps were looked for
 
     def admit(self, host: str, urls: list[str], why: str) -> list[str]:
         """The sitemap URLs of `host` that may still be fetched (each admitted once), marked `why`."""
         n = self.files.get(host, 0)
+        known = self.known.setdefault(host, {})
         out = []
         for u in urls:
-            if u in self.known:
+            if u in known:
                 continue
             if n >= self.max_files:
                 break
             n += 1
-            self.known[u] = why
+            known[u] = why
             out.append(u)
         self.files[host] = n
         return out
+
+    def why(self, host: str, url: str) -> str | None:
+        """How the URL is known as a sitemap of `host` ("robots", "well-known", "index-child"), or None."""
+        return self.known.get(host, {}).get(url)
 
     def room(self, host: str) -> int:
         """Decompressed bytes the host may still have read."""
@@ -374,3 +379,4 @@ class SitemapBook:
         self.files.pop(host, None)
         self.bytes.pop(host, None)
         self.urls.pop(host, None)
+        self.known.pop(host, None)
