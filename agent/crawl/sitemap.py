@@ -264,6 +264,8 @@ def parse(body: bytes, url: str, *, prefix: str | None = None, text: bool = Fals
         # An index lists sitemaps of its own site only (the protocol); the urlset prefix is not theirs.
         site = origin_prefix(url)
         kept = [e for e in out.entries if e.url.startswith(site)]
+        for _ in range(len(out.entries) - len(kept)):
+            out.refuse("location")
         out.entries = kept
     return out
 
