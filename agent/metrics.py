@@ -62,6 +62,11 @@ HELP = {
     "nofollow_skipped": "links skipped for nofollow",
     "noindex_pages": "pages marked noindex (stored all the same)",
     "fenced_results": "fetch results dropped because the lease lapsed during the fetch",
+    "sitemaps": "sitemap and sitemap index files read ([sitemaps]; agent/crawl/sitemap.py)",
+    "sitemap_urls": "URLs read from sitemaps (routed like discovered links)",
+    "sitemap_refused": "sitemap entries left out: the location rule, an invalid <loc>, over 50,000 in a file",
+    "sitemap_errors": "sitemaps read only in part: malformed XML, a DOCTYPE, bad gzip, over 50 MiB decompressed",
+    "sitemaps_skipped": "sitemaps not fetched or not read: the host's file or byte budget, an index nested in an index",
     # Intake: URLs arriving
     "duplicates": "URLs already in the seen set, not queued again",
     "pushes_received": "PushUrls RPCs received from peers",

@@ -120,6 +120,13 @@ class GrpcStorageClient:
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Get") from None
 
+    async def history(self, url: str, limit: int = 0) -> storage_pb2.HistoryResponse:
+        """Every capture of a URL over time, oldest first (the last `limit` when > 0)."""
+        try:
+            return await self._stub.History(storage_pb2.HistoryRequest(url=url, limit=limit), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise grpcutil.translate(exc, f"storage {self.target}: History") from None
+
     async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
         """URL -> the HTTP statuses of its captures at storage, for the URLs that have any."""
         out: dict[str, set[int]] = {}

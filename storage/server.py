@@ -33,6 +33,7 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Stats": {"operator": ""},
     # An agent promoted to a dead owner's hosts asks what that owner stored; an operator may too.
     "Lookup": {"agent": "", "operator": ""},
+    "History": {"operator": ""},
 })
 
 
@@ -233,6 +234,12 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         # Reads use the default pool: they must not queue behind ingest on the writer thread.
         row, head, body = await loop.run_in_executor(None, self.store.get, request.url, at, request.record_id)
         return storage_pb2.GetResponse(capture=capture_info(row), http_headers=head, body=body)
+
+    async def History(self, request, context):
+        validate.history(request)
+        limit = request.limit or validate.MAX_HISTORY
+        rows = await asyncio.get_running_loop().run_in_executor(None, self.store.history, request.url, limit)
+        return storage_pb2.HistoryResponse(captures=[capture_info(r) for r in rows])
 
     async def Lookup(self, request, context):
         validate.lookup(request)

@@ -146,6 +146,20 @@ class GetResponse(_message.Message):
     body: bytes
     def __init__(self, capture: _Optional[_Union[CaptureInfo, _Mapping]] = ..., http_headers: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
 
+class HistoryRequest(_message.Message):
+    __slots__ = ("url", "limit")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    limit: int
+    def __init__(self, url: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class HistoryResponse(_message.Message):
+    __slots__ = ("captures",)
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
+    captures: _containers.RepeatedCompositeFieldContainer[CaptureInfo]
+    def __init__(self, captures: _Optional[_Iterable[_Union[CaptureInfo, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("urls",)
     URLS_FIELD_NUMBER: _ClassVar[int]
