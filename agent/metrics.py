@@ -72,6 +72,11 @@ HELP = {
     "revisit_freshness": "freshness estimate: the share of revisits that found the page unchanged (a lower bound of the "
                          "archive's freshness: a revisit sees the copy at its oldest); 1 before any revisit",
     "fenced_results": "fetch results dropped because the lease lapsed during the fetch",
+    "sitemaps": "sitemap and sitemap index files read ([sitemaps]; agent/crawl/sitemap.py)",
+    "sitemap_urls": "URLs read from sitemaps (routed like discovered links)",
+    "sitemap_refused": "sitemap entries left out: the location rule, an invalid <loc>, over 50,000 in a file",
+    "sitemap_errors": "sitemaps read only in part: malformed XML, a DOCTYPE, bad gzip, over 50 MiB decompressed",
+    "sitemaps_skipped": "sitemaps not fetched or not read: the host's file or byte budget, an index nested in an index",
     # Intake: URLs arriving
     "duplicates": "URLs already in the seen set, not queued again",
     "pushes_received": "PushUrls RPCs received from peers",

@@ -46,6 +46,7 @@ from agent.state.commit import CommitLog
 from agent.state.frontier import Frontier
 from agent.state.outbox import Outbox
 from agent.state.progress import ProgressWatch
+from agent.state.revisit import changefreq_seconds
 from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
@@ -54,6 +55,7 @@ from storage.client import StorageClient, storage_client as make_storage_client
 from wancrawl import errors
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.looplag import LoopLag
+from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
@@ -130,7 +132,8 @@ class AgentNode:
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
-                                     finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check)
+                                     finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
+                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
@@ -151,6 +154,13 @@ class AgentNode:
                                promoted_from=self.ownership.promoted_from)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
+
+    def _sitemap_hints(self, entries: list) -> None:
+        """A sitemap's lastmod / changefreq of its URLs into the revisit schedule (issue 26): a URL
+        changed since its capture is due now, a changefreq is its prior rate (docs/continuous.md)."""
+        for e in entries:
+            if e.lastmod is not None or e.changefreq is not None:
+                self.frontier.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
 
     async def _replicated(self) -> None:
         if self.replicator is not None:  # built after Intake, which needs this

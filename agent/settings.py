@@ -148,6 +148,27 @@ class RobotsSettings:
 
 
 @dataclass(frozen=True)
+class SitemapSettings:
+    """Sitemaps (sitemaps.org; agent/crawl/sitemap.py, docs/agent-fetching.md "Sitemaps")."""
+
+    enabled: bool = False            # follow robots.txt `Sitemap:` lines (off by default: docs say why)
+    well_known: bool = False         # also ask /sitemap.xml of each origin (one more request per origin)
+    max_files_per_host: int = 100    # sitemap and index files fetched per host (this agent's lifetime)
+    max_bytes_per_host: int = 500 * 1024 * 1024  # decompressed sitemap bytes read per host
+    max_urls_per_host: int = 100_000  # sitemap entries taken per host (scope.max_pages_per_host's default)
+    max_urls_per_file: int = 50_000  # the protocol's limit
+    max_file_bytes: int = 50 * 1024 * 1024  # decompressed, per file (the protocol's 52,428,800)
+    max_robots_lines: int = 50       # Sitemap: lines taken from one robots.txt
+
+    def __post_init__(self) -> None:
+        if min(self.max_files_per_host, self.max_bytes_per_host, self.max_urls_per_host, self.max_urls_per_file, self.max_file_bytes,
+               self.max_robots_lines) < 1:
+            raise ValueError("sitemaps: every max_* must be >= 1")
+        if self.max_urls_per_file > 50_000 or self.max_file_bytes > 50 * 1024 * 1024:
+            raise ValueError("sitemaps: max_urls_per_file <= 50000 and max_file_bytes <= 52428800 (the protocol's limits)")
+
+
+@dataclass(frozen=True)
 class StorageOutSettings:
     batch_pages: int = 100        # pages per PageBatch
     flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
@@ -336,6 +357,7 @@ class AgentSettings:
     fetch: FetchSettings = field(default_factory=FetchSettings)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     robots: RobotsSettings = field(default_factory=RobotsSettings)
+    sitemaps: SitemapSettings = field(default_factory=SitemapSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)

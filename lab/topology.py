@@ -44,6 +44,8 @@ HOSTILE_KINDS = (
     "shift-jis",
     "two-origins",
     "dead-names",
+    "sitemaps",
+    "sitemap-hostile",
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import html
 from bisect import bisect_right
@@ -126,6 +127,7 @@ class Web:
         # Every request of a page needs its links (the Page object): as cached as its body.
         self.links = lru_cache(maxsize=cache_pages)(self._links)
         self._bomb: bytes | None = None
+        self._sitemap_bomb: bytes | None = None
         self._huge: bytes | None = None
         self._many: tuple[str, ...] | None = None
         self._many_body: bytes | None = None
@@ -196,6 +198,10 @@ class Web:
         """The site's robots.txt (for robots-503: the one served once the 503 window is over)."""
         if site.kind == "robots-503":
             return "User-agent: *\nDisallow: /private/\n"
+        if site.kind == "sitemaps":
+            return f"User-agent: *\nDisallow: /private/\nSitemap: {site.base_url}/sitemap-index.xml\n"
+        if site.kind == "sitemap-hostile":
+            return "User-agent: *\nAllow: /\n" + "".join(f"Sitemap: {site.base_url}{p}\n" for p in HOSTILE_SITEMAPS)
         if site.hostile:
             return "User-agent: *\nAllow: /\n"
         info = self.site_info(site)
@@ -665,6 +671,10 @@ class Web:
             kids = [c for c in (2 * k + 1, 2 * k + 2) if c < TWO_ORIGIN_PAGES]
             links = tuple(x for c in kids for x in (f"{site.base_url}/o/{c}.html", f"https://{site.host}/o/{c}.html"))
             return Page(site, target, 200, "two-origins:page", k, links=links)
+        if kind == "sitemaps":
+            return self._sitemaps_page(site, target, nf)
+        if kind == "sitemap-hostile":
+            return self._sitemap_hostile_page(site, target, nf)
         if kind == "dead-names":
             # Links to names that exist in no hosts file and no DNS: given up at once (DNS), not
             # retried as "robots.txt unreachable" for an hour.
@@ -672,6 +682,85 @@ class Web:
                 return nf
             return Page(site, target, 200, "dead-names:index", links=("/",) + self.dead_names(site))
         raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
+
+    # The sitemaps site: pages reachable only from its sitemaps (robots.txt -> an index -> a
+    # gzip'd sitemap with lastmod and changefreq, a plain one, one in a subdirectory).
+    def _sitemaps_page(self, site: Site, target: str, nf: Page) -> Page:
+        if target == "/":
+            return Page(site, target, 200, "sitemaps:page", links=("/linked.html",))
+        if target in ("/linked.html", "/other/b.html", "/private/p.html", "/docs/a.html") or target in SITEMAP_ONLY:
+            return Page(site, target, 200, "sitemaps:page", links=("/",))
+        if target in ("/sitemap-index.xml", "/sitemap-pages.xml.gz", "/sitemap-more.xml", "/docs/sitemap.xml"):
+            return Page(site, target, 200, "sitemaps:" + target, html=False)
+        return nf
+
+    def sitemap_file(self, site: Site, target: str) -> tuple[str, bytes]:
+        """(Content-Type, body) of one of the sitemaps site's sitemap files."""
+        b = site.base_url
+        if target == "/sitemap-index.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [
+                (f"{b}/sitemap-pages.xml.gz", "2024-03-01T12:00:00+00:00", None),
+                (f"{b}/sitemap-more.xml", "2024-02-01", None),
+                (f"{b}/docs/sitemap.xml", None, None),
+                ("http://www.example.invalid/sitemap.xml", None, None),  # another site: refused
+            ])
+        if target == "/sitemap-pages.xml.gz":
+            rows = [(f"{b}{p}", SITEMAP_LASTMOD[k % len(SITEMAP_LASTMOD)], CHANGEFREQS_LAB[k % len(CHANGEFREQS_LAB)])
+                    for k, p in enumerate(SITEMAP_ONLY[:10])]
+            rows.append((f"{b}/private/p.html", None, None))  # robots.txt disallows it: never fetched
+            rows.append(("http://www.example.invalid/x.html", None, None))  # another host: the location rule
+            return "application/x-gzip", gzip.compress(_sitemap_xml("urlset", "url", rows), mtime=0)
+        if target == "/sitemap-more.xml":
+            return "text/xml", _sitemap_xml("urlset", "url", [(f"{b}{p}", None, None) for p in SITEMAP_ONLY[10:]])
+        # /docs/sitemap.xml: the location rule keeps /docs/a.html, refuses /other/b.html.
+        return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/docs/a.html", None, "never"), (f"{b}/other/b.html", None, None)])
+
+    def sitemaps_truth(self, site: Site) -> dict[str, int]:
+        """What a crawl of the sitemaps site's "/" reaches with sitemaps followed: path -> depth."""
+        out = {"/": 0, "/linked.html": 1, "/sitemap-index.xml": 0, "/sitemap-pages.xml.gz": 1, "/sitemap-more.xml": 1,
+               "/docs/sitemap.xml": 1, "/docs/a.html": 2}
+        out.update(dict.fromkeys(SITEMAP_ONLY, 2))
+        return out
+
+    # The sitemap-hostile site: robots.txt lists a gzip bomb, an index loop, an index of 50,000
+    # sitemaps of 50,000 URLs each, a malformed sitemap and, last, a good one.
+    def _sitemap_hostile_page(self, site: Site, target: str, nf: Page) -> Page:
+        if target in ("/", "/good.html", "/bomb/first.html", "/mal/1.html", "/mal/2.html", "/loop/page.html"):
+            return Page(site, target, 200, "sitemap-hostile:page", links=("/",) if target != "/" else ())
+        if target in HOSTILE_SITEMAPS or target == "/loop-b.xml":
+            return Page(site, target, 200, "sitemap-hostile:" + target, html=False)
+        i = _int_in(r"/n/(\d+)\.xml", target, 0, NESTED_FANOUT - 1)
+        if i is not None:
+            return Page(site, target, 200, "sitemap-hostile:nested-child", i, html=False)
+        if _NESTED_PAGE.fullmatch(target):
+            return Page(site, target, 200, "sitemap-hostile:page", links=("/",))
+        return nf
+
+    def sitemap_hostile_file(self, site: Site, page: Page) -> tuple[str, bytes]:
+        b, t = site.base_url, page.target
+        if t == "/bomb.xml.gz":
+            return "application/x-gzip", self.sitemap_bomb(b)
+        if t == "/loop-a.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/loop-b.xml", None, None)])
+        if t == "/loop-b.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/loop-a.xml", None, None),
+                                                                               (f"{b}/loop/page.html", None, None)])
+        if t == "/nested.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/n/{i}.xml", None, None) for i in range(NESTED_FANOUT)])
+        if t == "/malformed.xml":
+            body = _sitemap_xml("urlset", "url", [(f"{b}/mal/1.html", None, None), (f"{b}/mal/2.html", None, None)])
+            return "application/xml", body.replace(b"</urlset>", b"<url><loc>" + b.encode() + b"/mal/3.html</oops>")
+        if t == "/good.xml":
+            return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/good.html", None, "daily")])
+        i = page.page_id  # /n/<i>.xml: a urlset of 50,000 URLs
+        return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/n/{i}/{j}.html", None, None) for j in range(NESTED_FANOUT)])
+
+    def sitemap_bomb(self, base: str) -> bytes:
+        """A gzip'd sitemap of one entry (/bomb/first.html) then `gzip_bomb_mb` MiB of spaces."""
+        if self._sitemap_bomb is None:
+            head = _sitemap_xml("urlset", "url", [(f"{base}/bomb/first.html", None, None)]).replace(b"</urlset>", b"")
+            self._sitemap_bomb = _gzip_repeat(head, b" " * (1 << 20), int(self.spec.gzip_bomb_mb), b"</urlset>\n")
+        return self._sitemap_bomb
 
     def dead_names(self, site: Site) -> tuple[str, ...]:
         """The dead-names site's links: DEAD_NAMES hosts under a name no resolver knows."""
@@ -763,6 +852,11 @@ class Web:
             return self._shift_jis(page)
         if kind in ("two-origins", "dead-names"):
             return self._plain(page, kind.capitalize())
+        if kind in ("sitemaps", "sitemap-hostile") and not page.html:
+            ctype, body = self.sitemap_file(site, page.target) if kind == "sitemaps" else self.sitemap_hostile_file(site, page)
+            return Response(200, [("Content-Type", ctype)], body)
+        if kind in ("sitemaps", "sitemap-hostile") and page.status == 200:
+            return self._plain(page, "Sitemaps")
         if kind in ("redirect-chain", "calendar", "bad-schemes", "long-urls") or page.status == 404:
             if page.status == 414:
                 return Response(414, [("Content-Type", HTML_UTF8)], _small_html("Too long", "<p>URI too long.</p>", ()))
@@ -783,20 +877,7 @@ class Web:
         """A gzip stream of `gzip_bomb_mb` MiB (mostly zeros after a small HTML head)."""
         if self._bomb is None:
             head = b"<!DOCTYPE html><html><head><title>Bomb</title></head><body><p>"
-            zeros = b"\0" * (1 << 20)
-            c = zlib.compressobj(9, zlib.DEFLATED, -15)
-            # After a full flush the compressor forgets its window, so every further MiB of
-            # zeros compresses to the very same bytes: compress one, repeat it.
-            first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
-            block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
-            tail = c.flush(zlib.Z_FINISH)
-            n = int(self.spec.gzip_bomb_mb)
-            crc = zlib.crc32(head)
-            for _ in range(n):
-                crc = zlib.crc32(zeros, crc)
-            size = (len(head) + n * len(zeros)) & 0xFFFFFFFF
-            gz_head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-            self._bomb = gz_head + first + block * n + tail + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+            self._bomb = _gzip_repeat(head, b"\0" * (1 << 20), int(self.spec.gzip_bomb_mb))
         return self._bomb
 
     def _plain(self, page: Page, title: str) -> Response:
@@ -995,6 +1076,41 @@ def _normalise_target(target: str) -> str:
     except InvalidUrl:
         return target
     return u[len("http://x") :]
+
+
+def _gzip_repeat(head: bytes, block: bytes, n: int, tail: bytes = b"") -> bytes:
+    """gzip(head + block * n + tail), built without compressing n blocks: after a full flush the
+    compressor forgets its window, so every further block compresses to the very same bytes."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+    one = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)
+    last = c.compress(tail) + c.flush(zlib.Z_FINISH)
+    crc = zlib.crc32(head)
+    for _ in range(n):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + n * len(block) + len(tail)) & 0xFFFFFFFF
+    gz_head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return gz_head + first + one * n + last + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+
+
+SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
+SITEMAP_ONLY = tuple(f"/only/{k}.html" for k in range(1, 16))  # linked from no page: sitemaps only
+SITEMAP_LASTMOD = ("2024-03-01", "2024-02-29T23:59:59Z", "2023-12-31T08:00:00+08:00")
+CHANGEFREQS_LAB = ("hourly", "daily", "weekly", "monthly", "never")
+HOSTILE_SITEMAPS = ("/bomb.xml.gz", "/loop-a.xml", "/nested.xml", "/malformed.xml", "/good.xml")
+NESTED_FANOUT = 50_000
+_NESTED_PAGE = re.compile(r"/n/\d+/\d+\.html")
+
+
+def _sitemap_xml(root: str, item: str, rows: list[tuple[str, str | None, str | None]]) -> bytes:
+    """A sitemap (root urlset, item url) or an index (sitemapindex, sitemap): (loc, lastmod, changefreq) rows."""
+    parts = [f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns="{SITEMAP_NS}">\n']
+    for loc, lastmod, freq in rows:
+        extra = (f"<lastmod>{lastmod}</lastmod>" if lastmod else "") + (f"<changefreq>{freq}</changefreq>" if freq else "")
+        parts.append(f"  <{item}><loc>{html.escape(loc)}</loc>{extra}</{item}>\n")
+    parts.append(f"</{root}>\n")
+    return "".join(parts).encode()
 
 
 def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:

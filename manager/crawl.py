@@ -568,7 +568,7 @@ async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
         print(f"{len(plan.seeds)} seeds: {sum(res.taken.values())} accepted, {len(res.refused)} refused, "
               f"{len(res.failed)} not injected", flush=True)
         t0 = time.monotonic()
-        view = asyncio.create_task(_progress(c, run.storage, t0))
+        view = asyncio.create_task(_progress(c, ",".join(run.storage_writers), t0))
         try:
             if plan.continuous:
                 # A continuous crawl does not end: it runs until Ctrl-C (or --timeout).

@@ -151,6 +151,7 @@ BASELINES: dict[str, Any] = {
     "/wancrawl.v1.Storage/Get": storage_pb2.GetRequest(url="http://a.cn/", has_at=True, at=1.0, record_id="urn:uuid:1"),
     "/wancrawl.v1.Storage/Stats": storage_pb2.StatsRequest(top=5),
     "/wancrawl.v1.Storage/Lookup": storage_pb2.LookupRequest(urls=["http://a.cn/"]),
+    "/wancrawl.v1.Storage/History": storage_pb2.HistoryRequest(url="http://a.cn/", limit=10),
 }
 
 
