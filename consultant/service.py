@@ -262,8 +262,9 @@ class ConsultantService:
         as overrides in one epoch bump; the agents hand the hosts over on the new epoch."""
         snap = await self._run(self.store.snapshot)
         pinned = [h for h in snap.overrides if h not in snap.balanced]
+        await self.refit_capacity()  # the agents' rates from the capacity model, where it knows them
         now = self.clock()
-        moves = self.balancer.round(snap, now, pinned)
+        moves = self.balancer.round(snap, now, pinned, self.capacity.rate)
         if not moves:
             return []
         epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now)

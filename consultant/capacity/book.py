@@ -20,6 +20,7 @@ from consultant.capacity.model import Choice, Resources, Sample, select
 
 KEEP = 64          # samples per agent: about a minute of heartbeats at the default interval
 MIN_SAMPLES = 4    # fewer, and no model is fitted (cross-validation needs folds)
+MIN_AGENT_SAMPLES = 3  # an agent's rate comes from the model once it has this many samples of its own
 PROBE_PAGES = 100  # predicted_rate is the model's pages/s for this many pages
 REFIT_SECONDS = 30.0  # the fit (cross-validated, a small network among the candidates) at most this often
 
@@ -78,6 +79,19 @@ class CapacityBook:
     @staticmethod
     def fit_samples(samples: list[Sample]) -> Choice | None:
         return select(samples) if len(samples) >= MIN_SAMPLES else None
+
+    def rate(self, agent_id: str, tasks: int) -> float | None:
+        """The model's pages/s for the agent given `tasks` pages (PROBE_PAGES when it has none):
+        tasks over the predicted runtime, with the resources of its last sample. None without a
+        fitted model or with fewer than MIN_AGENT_SAMPLES samples of this agent: the balancer
+        then takes the load report's rate (consultant/balance.py)."""
+        q = self.samples.get(agent_id)
+        choice = self.fit()
+        if choice is None or q is None or len(q) < MIN_AGENT_SAMPLES:
+            return None
+        n = tasks if tasks > 0 else PROBE_PAGES
+        t = float(choice.model.predict(agent_id, q[-1].resources, np.array(n)))
+        return n / t if t > 0 and np.isfinite(t) else None
 
     def agent(self, agent_id: str, resources: Resources) -> AgentCapacity:
         q = self.samples.get(agent_id, ())
