@@ -119,14 +119,9 @@ def improves(src: AgentLoad, dst: AgentLoad, urls: int) -> bool:
 
 
 def nearer_targets(src: AgentLoad, dst: AgentLoad, urls: int) -> bool:
-    """With the allocator's targets: the source is over its target, the destination under its
-    own, and the move leaves the pair nearer them, |Q_s - u - n_s| + |Q_d + u - n_d| below
-    |Q_s - n_s| + |Q_d - n_d|: for over = Q_s - n_s > 0 and under = n_d - Q_d > 0 that is
-    u < over + under. Without targets, True (phase 1's rules alone)."""
-    if src.target is None or dst.target is None:
-        return True
-    over, under = src.queue - src.target, dst.target - dst.queue
-    return over > 0 and under > 0 and urls < over + under
+    """From over the allocator's target to under it, the pair nearer both (wancrawl/loadmodel.py);
+    without targets, True (phase 1's rules alone)."""
+    return loadmodel.nearer_targets(src.queue, src.target, dst.queue, dst.target, urls)
 
 
 def allocate(loads: Iterable[AgentLoad]) -> list[AgentLoad]:
