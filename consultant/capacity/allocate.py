@@ -97,14 +97,14 @@ def _most_by(f: Runtimes, n_total: int, t: np.ndarray, lo: np.ndarray, hi: np.nd
     and a larger t bound the search)."""
     lo = np.broadcast_to(lo, (len(t), lo.shape[-1])).copy()   # invariant: f(lo) <= t (or lo = -1)
     hi = np.broadcast_to(hi, lo.shape).copy()                  # invariant: f(hi) > t (or hi = n_total + 1)
-    while True:
-        active = hi - lo > 1
-        if not active.any():
-            return lo
+    # Each step halves every bracket (rounding up), so this many steps close the widest; a closed
+    # bracket (hi = lo + 1) stays as it is: its middle is lo, which finishes by t.
+    for _ in range(max(0, int((hi - lo).max()) - 1).bit_length()):
         mid = (lo + hi) >> 1
-        ok = f(np.minimum(np.maximum(mid, 0), n_total)) <= t
-        lo = np.where(active & ok, mid, lo)
-        hi = np.where(active & ~ok, mid, hi)
+        ok = f(np.maximum(mid, 0)) <= t
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    return lo
 
 
 def _fill(f: Runtimes, n_total: int, n_lo: np.ndarray, n_hi: np.ndarray) -> np.ndarray:
