@@ -261,7 +261,9 @@ class Balancer:
         the rates so chosen (`allocate`)."""
         self.counters["balance_rounds"] += 1
         self.moved_at = {h: t for h, t in self.moved_at.items() if now - t < self.cooldown}
-        return plan(allocate(self.loads(snap, rate_of)), self.policy, frozen=[*self.moved_at, *pinned])
+        # the state's times too: a host another consultant replica moved lately stays as well
+        lately = [h for h, t in snap.balanced_at.items() if now - t < self.cooldown]
+        return plan(allocate(self.loads(snap, rate_of)), self.policy, frozen=[*self.moved_at, *lately, *pinned])
 
     def applied(self, moves: list[Move], now: float) -> None:
         for m in moves:

@@ -272,7 +272,12 @@ class ConsultantService:
         moves = self.balancer.round(snap, now, pinned, self.capacity.rate)
         if not moves:
             return []
-        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now)
+        # at most one round's writes per 0.9 interval across replicas (a replica's own rounds are
+        # an interval apart): the next plan sees reports from after the moves
+        spacing = 0.9 * self.settings.balance.interval
+        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now, spacing)
+        if not written:
+            return []
         self.balancer.applied(moves, now)
         log.info("balance: %d hosts moved (epoch %d): %s", written, epoch,
                  ", ".join(f"{m.host} ({m.urls} URLs) {m.source} -> {m.target}" for m in moves))

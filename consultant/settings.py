@@ -39,9 +39,10 @@ class DnsSettings:
 
 @dataclass(frozen=True)
 class BalanceSettings:
-    # Load balancing, phase 1 (docs/balance.md): hosts move from heavy to light agents through
-    # overrides. Off by default until bench/balance.py shows it helps on a cluster like yours.
-    enabled: bool = False
+    # Load balancing (docs/balance.md): hosts move from heavy to light agents through overrides,
+    # to the allocator's targets. On by default: on the lab's equal cluster it cost at most 3.4%
+    # (target <= 5%), on the unequal ones it cut the crawl to 0.19-0.42x, and no run lost a URL.
+    enabled: bool = True
     interval: float = 10.0        # seconds between rounds (the agents' load.period should match)
     max_moves: int = 8            # hosts moved per round, at most
     min_gap_seconds: float = 5.0  # a move needs the source's predicted runtime this far above the target's...

@@ -290,6 +290,42 @@ def test_a_balance_round_pins_hosts_and_their_agents_death_clears_the_pins(run, 
     run(go())
 
 
+def test_two_consultant_replicas_over_one_state_do_not_both_move_hosts_on_the_same_reports(run, tmp_path):
+    """On by default, every replica plans: a round's writes are refused when another replica's
+    balancer wrote within 0.9 interval (its moves are not in the reports yet), and a host one
+    replica moved stays for the cooldown on the other too (the state's times)."""
+    from consultant.service import ConsultantService
+    from consultant_helpers import settings_for
+
+    now = [100.0]
+    s = settings_for(tmp_path, lease_seconds=60.0, balance__enabled=True)
+    a, b = ConsultantService(s, clock=lambda: now[0]), ConsultantService(s, clock=lambda: now[0])
+
+    async def go():
+        await a.start()
+        await b.start()
+        try:
+            for agent in ("slow", "fast"):
+                await a.register(AgentRecord(agent, f"127.0.0.1:{7000 + len(agent)}"))
+            await a.heartbeat("slow", _report(600, 1.0, {"x.example": 300, "y.example": 200}))
+            await a.heartbeat("fast", _report(0, 40.0, {}))
+            now[0] += 1
+            assert [m.host for m in await a.balance_round()] == ["x.example"]
+            now[0] += 1
+            assert await b.balance_round() == [], "b plans on reports from before a's move: refused"
+            # later, fresh reports in which nothing changed yet: b may move y, never x (a's cooldown)
+            now[0] += 0.9 * s.balance.interval
+            await b.heartbeat("slow", _report(600, 1.0, {"x.example": 300, "y.example": 200}))
+            await b.heartbeat("fast", _report(0, 40.0, {}))
+            now[0] += 1
+            assert [m.host for m in await b.balance_round()] == ["y.example"]
+        finally:
+            await a.stop()
+            await b.stop()
+
+    run(go())
+
+
 def test_a_state_from_before_the_balancer_gets_the_origin_column_and_its_overrides_are_the_operators(tmp_path):
     import sqlalchemy as sa
 
