@@ -61,6 +61,10 @@ class Host:
     name: str
     key: int
     urls: int   # queued here
+    # The nodes it may be delegated to: its key's XOR preference list (owner and backups), the
+    # list storage checks a capture's sender against in this mode (it knows no delegations, so a
+    # delegate outside it has every page refused: docs/balance.md). None: any node.
+    placed: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ def best_move(self_id: int, me: NodeLoad, hosts: list[Host], neighbours: list[Ne
         best: tuple[float, int, int, str, int] | None = None
         for n in region:
             for h in hosts:
+                if h.placed is not None and n.node_id not in h.placed:
+                    continue
                 if not candidate(me, n.load, h.urls, room, policy, *_pair(shares, self_id, n.node_id)):
                     continue
                 peak = loadmodel.peak_after(me.queue, me.rate, n.load.queue, n.load.rate, h.urls)
