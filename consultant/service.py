@@ -250,6 +250,11 @@ class ConsultantService:
     async def _balance_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.balance.interval)
+            if self.partitioner.weights_from_model and not self.settings.balance.enabled:
+                try:
+                    await self.refit_capacity()  # the weighted strategy's shares need the model too
+                except Exception:  # noqa: BLE001
+                    log.exception("capacity refit failed")
             if not self.settings.balance.enabled:
                 continue
             try:
@@ -262,11 +267,17 @@ class ConsultantService:
         as overrides in one epoch bump; the agents hand the hosts over on the new epoch."""
         snap = await self._run(self.store.snapshot)
         pinned = [h for h in snap.overrides if h not in snap.balanced]
+        await self.refit_capacity()  # the agents' rates from the capacity model, where it knows them
         now = self.clock()
-        moves = self.balancer.round(snap, now, pinned)
+        moves = self.balancer.round(snap, now, pinned, self.capacity.rate)
         if not moves:
             return []
-        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now)
+        # at most one round's writes per 0.9 interval across replicas (a replica's own rounds are
+        # an interval apart): the next plan sees reports from after the moves
+        spacing = 0.9 * self.settings.balance.interval
+        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now, spacing)
+        if not written:
+            return []
         self.balancer.applied(moves, now)
         log.info("balance: %d hosts moved (epoch %d): %s", written, epoch,
                  ", ".join(f"{m.host} ({m.urls} URLs) {m.source} -> {m.target}" for m in moves))
@@ -350,16 +361,32 @@ class ConsultantService:
 
     async def heartbeat(self, agent_id: str, load: dict) -> int:
         validate_agent_id(agent_id)
+        self.capacity.record(agent_id, load)
         capacity = float(load.get("capacity") or 0) or None
+        if self.partitioner.weights_from_model:
+            capacity = self._model_weight(agent_id) or capacity
         epoch, bumped = await self._run(
             self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity,
             self.partitioner.reweight_threshold,
         )
         self.counters["heartbeats"] += 1
-        self.capacity.record(agent_id, load)
         if bumped:
             await self.refresh()
         return epoch
+
+    def _model_weight(self, agent_id: str) -> float | None:
+        """weighted, source = "model": the agent's share by the capacity model and our allocator
+        (CapacityBook.shares), moved at most CapacityBook.step from its weight now; the store
+        takes it only past the strategy's reweight_threshold (hysteresis), with an epoch bump,
+        and the hosts move through the handover."""
+        alive = [r.agent_id for r in self.directory.records]
+        if agent_id not in alive:
+            alive.append(agent_id)
+        share = self.capacity.shares(alive, self.clock()).get(agent_id)
+        if share is None:
+            return None
+        rec = self.directory.snapshot.agents.get(agent_id)
+        return self.capacity.step(rec.weight if rec is not None else 1.0, share)
 
     async def refit_capacity(self) -> None:
         """Refit the runtime model when due (consultant/capacity/book.py), off the event loop."""
