@@ -128,6 +128,7 @@ class ConsultantService:
         self.clock = clock
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consultant-db")
         self._tasks: list[asyncio.Task] = []
+        self._fit_task: asyncio.Task | None = None  # the capacity model's refit under way
         self._reload_lock = asyncio.Lock()
         self.partitioner = build_partitioner(settings)
         self.city_db, self.asn_db = open_databases(settings, self.partitioner.needs)
@@ -180,6 +181,8 @@ class ConsultantService:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._fit_task is not None:
+            await asyncio.gather(self._fit_task, return_exceptions=True)
         await self._run(self.store.close)
         self._db.shutdown(wait=True)
         if self.city_db:
@@ -388,11 +391,24 @@ class ConsultantService:
         rec = self.directory.snapshot.agents.get(agent_id)
         return self.capacity.step(rec.weight if rec is not None else 1.0, share)
 
-    async def refit_capacity(self) -> None:
-        """Refit the runtime model when due (consultant/capacity/book.py), off the event loop."""
-        samples = self.capacity.due(self.clock())
-        if samples is not None:
+    async def refit_capacity(self, wait: float | None = None) -> None:
+        """Refit the runtime model when due (consultant/capacity/book.py), in a thread, one fit at
+        a time. `wait` bounds how long the caller waits for a fit under way (None: until it ends):
+        ListAgents answers with the last model rather than wait on a fit that a loaded machine
+        can stretch past its caller's deadline (an MLP fit with cross-validation takes seconds)."""
+        task = self._fit_task
+        if task is None or task.done():
+            samples = self.capacity.due(self.clock())
+            if samples is None:
+                return
+            task = self._fit_task = asyncio.create_task(self._fit(samples))
+        await asyncio.wait({task}, timeout=wait)
+
+    async def _fit(self, samples: list) -> None:
+        try:
             self.capacity.adopt(await asyncio.to_thread(self.capacity.fit_samples, samples))
+        except Exception:  # noqa: BLE001 - a failed fit keeps the last model; the next is due later
+            log.exception("capacity refit failed")
 
     async def deregister(self, agent_id: str) -> int:
         validate_agent_id(agent_id)

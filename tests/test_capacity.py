@@ -205,6 +205,9 @@ def test_the_consultant_learns_each_agents_rate_from_heartbeats(run, tmp_path):
                         queue_length=100, interval_pages=n, interval_seconds=n / r,
                         resources=common_pb2.Resources(cores=4, bandwidth_mbps=r)))
             listed = await c.list_agents()
+            while not listed.capacity_model:  # ListAgents answers with the last fit; this one is under way
+                await asyncio.sleep(0.1)
+                listed = await c.list_agents()
             got = {a.agent_id: a for a in listed.agents}
             for a, r in rates.items():
                 assert got[a].samples == 6
