@@ -29,6 +29,7 @@ GAUGES = frozenset({
     "loop_lag_max", "loop_busy_max",                                                             # LoopLag
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
     "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
+    "revisits_scheduled", "revisits_due", "revisit_freshness",                                   # revisit schedule (issue 26)
 })
 
 HELP = {
@@ -69,7 +70,21 @@ HELP = {
     "links_over_cap": "links beyond scope.max_outlinks_per_page, not examined",
     "nofollow_skipped": "links skipped for nofollow",
     "noindex_pages": "pages marked noindex (stored all the same)",
+    "revisits": "revisits fetched (URLs fetched again from the revisit schedule; [revisit] in the config)",
+    "revisits_changed": "revisits that found the payload changed since this agent's last capture",
+    "revisits_unchanged": "revisits that found it unchanged (a 304, or a 2xx with the same payload digest)",
+    "not_modified": "revisits answered 304 Not Modified (conditional requests: If-None-Match / If-Modified-Since)",
+    "not_modified_bytes": "payload bytes the 304 answers did not send (the size of the capture each confirmed)",
+    "revisits_scheduled": "URLs in the revisit schedule",
+    "revisits_due": "URLs in the revisit schedule due now",
+    "revisit_freshness": "freshness estimate: the share of revisits that found the page unchanged (a lower bound of the "
+                         "archive's freshness: a revisit sees the copy at its oldest); 1 before any revisit",
     "fenced_results": "fetch results dropped because the lease lapsed during the fetch",
+    "sitemaps": "sitemap and sitemap index files read ([sitemaps]; agent/crawl/sitemap.py)",
+    "sitemap_urls": "URLs read from sitemaps (routed like discovered links)",
+    "sitemap_refused": "sitemap entries left out: the location rule, an invalid <loc>, over 50,000 in a file",
+    "sitemap_errors": "sitemaps read only in part: malformed XML, a DOCTYPE, bad gzip, over 50 MiB decompressed",
+    "sitemaps_skipped": "sitemaps not fetched or not read: the host's file or byte budget, an index nested in an index",
     # Intake: URLs arriving
     "duplicates": "URLs already in the seen set, not queued again",
     "pushes_received": "PushUrls RPCs received from peers",

@@ -47,6 +47,7 @@ from agent.state.commit import CommitLog
 from agent.state.frontier import Frontier
 from agent.state.outbox import Outbox
 from agent.state.progress import ProgressWatch
+from agent.state.revisit import changefreq_seconds
 from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
@@ -56,6 +57,7 @@ from wancrawl import errors
 from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.looplag import LoopLag
+from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
@@ -86,7 +88,8 @@ class AgentNode:
         self.signal = HostSignal()
         self.gate = Gate(self.signal.wake, fenced=rep.fence)
         changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, domain_of=registered_domain)
+        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, revisit=s.revisit, clock=clock, wake=self.signal.wake,
+                                 domain_of=registered_domain)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
@@ -134,7 +137,8 @@ class AgentNode:
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
-                                     incidents=self.incidents)
+                                     incidents=self.incidents,
+                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
@@ -155,6 +159,13 @@ class AgentNode:
                                promoted_from=self.ownership.promoted_from)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
+
+    def _sitemap_hints(self, entries: list) -> None:
+        """A sitemap's lastmod / changefreq of its URLs into the revisit schedule (issue 26): a URL
+        changed since its capture is due now, a changefreq is its prior rate (docs/continuous.md)."""
+        for e in entries:
+            if e.lastmod is not None or e.changefreq is not None:
+                self.frontier.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
 
     async def _replicated(self) -> None:
         if self.replicator is not None:  # built after Intake, which needs this
@@ -300,6 +311,10 @@ class AgentNode:
         if self.overlay is not None:
             out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch,
                        **self.overlay.balancing.gauges())
+        if self.s.revisit.enabled:
+            out.update(self.frontier.revisit_counts(self.clock()))
+            seen_changed, seen_same = out.get("revisits_changed", 0.0), out.get("revisits_unchanged", 0.0)
+            out["revisit_freshness"] = seen_same / (seen_changed + seen_same) if seen_changed + seen_same else 1.0
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),
                    seen=len(self.seen), spool_batches=len(self.spool), idle=float(self.idle()),
                    parked_hosts=len(self.dispatcher.parked(self.clock())) if parked is None else parked)

@@ -174,6 +174,27 @@ class MemorySettings:
 
 
 @dataclass(frozen=True)
+class SitemapSettings:
+    """Sitemaps (sitemaps.org; agent/crawl/sitemap.py, docs/agent-fetching.md "Sitemaps")."""
+
+    enabled: bool = False            # follow robots.txt `Sitemap:` lines (off by default: docs say why)
+    well_known: bool = False         # also ask /sitemap.xml of each origin (one more request per origin)
+    max_files_per_host: int = 100    # sitemap and index files fetched per host (this agent's lifetime)
+    max_bytes_per_host: int = 500 * 1024 * 1024  # decompressed sitemap bytes read per host
+    max_urls_per_host: int = 100_000  # sitemap entries taken per host (scope.max_pages_per_host's default)
+    max_urls_per_file: int = 50_000  # the protocol's limit
+    max_file_bytes: int = 50 * 1024 * 1024  # decompressed, per file (the protocol's 52,428,800)
+    max_robots_lines: int = 50       # Sitemap: lines taken from one robots.txt
+
+    def __post_init__(self) -> None:
+        if min(self.max_files_per_host, self.max_bytes_per_host, self.max_urls_per_host, self.max_urls_per_file, self.max_file_bytes,
+               self.max_robots_lines) < 1:
+            raise ValueError("sitemaps: every max_* must be >= 1")
+        if self.max_urls_per_file > 50_000 or self.max_file_bytes > 50 * 1024 * 1024:
+            raise ValueError("sitemaps: max_urls_per_file <= 50000 and max_file_bytes <= 52428800 (the protocol's limits)")
+
+
+@dataclass(frozen=True)
 class StorageOutSettings:
     batch_pages: int = 100        # pages per PageBatch
     flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
@@ -190,6 +211,41 @@ class StorageOutSettings:
             raise ValueError("storage.batch_pages >= 1 and storage.gzip_level 1..9")
         if self.not_placed_hold < 0:
             raise ValueError("storage_out.not_placed_hold must be >= 0")
+
+
+REVISIT_POLICIES = ("fixed", "adaptive", "optimal")  # agent/state/revisit.py
+
+
+@dataclass(frozen=True)
+class RevisitSettings:
+    """Continuous crawling (issue 26; docs/continuous.md). Off by default: a one-shot crawl
+    fetches each URL once. On, every page fetched with a 2xx answer is due again after an
+    interval chosen by `policy`, and a revisit asks with If-None-Match / If-Modified-Since."""
+
+    enabled: bool = False
+    policy: str = "fixed"             # fixed | adaptive (Nutch) | optimal (Cho and Garcia-Molina)
+    interval: float = 86400.0         # fixed interval; the first interval of the other two
+    min_interval: float = 60.0        # bounds of the adaptive and optimal intervals
+    max_interval: float = 30 * 86400.0
+    inc_rate: float = 0.4             # adaptive: interval * (1 + inc_rate) when a page did not change
+    dec_rate: float = 0.2             # adaptive: interval * (1 - dec_rate) when it did
+    pages_per_host_day: float = 1000.0  # optimal: revisits per host per day the intervals are planned for
+    # Of a host's fetch slots when both kinds are due, at least this share goes to first visits
+    # (discovery); revisits take the rest. Either kind alone takes every slot.
+    discovery_share: float = 0.5
+    conditional: bool = True          # send If-None-Match / If-Modified-Since from the last capture
+
+    def __post_init__(self) -> None:
+        if self.policy not in REVISIT_POLICIES:
+            raise ValueError(f"revisit.policy must be one of {', '.join(REVISIT_POLICIES)}, got {self.policy!r}")
+        # interval is not checked against the bounds (flags set one key at a time): the
+        # policies clamp every interval into [min_interval, max_interval].
+        if not (0 < self.min_interval <= self.max_interval and self.interval > 0):
+            raise ValueError("revisit: 0 < min_interval <= max_interval, interval > 0")
+        if not (0 <= self.inc_rate <= 10 and 0 <= self.dec_rate < 1):
+            raise ValueError("revisit: inc_rate 0..10, dec_rate 0..<1")
+        if self.pages_per_host_day <= 0 or not 0 <= self.discovery_share <= 1:
+            raise ValueError("revisit: pages_per_host_day > 0, discovery_share 0..1")
 
 
 @dataclass(frozen=True)
@@ -327,6 +383,7 @@ class AgentSettings:
     fetch: FetchSettings = field(default_factory=FetchSettings)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     robots: RobotsSettings = field(default_factory=RobotsSettings)
+    sitemaps: SitemapSettings = field(default_factory=SitemapSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     routing: RoutingSettings = field(default_factory=RoutingSettings)
     storage_out: StorageOutSettings = field(default_factory=StorageOutSettings)
@@ -334,6 +391,7 @@ class AgentSettings:
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
     kademlia: KademliaSettings = field(default_factory=KademliaSettings)
+    revisit: RevisitSettings = field(default_factory=RevisitSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS, server and client (docs/security.md)
     source: str = field(default="defaults", compare=False)
 

@@ -85,6 +85,19 @@ def host_state(field: str, st: agent_pb2.HostState) -> None:
         checks.integer(f"{f}.depth", q.depth, high=MAX_DEPTH)
         checks.unix_time(f"{f}.not_before", q.not_before)
         checks.integer(f"{f}.seq", q.seq)  # the owner's queue key: counts up from 0
+    checks.count(f"{field}.revisits", st.revisits, MAX_PART_ITEMS)
+    for i, r in enumerate(st.revisits):
+        f = checks.indexed(f"{field}.revisits", i)
+        checks.text(f"{f}.url", r.url, checks.MAX_URL, required=True)
+        for name in ("due", "last", "lastmod"):
+            checks.unix_time(f"{f}.{name}", getattr(r, name))
+        for name in ("interval", "span", "changefreq"):  # seconds: at most a few centuries
+            checks.finite(f"{f}.{name}", getattr(r, name), low=0.0, high=checks.MAX_TIME)
+        for name in ("digest", "etag", "modified"):
+            checks.text(f"{f}.{name}", getattr(r, name), checks.MAX_TEXT)
+        for name in ("length", "visits", "changes"):
+            checks.integer(f"{f}.{name}", getattr(r, name))
+        checks.integer(f"{f}.depth", r.depth, high=MAX_DEPTH)
     for i, rb in enumerate(st.robots):
         f = checks.indexed(f"{field}.robots", i)
         checks.text(f"{f}.origin", rb.origin, checks.MAX_ADDRESS + 16)

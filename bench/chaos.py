@@ -838,6 +838,18 @@ def agent_tables(name: str, args: argparse.Namespace) -> str:
     return ""
 
 
+def balance_lab(args: argparse.Namespace) -> dict[str, str]:
+    """lab.cluster.up's keys for --balance (docs/balance.md): "on" or "off" writes the balancer's
+    switch into the consultant's [balance] (consultant mode) or every agent's [kademlia] table
+    (kademlia mode); "default" writes nothing, so the configs' defaults decide."""
+    if args.balance == "default":
+        return {}
+    on = "true" if args.balance == "on" else "false"
+    if args.mode == "kademlia":
+        return {"kademlia_keys": f"balance = {on}\n"}
+    return {"consultant_tables": f"[balance]\nenabled = {on}\ninterval = {args.balance_interval:g}\n"}
+
+
 def _kill_owner_and_backup(cl: cluster.Cluster, victim: str, notes: list[str],
                            ctx: FaultContext) -> tuple[float, Callable[[], None]]:
     """kill -9 the victim and the first backup of most of its hosts (the consultant's preference
@@ -1091,7 +1103,8 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                         time_scale=args.time_scale, zero_latency=args.zero_latency,
                         delay=max(args.delay, SCENARIO_DELAY.get(name, 0.0)),
                         concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
-                        mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1, **storage_lab(name, args))
+                        mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1, **balance_lab(args),
+                        **storage_lab(name, args))
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -1369,6 +1382,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--lease", type=float, default=15.0,
                    help="the consultant's agent lease (its default, 15 s): restart comes back within it, kill outlives it")
+    p.add_argument("--balance", choices=("default", "on", "off"), default="default",
+                   help="load balancing (docs/balance.md): on or off in every run; default: as the configs' defaults say")
+    p.add_argument("--balance-interval", type=float, default=2.0, help="with --balance on/off: the balancer's interval (s)")
     p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
                    help="PostgreSQL of the storage scenarios' shared index (a fresh chaos_* schema per run)")
     p.add_argument("--backups", type=int, default=DEFAULT_BACKUPS,
@@ -1389,7 +1405,7 @@ def main(argv: list[str] | None = None) -> int:
         "$ python bench/chaos.py " + " ".join(sys.argv[1:] if argv is None else argv),
         f"lab seed {args.seed}, topology {args.topology or 'default (seed 002)'}, strategy {args.strategy}, "
         f"time scale {args.time_scale:g}{', zero latency' if args.zero_latency else ''}, politeness delay {args.delay:g}s, "
-        f"concurrency {args.concurrency}",
+        f"concurrency {args.concurrency}, balancing {args.balance}",
         f"agents {', '.join(args.groups)}; victim {args.victim}; join {args.join}; fault at "
         + (f"{args.fault_at:.0%}" if args.fault_at is not None else
            f"{DEFAULT_FAULT_AT:.0%} ({', '.join(f'{n} {v:.0%}' for n, v in FAULT_AT.items())})") + " of truth requested",

@@ -173,34 +173,41 @@ def mean_u(run: Run, heavy: bool) -> list[tuple[float, float]]:
     return sorted((t, sum(us) / len(us)) for t, us in by_t.items())
 
 
-def plots(runs: dict[str, Run], out: Path, bucket: float) -> None:
+Line = tuple[str, list[float], list[float], str]  # label, x (s since seeding), y, line style
+
+
+def save_plot(path: Path, panels: list[tuple[str, list[Line]]], ylabel: str, size: tuple[float, float]) -> None:
+    """One figure of side-by-side panels (title, lines) sharing the y axis, saved as `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, (mode, r) in zip(axes, runs.items()):
-        for g, v, lam in TABLE2:
-            pts = r.u.get(g, [])
-            ax.plot([t for t, _ in pts], [u for _, u in pts], label=f"{g} v={v} λ={lam}",
-                    linestyle="-" if lam > v else "--")
-        ax.set_title(f"load rate u = queued / W, balancing {mode}")
+    fig, axes = plt.subplots(1, len(panels), figsize=size, sharey=True, squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels):
+        for label, xs, ys, style in lines:
+            ax.plot(xs, ys, label=label, linestyle=style)
+        ax.set_title(title)
         ax.set_xlabel("s since seeding")
-    axes[0].set_ylabel("u")
-    axes[1].legend(fontsize=7)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "seed000_load_rate.png", dpi=110)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode, r in runs.items():
-        ax.plot([i * bucket for i in range(len(r.buckets))], [b / bucket for b in r.buckets], label=f"balancing {mode}")
-    ax.set_xlabel("s since seeding")
-    ax.set_ylabel("pages/s")
-    ax.set_title("system output (seed 000 Fig 7)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "seed000_output.png", dpi=110)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plots(runs: dict[str, Run], out: Path, bucket: float) -> None:
+    """seed 000's Fig 6 (each agent's load rate u over time, off and on) and Fig 7 (output over time)."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_plot(out / "seed000_load_rate.png", [
+        (f"load rate u = queued / W, balancing {mode}",
+         [(f"{g} v={v} λ={lam}", [t for t, _ in r.u.get(g, [])], [u for _, u in r.u.get(g, [])], "-" if lam > v else "--")
+          for g, v, lam in TABLE2])
+        for mode, r in runs.items()], "u", (11, 4))
+    save_plot(out / "seed000_output.png", [
+        ("system output (seed 000 Fig 7)",
+         [(f"balancing {mode}", [i * bucket for i in range(len(r.buckets))], [b / bucket for b in r.buckets], "-")
+          for mode, r in runs.items()])], "pages/s", (7, 4))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -160,6 +160,21 @@ def ingest_run(tmp: Path, name: str, tables: list[str], batches, args):
     return stored, dup, stats, wall, cpu, [a for _, a in running]
 
 
+def best_run(tmp: Path, name: str, tables, batches, args, side_pid: int | None = None):
+    """ingest_run `args.repeat` times (run k: `tables(k)`, fresh directories, buckets and schemas)
+    and keep the run with the least storage CPU, as a timing keeps its best: the machine is
+    shared, and another process's burst only ever adds. With `side_pid`, that process's CPU
+    during the kept run is appended (SeaweedFS's)."""
+    best = None
+    for k in range(args.repeat):
+        w0 = cpu_seconds(side_pid) if side_pid else 0.0
+        r = ingest_run(tmp, f"{name}{k}", tables(k), batches, args)
+        r = (*r, cpu_seconds(side_pid) - w0 if side_pid else 0.0)
+        if best is None or r[4] < best[4]:
+            best = r
+    return best
+
+
 def object_store_columns(tmp: Path, batches, args, local_per_core: float) -> list[str]:
     """The object-store rows: one writer into SeaweedFS, then two over one PostgreSQL index."""
     from wancrawl.errors import Unavailable
@@ -173,43 +188,69 @@ def object_store_columns(tmp: Path, batches, args, local_per_core: float) -> lis
         return [f"object store: not measured ({str(exc).splitlines()[0]})"]
     out = []
     try:
-        w0 = cpu_seconds(server.process.pid)
-        stored, _dup, _stats, wall, cpu, _ = ingest_run(tmp, "s3", [storage_tables(server.endpoint, "bench-one", "w1")], batches, args)
-        sw_cpu = cpu_seconds(server.process.pid) - w0
+        stored, _dup, _stats, wall, cpu, _, sw_cpu = best_run(
+            tmp, "s3", lambda k: [storage_tables(server.endpoint, f"bench-one-{k}", "w1")], batches, args, server.process.pid)
         per_core = stored / cpu if cpu > 0 else float("inf")
         out.append(f"{'object store: pages/s per storage core':44} {per_core:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
                    f"{per_core / TARGET_PAGES_PER_CORE_S:6.2f}x  (SeaweedFS {sw_cpu / stored * 1e6:.0f} us CPU per page)")
         out.append(f"{'object store: pages/s wall clock':44} {stored / wall:12.2f}")
-        out.append(f"object store / local ingest per core: {per_core / local_per_core:.2f} (target >= 0.70)")
+        out.append(f"object store, one writer / local ingest per core (SQLite index): {per_core / local_per_core:.2f}")
         pg = pg_schema(args.pg)
         if isinstance(pg, str):
-            out.append(f"two writers: not measured ({pg})")
+            out.append(f"object store / local ingest per core: not measured (two writers need PostgreSQL: {pg})")
             return out
         url, schema, drop = pg
+        # Run k's schemas: <schema>_l<k> (the local directory) and <schema>_<k> (two writers).
+        used = [f"{schema}_l{k}" for k in range(args.repeat)] + [f"{schema}_{k}" for k in range(args.repeat)]
+
+        def index(name: str) -> str:
+            return f'[index]\nurl = "{url}"\nschema = "{name}"\n'
+
         try:
-            index = f'[index]\nurl = "{url}"\nschema = "{schema}"\n'
             # The same index for the reference: the local directory over PostgreSQL.
-            stored_l, _dup, _stats, _wall, cpu_l, _ = ingest_run(tmp, "localpg", [index.replace(schema, schema + "_l")], batches, args)
+            stored_l, _dup, _stats, _wall, cpu_l, _, _ = best_run(tmp, "localpg", lambda k: [index(f"{schema}_l{k}")], batches, args)
             local_pg = stored_l / cpu_l if cpu_l > 0 else float("inf")
             out.append(f"{'local directory, PostgreSQL index: pages/s/core':44} {local_pg:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
                        f"{local_pg / TARGET_PAGES_PER_CORE_S:6.2f}x")
-            w0 = cpu_seconds(server.process.pid)
-            stored, _dup, _stats, wall, cpu, _ = ingest_run(
-                tmp, "s3x2", [index + storage_tables(server.endpoint, "bench-two", f"w{i}") for i in (1, 2)], batches, args)
-            sw_cpu = cpu_seconds(server.process.pid) - w0
+            stored, _dup, stats2, wall, cpu, _, sw_cpu = best_run(
+                tmp, "s3x2", lambda k: [index(f"{schema}_{k}") + storage_tables(server.endpoint, f"bench-two-{k}", f"w{i}")
+                                        for i in (1, 2)], batches, args, server.process.pid)
+            index_bytes = pg_index_bytes(url, f"{schema}_0")
         finally:
             drop()
-            drop_l = pg_schema(args.pg, schema + "_l")
-            if not isinstance(drop_l, str):
-                drop_l[2]()
+            for name in used:
+                made = pg_schema(args.pg, name)
+                if not isinstance(made, str):
+                    made[2]()
         per_core2 = stored / cpu if cpu > 0 else float("inf")
         out.append(f"{'two writers (PostgreSQL index): pages/s/core':44} {per_core2:12.2f} {TARGET_PAGES_PER_CORE_S:10.2f} "
                    f"{per_core2 / TARGET_PAGES_PER_CORE_S:6.2f}x  (SeaweedFS {sw_cpu / stored * 1e6:.0f} us CPU per page)")
         out.append(f"{'two writers: pages/s wall clock (both)':44} {stored / wall:12.2f}")
-        out.append(f"object store, two writers / local ingest per core (both over PostgreSQL): {per_core2 / local_pg:.2f}")
+        out.append(f"object store / local ingest per core: {per_core2 / local_pg:.2f} (target >= 0.70; two writers into "
+                   f"SeaweedFS against the local directory, both over one PostgreSQL index; best of {args.repeat})")
+        # Sizing (docs/storage.md): what a page costs in the bucket and in the index.
+        per_page = stats2.stored_bytes / stats2.pages
+        out.append(f"sizing: {per_page / 1e3:.1f} KB per page in the bucket (WARC, ratio {stats2.compression_ratio:.2f}), "
+                   f"{index_bytes / stats2.pages:.0f} bytes per page of PostgreSQL index (tables and indexes); "
+                   f"per million pages {per_page / 1e3:.2f} GB and {index_bytes / stats2.pages / 1e3:.2f} GB; "
+                   f"storage CPU {cpu / stored * 1e6:.0f} us and SeaweedFS CPU {sw_cpu / stored * 1e6:.0f} us per page")
     finally:
         server.stop()
     return out
+
+
+def pg_index_bytes(url: str, schema: str) -> int:
+    """Bytes of every table of `schema` with its indexes and TOAST (PostgreSQL's own count)."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url)
+    try:
+        with eng.connect() as c:
+            return int(c.execute(sa.text(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relkind = 'r'"), {"s": schema}).scalar())
+    finally:
+        eng.dispose()
 
 
 def pg_schema(url: str, schema: str = ""):
@@ -243,6 +284,7 @@ def main(argv=None) -> int:
     p.add_argument("--fsync", choices=["always", "os"], default="always")
     p.add_argument("--index", default="", help="SQLAlchemy URL (default SQLite in the temp dir)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--repeat", type=int, default=3, help="runs per column; the one with the least storage CPU is kept")
     p.add_argument("--no-object-store", action="store_true", help="measure the local directory only")
     p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
                    help="PostgreSQL for the two-writer column (a fresh schema, dropped after)")
@@ -257,8 +299,10 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="wancrawl-bench-") as tmp:
         index = f'[index]\nurl = "{args.index}"\n' if args.index else ""
-        stored, dup, stats, wall, cpu, _ = ingest_run(Path(tmp), "local", [index], batches, args)
-        disk = sum(f.stat().st_size for f in (Path(tmp) / "local-1" / "warcs").glob("*.warc.gz"))
+        # An --index URL is one database for every run: a second run would find every page stored.
+        once = argparse.Namespace(**{**vars(args), "repeat": 1}) if args.index else args
+        stored, dup, stats, wall, cpu, _, _ = best_run(Path(tmp), "local", lambda k: [index], batches, once)
+        disk = sum(f.stat().st_size for f in (Path(tmp) / "local0-1" / "warcs").glob("*.warc.gz"))
         object_rows = object_store_columns(Path(tmp), batches, args, stored / cpu if cpu > 0 else 0.0)
 
     assert stored == args.pages, (stored, dup)

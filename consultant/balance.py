@@ -15,19 +15,28 @@ The model, from the two seeds:
     taken only if it
     lowers the larger of the two runtimes it touches, so the plan's own model never sees its
     maximum go up.
+  * phase 2 (seed 003 §2.3-2.4): our allocator (consultant/capacity/allocate.py, `bisect`) gives
+    each agent its share of all queued URLs, the count that minimises the makespan at the
+    agents' rates (the capacity model's where it has enough samples of the agent, the load
+    report's otherwise: `Balancer.round`'s `rate_of`). `allocate` writes it into each AgentLoad's
+    `target`; a move is then taken only from an agent over its target to one under it, and only
+    if it brings the pair nearer their targets (the host, whole, may overshoot a little).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from consultant.capacity import allocate as A
 from consultant.membership import Snapshot
 from consultant.partition.asn import isp_of
 from wancrawl import loadmodel
 from wancrawl.geo import great_circle_km
+
+RateOf = Callable[[str, int], "float | None"]  # (agent id, URLs queued) -> the model's pages/s, None: unknown
 
 # Region tiers, nearest first: same ISP and city, same ISP, same city, anywhere (by distance).
 SAME_PLACE, SAME_ISP, SAME_CITY, ELSEWHERE = 0, 1, 2, 3
@@ -44,6 +53,7 @@ class AgentLoad:
     city: str = ""
     lat: float | None = None
     lon: float | None = None
+    target: float | None = None  # URLs the allocator gives it (None: no allocation, phase 1's rules alone)
 
     @property
     def excess(self) -> float:
@@ -108,6 +118,29 @@ def improves(src: AgentLoad, dst: AgentLoad, urls: int) -> bool:
     return loadmodel.improves(src.queue, src.rate, dst.queue, dst.rate, urls)
 
 
+def nearer_targets(src: AgentLoad, dst: AgentLoad, urls: int) -> bool:
+    """From over the allocator's target to under it, the pair nearer both (wancrawl/loadmodel.py);
+    without targets, True (phase 1's rules alone)."""
+    return loadmodel.nearer_targets(src.queue, src.target, dst.queue, dst.target, urls)
+
+
+def allocate(loads: Iterable[AgentLoad]) -> list[AgentLoad]:
+    """The loads with each agent's `target`: our allocator's counts (consultant/capacity/
+    allocate.py `bisect`) of all queued URLs over the agents with a known rate, at runtimes
+    f_i(n) = n / rate_i: the split that lets every agent finish at once (seed 003's objective).
+    Agents with no rate get no target (they are left out of the plan anyway)."""
+    loads = list(loads)
+    known = [i for i, a in enumerate(loads) if a.rate > 0 and math.isfinite(a.rate)]
+    total = sum(loads[i].queue for i in known)
+    if len(known) < 2 or total <= 0:
+        return loads
+    counts = A.bisect(A.linear([1.0 / loads[i].rate for i in known]), len(known), total).counts
+    out = list(loads)
+    for i, n in zip(known, counts):
+        out[i] = replace(loads[i], target=float(n))
+    return out
+
+
 def regions(src: AgentLoad, others: Iterable[AgentLoad]) -> list[list[AgentLoad]]:
     """The other agents grouped by tier, nearest tier first; each group nearest first."""
     groups: dict[int, list[AgentLoad]] = {}
@@ -135,7 +168,7 @@ def best_move(src: AgentLoad, others: list[AgentLoad], policy: Policy, frozen: f
             if dst.agent_id in no_targets or dst.excess >= 0 or not worth(src, dst, policy):
                 continue
             for host, urls in movable:
-                if urls >= room or not improves(src, dst, urls):
+                if urls >= room or not improves(src, dst, urls) or not nearer_targets(src, dst, urls):
                     continue
                 peak = loadmodel.peak_after(src.queue, src.rate, dst.queue, dst.rate, urls)
                 key = (peak, -urls, dst.agent_id, host)
@@ -203,7 +236,9 @@ class Balancer:
         self.touched_at: dict[str, float] = {}
         self.counters = {"balance_rounds": 0, "balance_moves": 0}
 
-    def loads(self, snap: Snapshot) -> list[AgentLoad]:
+    def loads(self, snap: Snapshot, rate_of: RateOf | None = None) -> list[AgentLoad]:
+        """Each fresh agent's load; its rate from `rate_of` (the capacity model) when that knows
+        one, else the load report's (seed 000's load level: `load_of`)."""
         out = []
         for rec in snap.alive():
             if rec.last_heartbeat <= self.touched_at.get(rec.agent_id, -math.inf):
@@ -212,14 +247,23 @@ class Balancer:
                 report = json.loads(rec.load_json or "{}")
             except ValueError:
                 continue
-            out.append(load_of(report, rec.agent_id, isp=isp_of(rec.asn, self.isps), city=rec.city, lat=rec.lat, lon=rec.lon))
+            load = load_of(report, rec.agent_id, isp=isp_of(rec.asn, self.isps), city=rec.city, lat=rec.lat, lon=rec.lon)
+            modelled = rate_of(rec.agent_id, load.queue) if rate_of is not None else None
+            if modelled is not None and modelled > 0 and math.isfinite(modelled):
+                load = replace(load, rate=modelled)
+            out.append(load)
         return out
 
-    def round(self, snap: Snapshot, now: float, pinned: Iterable[str] = ()) -> list[Move]:
-        """This round's moves. `pinned`: hosts an operator pinned (never moved by the balancer)."""
+    def round(self, snap: Snapshot, now: float, pinned: Iterable[str] = (), rate_of: RateOf | None = None) -> list[Move]:
+        """This round's moves. `pinned`: hosts an operator pinned (never moved by the balancer);
+        `rate_of(agent_id, queued)`: the capacity model's pages/s for the agent, None when it has
+        too few samples of it (consultant/capacity/book.py). The allocator's targets come from
+        the rates so chosen (`allocate`)."""
         self.counters["balance_rounds"] += 1
         self.moved_at = {h: t for h, t in self.moved_at.items() if now - t < self.cooldown}
-        return plan(self.loads(snap), self.policy, frozen=[*self.moved_at, *pinned])
+        # the state's times too: a host another consultant replica moved lately stays as well
+        lately = [h for h, t in snap.balanced_at.items() if now - t < self.cooldown]
+        return plan(allocate(self.loads(snap, rate_of)), self.policy, frozen=[*self.moved_at, *lately, *pinned])
 
     def applied(self, moves: list[Move], now: float) -> None:
         for m in moves:

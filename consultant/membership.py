@@ -35,12 +35,14 @@ class AgentRecord:
 @dataclass(frozen=True)
 class Snapshot:
     """The state at one epoch: every agent ever registered and the overrides (`balanced`: the
-    hosts whose override the balancer set, not an operator)."""
+    hosts whose override the balancer set, not an operator; `balanced_at`: when it set each, so
+    every consultant replica sees the same cooldown)."""
 
     epoch: int
     agents: dict[str, AgentRecord] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     balanced: frozenset[str] = frozenset()
+    balanced_at: dict[str, float] = field(default_factory=dict)
 
     def alive(self) -> list[AgentRecord]:
         # Sorted by id: every replica binds partitioners to the same order.

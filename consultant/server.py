@@ -131,7 +131,7 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
 
     async def ListAgents(self, request, context):
         validate.list_agents(request)
-        await self.service.refit_capacity()
+        await self.service.refit_capacity(wait=0.5)
         snap = await self.service.snapshot()
         d = self.service.directory
         views = {v.agent_id: v for v in d.views}

@@ -128,6 +128,7 @@ class ConsultantService:
         self.clock = clock
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consultant-db")
         self._tasks: list[asyncio.Task] = []
+        self._fit_task: asyncio.Task | None = None  # the capacity model's refit under way
         self._reload_lock = asyncio.Lock()
         self.partitioner = build_partitioner(settings)
         self.city_db, self.asn_db = open_databases(settings, self.partitioner.needs)
@@ -180,6 +181,8 @@ class ConsultantService:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._fit_task is not None:
+            await asyncio.gather(self._fit_task, return_exceptions=True)
         await self._run(self.store.close)
         self._db.shutdown(wait=True)
         if self.city_db:
@@ -250,6 +253,11 @@ class ConsultantService:
     async def _balance_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.balance.interval)
+            if self.partitioner.weights_from_model and not self.settings.balance.enabled:
+                try:
+                    await self.refit_capacity()  # the weighted strategy's shares need the model too
+                except Exception:  # noqa: BLE001
+                    log.exception("capacity refit failed")
             if not self.settings.balance.enabled:
                 continue
             try:
@@ -262,11 +270,17 @@ class ConsultantService:
         as overrides in one epoch bump; the agents hand the hosts over on the new epoch."""
         snap = await self._run(self.store.snapshot)
         pinned = [h for h in snap.overrides if h not in snap.balanced]
+        await self.refit_capacity()  # the agents' rates from the capacity model, where it knows them
         now = self.clock()
-        moves = self.balancer.round(snap, now, pinned)
+        moves = self.balancer.round(snap, now, pinned, self.capacity.rate)
         if not moves:
             return []
-        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now)
+        # at most one round's writes per 0.9 interval across replicas (a replica's own rounds are
+        # an interval apart): the next plan sees reports from after the moves
+        spacing = 0.9 * self.settings.balance.interval
+        epoch, written = await self._run(self.store.set_balance_overrides, [(m.host, m.target) for m in moves], now, spacing)
+        if not written:
+            return []
         self.balancer.applied(moves, now)
         log.info("balance: %d hosts moved (epoch %d): %s", written, epoch,
                  ", ".join(f"{m.host} ({m.urls} URLs) {m.source} -> {m.target}" for m in moves))
@@ -350,22 +364,51 @@ class ConsultantService:
 
     async def heartbeat(self, agent_id: str, load: dict) -> int:
         validate_agent_id(agent_id)
+        self.capacity.record(agent_id, load)
         capacity = float(load.get("capacity") or 0) or None
+        if self.partitioner.weights_from_model:
+            capacity = self._model_weight(agent_id) or capacity
         epoch, bumped = await self._run(
             self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity,
             self.partitioner.reweight_threshold,
         )
         self.counters["heartbeats"] += 1
-        self.capacity.record(agent_id, load)
         if bumped:
             await self.refresh()
         return epoch
 
-    async def refit_capacity(self) -> None:
-        """Refit the runtime model when due (consultant/capacity/book.py), off the event loop."""
-        samples = self.capacity.due(self.clock())
-        if samples is not None:
+    def _model_weight(self, agent_id: str) -> float | None:
+        """weighted, source = "model": the agent's share by the capacity model and our allocator
+        (CapacityBook.shares), moved at most CapacityBook.step from its weight now; the store
+        takes it only past the strategy's reweight_threshold (hysteresis), with an epoch bump,
+        and the hosts move through the handover."""
+        alive = [r.agent_id for r in self.directory.records]
+        if agent_id not in alive:
+            alive.append(agent_id)
+        share = self.capacity.shares(alive, self.clock()).get(agent_id)
+        if share is None:
+            return None
+        rec = self.directory.snapshot.agents.get(agent_id)
+        return self.capacity.step(rec.weight if rec is not None else 1.0, share)
+
+    async def refit_capacity(self, wait: float | None = None) -> None:
+        """Refit the runtime model when due (consultant/capacity/book.py), in a thread, one fit at
+        a time. `wait` bounds how long the caller waits for a fit under way (None: until it ends):
+        ListAgents answers with the last model rather than wait on a fit that a loaded machine
+        can stretch past its caller's deadline (an MLP fit with cross-validation takes seconds)."""
+        task = self._fit_task
+        if task is None or task.done():
+            samples = self.capacity.due(self.clock())
+            if samples is None:
+                return
+            task = self._fit_task = asyncio.create_task(self._fit(samples))
+        await asyncio.wait({task}, timeout=wait)
+
+    async def _fit(self, samples: list) -> None:
+        try:
             self.capacity.adopt(await asyncio.to_thread(self.capacity.fit_samples, samples))
+        except Exception:  # noqa: BLE001 - a failed fit keeps the last model; the next is due later
+            log.exception("capacity refit failed")
 
     async def deregister(self, agent_id: str) -> int:
         validate_agent_id(agent_id)

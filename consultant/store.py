@@ -118,7 +118,8 @@ class Store:
             agents = {r.agent_id: _record(r) for r in conn.execute(sa.select(agents_t))}
             rows = list(conn.execute(sa.select(overrides_t)))
         overrides = {r.host: r.agent_id for r in rows}
-        return Snapshot(epoch, agents, overrides, frozenset(r.host for r in rows if r.origin == BALANCE))
+        balanced = {r.host: float(r.created_at) for r in rows if r.origin == BALANCE}
+        return Snapshot(epoch, agents, overrides, frozenset(balanced), balanced)
 
     def get_meta(self, key: str) -> str | None:
         with self.engine.connect() as conn:
@@ -239,12 +240,19 @@ class Store:
             conn.execute(overrides_t.insert().values(host=host, agent_id=agent_id, created_at=now, origin=OPERATOR))
             return self._bump(conn)
 
-    def set_balance_overrides(self, pins: list[tuple[str, str]], now: float) -> tuple[int, int]:
+    def set_balance_overrides(self, pins: list[tuple[str, str]], now: float, spacing: float = 0.0) -> tuple[int, int]:
         """The balancer's moves, (host, agent) each, in one transaction and one epoch bump. A
-        host an operator pinned meanwhile, or an agent no longer alive, is skipped.
+        host an operator pinned meanwhile, or an agent no longer alive, is skipped. With
+        `spacing`, nothing is written when a balancer (any replica's) wrote less than `spacing`
+        seconds ago: consultant replicas over one state each plan, and the first round's moves
+        must show in the agents' reports before another round plans on them.
         Returns (epoch, overrides written)."""
         with self.engine.begin() as conn:
             self._lock_epoch(conn)
+            if spacing > 0:
+                last = conn.execute(sa.select(sa.func.max(overrides_t.c.created_at)).where(overrides_t.c.origin == BALANCE)).scalar()
+                if last is not None and now - float(last) < spacing:
+                    return self._current(conn), 0
             alive = {r.agent_id for r in conn.execute(sa.select(agents_t.c.agent_id).where(agents_t.c.state == ALIVE))}
             hosts = [h for h, _ in pins]
             operator = {r.host for r in conn.execute(

@@ -145,7 +145,8 @@ class LabServer:
 def _head(status: int, headers: list[tuple[str, str]], length: int, keep_alive: bool) -> bytes:
     lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}\r\n"]
     lines += [f"{k}: {v}\r\n" for k, v in headers]
-    lines.append(f"Content-Length: {length}\r\nServer: {SERVER_NAME}\r\n")
+    # A 304 has no content and declares no length (RFC 9110 8.6: only the 200's would be allowed).
+    lines.append(f"Server: {SERVER_NAME}\r\n" if status == 304 else f"Content-Length: {length}\r\nServer: {SERVER_NAME}\r\n")
     if not keep_alive:
         lines.append("Connection: close\r\n")
     lines.append("\r\n")
@@ -232,6 +233,7 @@ class _Conn(asyncio.Protocol):
             host = None
             conn_hdr = b""
             body_len = 0
+            inm = ims = None  # If-None-Match, If-Modified-Since (the changing web answers 304)
             for line in lines[1:]:
                 k, _, v = line.partition(b":")
                 k = k.strip().lower()
@@ -239,6 +241,10 @@ class _Conn(asyncio.Protocol):
                     host = v.strip().decode("latin-1")
                 elif k == b"connection":
                     conn_hdr = v.strip().lower()
+                elif k == b"if-none-match":
+                    inm = v.strip().decode("latin-1")
+                elif k == b"if-modified-since":
+                    ims = v.strip().decode("latin-1")
                 elif k == b"content-length":
                     try:
                         body_len = int(v.strip())
@@ -259,7 +265,7 @@ class _Conn(asyncio.Protocol):
             if site is not None and site.ip != self.site_ip:
                 resp = Response(421, [("Content-Type", "text/plain")], f"{site.host} is not served at {self.site_ip}\n".encode())
             else:
-                resp = srv.web.respond(host, target, site=site, now=srv.model_now())
+                resp = srv.web.respond(host, target, site=site, now=srv.model_now(), if_none_match=inm, if_modified_since=ims)
             if site is not None and site.kind not in SUBDOMAIN_KINDS:
                 host_name = site.host
             else:

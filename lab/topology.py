@@ -44,6 +44,8 @@ HOSTILE_KINDS = (
     "shift-jis",
     "two-origins",
     "dead-names",
+    "sitemaps",
+    "sitemap-hostile",
     # Issue 25: a path repeating a block of four segments, a domain of 2,000 subdomains on one
     # IP, and decompression/parser bombs of several kinds on several hosts (so they arrive at once).
     "repeat-block",
@@ -142,6 +144,13 @@ class WebSpec:
     retry_forever_s: float = 3600.0  # retry-forever: /wait's Retry-After (model s, time-scaled)
     length_lie_bytes: int = 100  # length-lie: the Content-Length /liar.html declares
     many_links: int = 100_000  # many-links: links on "/" to pages that 404
+    # Changing pages (issue 26; docs/lab.md "A web that changes"): this share of the normal pages
+    # changes as a Poisson process, its mean interval (model seconds) one of change_means times
+    # U(0.5, 2), all drawn from the seed; the rest never change. 0 (the default): a static web,
+    # no ETag / Last-Modified served, every response as before. A change alters a page's text,
+    # never its links: the link graph (and truth's reachable set) is the same at every time.
+    change_ratio: float = 0.0
+    change_means: list[float] = field(default_factory=lambda: [3600.0, 86400.0, 7 * 86400.0])
 
 
 @dataclass

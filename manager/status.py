@@ -33,11 +33,30 @@ class AgentView:
 
 
 @dataclass
+class WriterView:
+    """One storage writer as its Stats answered (storage.proto WriterStatus), or why it did not."""
+
+    address: str
+    up: bool = False
+    error: str = ""
+    writer_id: str = ""
+    sink: str = ""
+    uptime: float = 0.0
+    pages: int = 0
+    duplicates: int = 0
+    bytes_written: int = 0
+    queued_batches: int = 0
+    lag: float = 0.0             # age of the oldest batch received and not yet durable
+    since_durable: float = -1.0  # -1: nothing made durable since the writer started
+
+
+@dataclass
 class Snapshot:
     epoch: int
     strategy: str
     agents: list[AgentView]
-    storage: dict | None = None
+    storage: dict | None = None  # the archive's totals (the index every writer shares)
+    writers: list[WriterView] = field(default_factory=list)
 
     def idle(self) -> bool:
         """See finished(): the one definition of "the crawl is finished"."""
@@ -54,6 +73,7 @@ class Snapshot:
         return {
             "epoch": self.epoch, "strategy": self.strategy, "idle": self.idle(),
             "agents": [a.__dict__ for a in self.agents], "storage": self.storage,
+            "writers": [w.__dict__ for w in self.writers],
         }
 
 
@@ -69,6 +89,8 @@ async def _none() -> None:
 
 
 async def snapshot(consultant: Directory, include_dead: bool = False, storage: str | None = None) -> Snapshot:
+    """The agents as the directory lists them and their Status; with `storage` (one address or
+    several writers separated by commas) each writer's status and the archive's totals."""
     listed = await consultant.list_agents(include_dead=include_dead)
     views = [
         AgentView(a.agent_id, a.address, STATE.get(a.state, "?"), a.location.city, a.location.isp)
@@ -84,7 +106,7 @@ async def snapshot(consultant: Directory, include_dead: bool = False, storage: s
             v.top_hosts = [(t.host, t.pages, t.bytes, t.give_ups) for t in r.top_hosts]
     snap = Snapshot(listed.epoch, listed.strategy, views)
     if storage:
-        snap.storage = await _storage_stats(storage)
+        snap.storage, snap.writers = await storage_status(storage)
     return snap
 
 
@@ -118,16 +140,41 @@ def render_top_hosts(snap: Snapshot, n: int = 5):
     return t
 
 
-async def _storage_stats(address: str) -> dict | None:
+async def storage_status(addresses: str) -> tuple[dict, list[WriterView]]:
+    """(the archive's totals, each writer's view): every writer is asked for its own status at
+    once; the totals (an index query) from the first writer that answers."""
     from google.protobuf import json_format
 
     from storage.client import GrpcStorageClient
+    from wancrawl.failover import parse_addresses
 
-    try:
-        async with GrpcStorageClient(address, timeout=5) as s:
-            return json_format.MessageToDict(await s.stats(top=0), preserving_proto_field_name=True)
-    except WancrawlError as exc:
-        return {"error": str(exc)}
+    async def ask(address: str, totals: bool):
+        try:
+            async with GrpcStorageClient(address, timeout=5) as s:
+                return await s.stats(top=0, writer_only=not totals)
+        except WancrawlError as exc:
+            return exc
+
+    writers = parse_addresses(addresses, where="--storage")
+    answers = list(await asyncio.gather(*(ask(a, False) for a in writers)))
+    views = [writer_view(a, r) for a, r in zip(writers, answers)]
+    totals: dict = {"error": "no storage writer answered: " + "; ".join(v.error for v in views)}
+    for v in views:
+        if v.up:
+            r = await ask(v.address, True)
+            if not isinstance(r, WancrawlError):
+                r.ClearField("writer")
+                totals = json_format.MessageToDict(r, preserving_proto_field_name=True)
+                break
+    return totals, views
+
+
+def writer_view(address: str, answer) -> WriterView:
+    if isinstance(answer, WancrawlError):
+        return WriterView(address, error=str(answer))
+    w = answer.writer
+    return WriterView(address, True, "", w.writer_id, w.sink, w.uptime_seconds, w.pages, w.duplicates,
+                      w.bytes_written, w.queued_batches, w.lag_seconds, w.since_durable_seconds)
 
 
 def render(snap: Snapshot, rates: dict[str, float]):
@@ -153,7 +200,74 @@ def render(snap: Snapshot, rates: dict[str, float]):
         st = snap.storage
         t.caption = (f"storage: {st.get('error')}" if "error" in st else
                      f"storage: {st.get('pages', 0)} pages, ratio {float(st.get('compression_ratio', 0) or 0):.2f}")
+    line = revisit_line(snap)
+    if line:
+        t.caption = f"{t.caption}\n{line}" if t.caption else line
     return t
+
+
+def revisit_summary(snap: Snapshot) -> dict[str, float] | None:
+    """A continuous crawl's figures over every agent (issue 26): URLs scheduled and due,
+    revisits, pages found changed, 304s and the bytes they saved, and the freshness estimate
+    (the share of revisits that found the page unchanged); None when no agent revisits."""
+    agents = [a.counters for a in snap.agents if "revisits_scheduled" in a.counters]
+    if not agents:
+        return None
+    out = {k: sum(c.get(k, 0.0) for c in agents) for k in (
+        "revisits_scheduled", "revisits_due", "revisits", "revisits_changed", "revisits_unchanged", "not_modified",
+        "not_modified_bytes")}
+    seen = out["revisits_changed"] + out["revisits_unchanged"]
+    out["freshness"] = out["revisits_unchanged"] / seen if seen else 1.0
+    return out
+
+
+def revisit_line(snap: Snapshot) -> str:
+    r = revisit_summary(snap)
+    if r is None:
+        return ""
+    return (f"revisits: {r['revisits_scheduled']:.0f} scheduled, {r['revisits_due']:.0f} due, {r['revisits']:.0f} done, "
+            f"{r['revisits_changed']:.0f} pages changed, {r['not_modified']:.0f} not modified "
+            f"({r['not_modified_bytes'] / 1e6:.1f} MB saved), freshness estimate {r['freshness']:.2f}")
+
+
+def render_writers(snap: Snapshot, rates: dict[str, tuple[float, float]]):
+    """Each storage writer: its ingest over the last interval and its lag (docs/storage.md)."""
+    from rich.table import Table
+
+    t = Table(title="storage writers")
+    for col in ("writer", "address", "state", "pages/s", "MB/s", "lag s", "queued", "last durable", "pages", "duplicates"):
+        t.add_column(col, justify="left" if col in ("writer", "address", "state") else "right")
+    for w in snap.writers:
+        if not w.up:
+            t.add_row("-", w.address, "down", *["-"] * 7)
+            continue
+        pages, nbytes = rates.get(w.address, (None, None))
+        t.add_row(w.writer_id or w.sink, w.address, "up", "-" if pages is None else f"{pages:.1f}",
+                  "-" if nbytes is None else f"{nbytes / 1e6:.2f}", f"{w.lag:.1f}", f"{w.queued_batches}",
+                  "never" if w.since_durable < 0 else f"{w.since_durable:.0f}s ago", f"{w.pages}", f"{w.duplicates}")
+    return t
+
+
+class WriterRates:
+    """Pages and bytes per second per storage writer between two snapshots (owns the last reading
+    of each). A writer that restarted (its counters went back) starts over."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float, int, int]] = {}
+
+    def update(self, snap: Snapshot, now: float) -> dict[str, tuple[float, float]]:
+        rates: dict[str, tuple[float, float]] = {}
+        for w in snap.writers:
+            if not w.up:
+                self._last.pop(w.address, None)
+                continue
+            last = self._last.get(w.address)
+            if last is not None and last[1] <= w.uptime:
+                t0, _, p0, b0 = last
+                dt = max(1e-9, now - t0)
+                rates[w.address] = (max(0.0, (w.pages - p0) / dt), max(0.0, (w.bytes_written - b0) / dt))
+            self._last[w.address] = (now, w.uptime, w.pages, w.bytes_written)
+        return rates
 
 
 async def run_status(args) -> int:
@@ -164,13 +278,16 @@ async def run_status(args) -> int:
         from rich.console import Console
         from rich.live import Live
 
-        rates = PageRates()
+        rates, writer_rates = PageRates(), WriterRates()
 
         async def frame():
             from rich.console import Group
 
             snap = await snapshot(c, True, args.storage)
-            return Group(render(snap, rates.update(snap, time.monotonic())), render_top_hosts(snap))
+            now = time.monotonic()
+            agents = render(snap, rates.update(snap, now))
+            parts = [agents, render_top_hosts(snap)] + ([render_writers(snap, writer_rates.update(snap, now))] if snap.writers else [])
+            return Group(*parts)
 
         console = Console()
         if not console.is_terminal:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import asyncio
 import json
+import time
 import logging
 import sys
 from datetime import datetime, timezone
@@ -46,6 +47,32 @@ def cmd_serve(args) -> int:
     settings = _settings(args)
     asyncio.run(serve(settings, on_ready=lambda addr: print(f"storage serving on {addr}", flush=True)))
     return 0
+
+
+def cmd_history(args) -> int:
+    fields = ("record_id", "fetched_at", "status", "record_type", "payload_digest", "refers_to", "agent_id", "url")
+    if args.storage:
+        from storage.client import GrpcStorageClient
+
+        async def go():
+            async with GrpcStorageClient(args.storage) as client:
+                return await client.history(args.url, args.limit)
+
+        rows = [{f: getattr(c, f) for f in fields} for c in asyncio.run(go()).captures]
+    else:
+        store = _open_store(args)
+        try:
+            rows = [{f: getattr(r, f) for f in fields} for r in store.history(args.url, args.limit)]
+        finally:
+            store.close()
+    for r in rows:
+        if args.json:
+            print(json.dumps(r))
+        else:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["fetched_at"]))
+            ref = f" -> {r['refers_to']}" if r["refers_to"] else ""
+            print(f"{when} {r['status']} {r['record_type']:8} {r['payload_digest']} {r['record_id']}{ref}")
+    return 0 if rows else 1
 
 
 def cmd_get(args) -> int:
@@ -181,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--info", action="store_true", help="print the index entry as JSON instead of the payload")
     reader(s, True)
     s.set_defaults(fn=cmd_get)
+
+    s = sub.add_parser("history", help="every capture of a URL over time, oldest first (responses and revisits)")
+    s.add_argument("url")
+    s.add_argument("--limit", type=int, default=0, help="the last N captures (0: all)")
+    s.add_argument("--json", action="store_true", help="one JSON object per capture")
+    reader(s, True)
+    s.set_defaults(fn=cmd_history)
 
     s = sub.add_parser("stats", help="pages, bytes, compression ratio, per host and per agent")
     s.add_argument("--json", action="store_true")

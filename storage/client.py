@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import grpc
 
-from wancrawl import errors, grpcutil
+from wancrawl import errors, failover, grpcutil
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 from wancrawl.warcrecords import Capture
 
@@ -80,6 +80,23 @@ class StorageClient(Protocol):
     async def close(self) -> None: ...
 
 
+async def _ingest(stub: storage_pb2_grpc.StorageStub, batches: Sequence[storage_pb2.PageBatch], timeout: float) -> Ack:
+    """One client-streaming Ingest call (raises grpc's AioRpcError: the callers translate)."""
+    async def gen():
+        for b in batches:
+            yield b
+
+    return Ack.from_proto(await stub.Ingest(gen(), timeout=timeout))
+
+
+def _one_or_many(batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch]) -> Sequence[storage_pb2.PageBatch]:
+    return [batches] if isinstance(batches, storage_pb2.PageBatch) else batches
+
+
+def _lookup_chunks(urls: Sequence[str]) -> list[storage_pb2.LookupRequest]:
+    return [storage_pb2.LookupRequest(urls=list(urls[i:i + LOOKUP_BATCH])) for i in range(0, len(urls), LOOKUP_BATCH)]
+
+
 class GrpcStorageClient:
     """StorageClient over gRPC: one client-streaming Ingest call per send()."""
 
@@ -90,18 +107,11 @@ class GrpcStorageClient:
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
 
     async def send(self, batches, timeout: float | None = None) -> Ack:
-        if isinstance(batches, storage_pb2.PageBatch):
-            batches = [batches]
-
-        async def gen():
-            for b in batches:
-                yield b
-
         try:
-            ack = await self._stub.Ingest(gen(), timeout=self.timeout if timeout is None else min(timeout, self.timeout))
+            return await _ingest(self._stub, _one_or_many(batches),
+                                 self.timeout if timeout is None else min(timeout, self.timeout))
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Ingest") from None
-        return Ack.from_proto(ack)
 
     async def get(self, url: str = "", at: float | None = None, record_id: str = "") -> storage_pb2.GetResponse:
         req = storage_pb2.GetRequest(url=url, record_id=record_id, has_at=at is not None, at=at or 0.0)
@@ -110,11 +120,17 @@ class GrpcStorageClient:
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Get") from None
 
+    async def history(self, url: str, limit: int = 0) -> storage_pb2.HistoryResponse:
+        """Every capture of a URL over time, oldest first (the last `limit` when > 0)."""
+        try:
+            return await self._stub.History(storage_pb2.HistoryRequest(url=url, limit=limit), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise grpcutil.translate(exc, f"storage {self.target}: History") from None
+
     async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
         """URL -> the HTTP statuses of its captures at storage, for the URLs that have any."""
         out: dict[str, set[int]] = {}
-        for i in range(0, len(urls), LOOKUP_BATCH):
-            req = storage_pb2.LookupRequest(urls=list(urls[i:i + LOOKUP_BATCH]))
+        for req in _lookup_chunks(urls):
             try:
                 resp = await self._stub.Lookup(req, timeout=self.timeout)
             except grpc.aio.AioRpcError as exc:
@@ -123,14 +139,17 @@ class GrpcStorageClient:
         return out
 
     @classmethod
-    async def stats_of(cls, target: str, top: int = 20, timeout: float = 30.0) -> storage_pb2.StatsResponse:
+    async def stats_of(cls, target: str, top: int = 20, timeout: float = 30.0,
+                       writer_only: bool = False) -> storage_pb2.StatsResponse:
         """One Stats call on a fresh channel (a command that asks once, then exits)."""
         async with cls(target, timeout=timeout) as s:
-            return await s.stats(top=top)
+            return await s.stats(top=top, writer_only=writer_only)
 
-    async def stats(self, top: int = 20) -> storage_pb2.StatsResponse:
+    async def stats(self, top: int = 20, writer_only: bool = False) -> storage_pb2.StatsResponse:
+        """The archive's totals (from the index every writer shares) and this writer's own
+        status; `writer_only`: the writer's status alone (cheap: no index query)."""
         try:
-            return await self._stub.Stats(storage_pb2.StatsRequest(top=top), timeout=self.timeout)
+            return await self._stub.Stats(storage_pb2.StatsRequest(top=top, writer_only=writer_only), timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Stats") from None
 
@@ -144,77 +163,65 @@ class GrpcStorageClient:
         await self.close()
 
 
-@dataclass
-class WriterChoice:
-    """Which of an agent's ranked storage writers (its region's first) the next call goes to.
-    Pure: the caller passes the time. The current writer is kept until it fails (UNAVAILABLE or a
-    deadline), then the next in rank is used; `back_after` seconds after the first writer failed,
-    it is tried again first, so an agent returns to its own region's writer once it is back."""
-
-    n: int
-    back_after: float = 30.0
-    current: int = 0
-    failed_at: float | None = None  # when the first-ranked writer last failed
-
-    def order(self, now: float) -> list[int]:
-        """Writers to try for one call, in order: the chosen one, then the rest by rank."""
-        first = 0 if self.failed_at is None or now - self.failed_at >= self.back_after else self.current
-        return [first] + [i for i in range(self.n) if i != first]
-
-    def failed(self, i: int, now: float) -> None:
-        if i == 0:
-            self.failed_at = now
-        if i == self.current:
-            self.current = (i + 1) % self.n
-
-    def succeeded(self, i: int) -> None:
-        self.current = i
-        if i == 0:
-            self.failed_at = None
-
-
 class FailoverStorageClient:
-    """StorageClient over several storage writers ranked by region (the agent's own first):
-    a call goes to the writer WriterChoice names and, on Unavailable (UNAVAILABLE, a deadline),
-    to the next. Ingest is idempotent across writers (the index's primary key), so a batch
-    resent to another writer after a timeout is stored once."""
+    """StorageClient over several storage writers ranked by region (the agent's own first).
+    The same ranked-address failover as the consultant's replicas (wancrawl/failover.py: a
+    `Ranking` decides, `FailoverChannels` runs the call): a call goes to one writer and, on
+    UNAVAILABLE or a deadline (an attempt but the last gets at most `attempt_timeout`), to the
+    next; a writer that failed is asked first again after `retry_after` seconds (doubling while
+    it keeps failing), so an agent returns to its own region's writer once it is back. Ingest is
+    idempotent across writers (the index's primary key), so a batch resent to another writer
+    after a timeout is stored once."""
 
     def __init__(self, targets: Sequence[str], *, timeout: float = 60.0, tls: grpcutil.TlsSettings | None = None,
-                 back_after: float = 30.0, clock: Callable[[], float] = time.monotonic):
-        if not targets:
-            raise ValueError("FailoverStorageClient needs at least one storage address")
-        self.targets = list(targets)
-        self.clients = [GrpcStorageClient(t, timeout=timeout, tls=tls) for t in self.targets]
-        self.choice = WriterChoice(len(self.clients), back_after)
-        self.clock = clock
+                 attempt_timeout: float = 0.0, retry_after: float = 5.0, max_retry_after: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
+        addresses = failover.parse_addresses(targets, where="storage")
+        if not addresses:
+            raise errors.ConfigError("storage: no address given")
+        self.targets = list(addresses)
+        self.timeout = timeout
+        self.writers = failover.FailoverChannels(
+            addresses, lambda a: grpcutil.channel(a, tls, options=failover.RECONNECT_OPTIONS),
+            attempt_timeout=attempt_timeout or timeout / len(addresses), retry_after=retry_after,
+            max_retry_after=max_retry_after, clock=clock)
+        self._stubs: dict[grpc.aio.Channel, storage_pb2_grpc.StorageStub] = {}
 
-    async def _call(self, what: Callable[[GrpcStorageClient], Awaitable[T]]) -> T:
-        last: errors.Unavailable | None = None
-        for i in self.choice.order(self.clock()):
-            try:
-                result = await what(self.clients[i])
-            except errors.Unavailable as exc:
-                self.choice.failed(i, self.clock())
-                last = exc
-                continue
-            self.choice.succeeded(i)
-            return result
-        assert last is not None
-        raise errors.Unavailable(f"no storage writer answered ({', '.join(self.targets)}): {last}")
+    def _stub(self, ch: grpc.aio.Channel) -> storage_pb2_grpc.StorageStub:
+        stub = self._stubs.get(ch)
+        if stub is None:
+            stub = self._stubs[ch] = storage_pb2_grpc.StorageStub(ch)
+        return stub
+
+    async def _call(self, what: str, invoke: Callable[[storage_pb2_grpc.StorageStub, float], Awaitable[T]],
+                    timeout: float | None = None) -> T:
+        try:
+            return await self.writers.call(lambda ch, t: invoke(self._stub(ch), t),
+                                           self.timeout if timeout is None else min(timeout, self.timeout))
+        except grpc.aio.AioRpcError as exc:
+            several = exc.code() in failover.FAILOVER_CODES
+            raise grpcutil.translate(exc, f"storage: {what}: no storage writer answered ({', '.join(self.targets)}); the last"
+                                     if several else f"storage: {what}") from None
 
     async def send(self, batches, timeout: float | None = None) -> Ack:
-        return await self._call(lambda c: c.send(batches, timeout))
+        batches = _one_or_many(batches)
+        return await self._call("Ingest", lambda stub, t: _ingest(stub, batches, t), timeout)
 
     async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
-        return await self._call(lambda c: c.lookup(urls))
+        out: dict[str, set[int]] = {}
+        for req in _lookup_chunks(urls):
+            async def one(stub: storage_pb2_grpc.StorageStub, t: float, req=req) -> storage_pb2.LookupResponse:
+                return await stub.Lookup(req, timeout=t)
+            resp = await self._call("Lookup", one)
+            out.update((f.url, set(f.statuses)) for f in resp.found)
+        return out
 
     async def close(self) -> None:
-        for c in self.clients:
-            await c.close()
+        await self.writers.close()
 
 
 def storage_client(addresses: str, *, tls: grpcutil.TlsSettings | None = None) -> GrpcStorageClient | FailoverStorageClient:
     """The client for an agent's `storage` setting: one address, or several separated by commas,
     ranked (its region's writer first)."""
-    targets = [a.strip() for a in addresses.split(",") if a.strip()]
+    targets = failover.parse_addresses(addresses, where="storage")
     return GrpcStorageClient(targets[0], tls=tls) if len(targets) == 1 else FailoverStorageClient(targets, tls=tls)

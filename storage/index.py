@@ -157,10 +157,10 @@ class Index:
                 found.update(conn.execute(sa.select(c.record_id).where(c.record_id.in_(chunk))).scalars())
         return found
 
-    def originals(self, digests: Iterable[str]) -> dict[str, tuple[str, str, str]]:
-        """digest -> (record_id, url, warc_date) of the earliest stored response with that payload."""
+    def originals(self, digests: Iterable[str]) -> dict[str, tuple[str, str, str, str]]:
+        """digest -> (record_id, url, warc_date, digest) of the earliest stored response with that payload."""
         digests = list(digests)
-        out: dict[str, tuple[str, str, str]] = {}
+        out: dict[str, tuple[str, str, str, str]] = {}
         c = self.captures.c
         with self.engine.connect() as conn:
             for chunk in _chunks(digests, 500):
@@ -168,8 +168,50 @@ class Index:
                      .where(c.payload_digest.in_(chunk), c.record_type == "response", c.truncated == "")
                      .order_by(c.fetched_at))
                 for d, rid, url, date in conn.execute(q):
-                    out.setdefault(d, (rid, url, date))
+                    out.setdefault(d, (rid, url, date, d))
         return out
+
+    def latest(self, canonical_urls: Iterable[str]) -> dict[str, Row]:
+        """canonical URL -> its latest indexed capture (any type), for those that have one."""
+        wanted = sorted(set(canonical_urls))
+        out: dict[str, Row] = {}
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(wanted, 500):
+                newest = (sa.select(c.canonical_url.label("u"), sa.func.max(c.fetched_at).label("t"))
+                          .where(c.canonical_url.in_(chunk)).group_by(c.canonical_url).subquery())
+                q = (sa.select(self.captures).join(newest, sa.and_(c.canonical_url == newest.c.u, c.fetched_at == newest.c.t))
+                     .order_by(c.fetched_at, c.record_id))
+                for r in conn.execute(q):
+                    out[r.canonical_url] = Row(**r._mapping)
+        return out
+
+    def latest_with_digest(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Row]:
+        """(canonical URL, payload digest) -> the latest indexed capture of that URL with that digest."""
+        wanted = sorted(set(pairs))
+        out: dict[tuple[str, str], Row] = {}
+        c = self.captures.c
+        with self.engine.connect() as conn:
+            for chunk in _chunks(wanted, 500):
+                q = (sa.select(self.captures)
+                     .where(c.canonical_url.in_({u for u, _ in chunk}), c.payload_digest.in_({d for _, d in chunk}))
+                     .order_by(c.fetched_at, c.record_id))
+                asked = set(chunk)
+                for r in conn.execute(q):
+                    if (r.canonical_url, r.payload_digest) in asked:
+                        out[(r.canonical_url, r.payload_digest)] = Row(**r._mapping)
+        return out
+
+    def history(self, canonical_url: str, limit: int = 0) -> list[Row]:
+        """Every capture of a URL over time, oldest first (the last `limit` when limit > 0)."""
+        c = self.captures.c
+        q = sa.select(self.captures).where(c.canonical_url == canonical_url).order_by(c.fetched_at.desc(), c.record_id.desc())
+        if limit > 0:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            rows = [Row(**r._mapping) for r in conn.execute(q)]
+        rows.reverse()
+        return rows
 
     # -- reads -------------------------------------------------------------------------------
     def get(self, record_id: str) -> Row | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from wancrawl.metrics import SERVER_HELP, SERVER_LABELLED, Schema
 
-GAUGES = frozenset({"ingest_queue", "placement_routes_cached"})
+GAUGES = frozenset({"ingest_queue", "ingest_lag_seconds", "placement_routes_cached"})
 
 HELP = {
     "ingest_calls": "Ingest streams acknowledged",
@@ -29,6 +29,7 @@ HELP = {
     "bytes_received": "gzip WARC record bytes received",
     "bytes_written": "bytes appended to WARC files",
     "ingest_queue": "batches waiting for the writer thread",
+    "ingest_lag_seconds": "age of the oldest batch received and not yet durable (0 when none waits): the writer's lag",
     **SERVER_HELP,
 }
 

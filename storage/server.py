@@ -33,6 +33,7 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Stats": {"operator": ""},
     # An agent promoted to a dead owner's hosts asks what that owner stored; an operator may too.
     "Lookup": {"agent": "", "operator": ""},
+    "History": {"operator": ""},
 })
 
 
@@ -51,13 +52,31 @@ class GroupCommitter:
         self.linger = linger
         self.group_bytes = group_bytes
         self.task: asyncio.Task | None = None
+        self.clock = time.monotonic
+        # Batches received and not yet durable (acknowledged or failed), with when each came, in
+        # arrival order: the first is the oldest (lag()). And when the last group became durable.
+        self._waiting: dict[asyncio.Future, float] = {}
+        self.last_durable: float | None = None
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def lag(self) -> float:
+        """Seconds the oldest batch received and not yet durable has waited; 0 when none waits."""
+        oldest = next(iter(self._waiting.values()), None)
+        return 0.0 if oldest is None else max(0.0, self.clock() - oldest)
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run())
 
     async def submit(self, batch: storage_pb2.PageBatch) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
-        await self.queue.put((batch, fut))
+        self._waiting[fut] = self.clock()  # waiting from now, also while the queue is full
+        try:
+            await self.queue.put((batch, fut))
+        except BaseException:
+            self._waiting.pop(fut, None)
+            raise
         return fut
 
     async def _run(self) -> None:
@@ -94,10 +113,13 @@ class GroupCommitter:
                     await self._commit(loop, [item])
                 return
             for _, fut in items:
+                self._waiting.pop(fut, None)
                 if not fut.done():
                     fut.set_exception(exc)
             return
+        self.last_durable = self.clock()
         for (_, fut), res in zip(items, results):
+            self._waiting.pop(fut, None)
             if not fut.done():
                 fut.set_result(res)
 
@@ -138,10 +160,14 @@ def stats_message(s: dict) -> storage_pb2.StatsResponse:
 
 
 class StorageServicer(storage_pb2_grpc.StorageServicer):
-    def __init__(self, store: Store, committer: GroupCommitter, placement: PlacementCheck | None = None):
+    def __init__(self, store: Store, committer: GroupCommitter, placement: PlacementCheck | None = None, *,
+                 writer_id: str = "", sink: str = "local"):
         self.store = store
         self.committer = committer
         self.placement = placement  # None: no consultant configured, any agent may store any host
+        self.writer_id = writer_id
+        self.sink = sink
+        self.started = time.monotonic()
         # Since start, for Prometheus (storage/metrics.py): what was acknowledged.
         self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
                          "rejected": 0, "rejected_not_placed": 0, "bytes_written": 0, "captures_received": 0,
@@ -209,16 +235,36 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         row, head, body = await loop.run_in_executor(None, self.store.get, request.url, at, request.record_id)
         return storage_pb2.GetResponse(capture=capture_info(row), http_headers=head, body=body)
 
+    async def History(self, request, context):
+        validate.history(request)
+        limit = request.limit or validate.MAX_HISTORY
+        rows = await asyncio.get_running_loop().run_in_executor(None, self.store.history, request.url, limit)
+        return storage_pb2.HistoryResponse(captures=[capture_info(r) for r in rows])
+
     async def Lookup(self, request, context):
         validate.lookup(request)
         found = await asyncio.get_running_loop().run_in_executor(None, self.store.lookup, list(request.urls))
         return storage_pb2.LookupResponse(found=[storage_pb2.Found(url=u, statuses=sorted(s)) for u, s in found.items()])
 
+    def writer_status(self) -> storage_pb2.WriterStatus:
+        """This writer's own ingest since start (docs/storage.md: manager status turns two
+        readings into rates; lag is the age of the oldest batch received and not yet durable)."""
+        c, now, last = self.counters, time.monotonic(), self.committer.last_durable
+        return storage_pb2.WriterStatus(
+            writer_id=self.writer_id, sink=self.sink, uptime_seconds=now - self.started,
+            pages=c["stored"] + c["revisits"], duplicates=c["duplicates"], bytes_written=c["bytes_written"],
+            queued_batches=self.committer.waiting(), lag_seconds=self.committer.lag(),
+            since_durable_seconds=-1.0 if last is None else now - last)
+
     async def Stats(self, request, context):
         validate.stats(request)
+        if request.writer_only:
+            return storage_pb2.StatsResponse(writer=self.writer_status())
         top = request.top or 20
         s = await asyncio.get_running_loop().run_in_executor(None, self.store.stats, top)
-        return stats_message(s)
+        out = stats_message(s)
+        out.writer.CopyFrom(self.writer_status())
+        return out
 
 
 def consultant_resolve(client: ConsultantClient | PeerDirectory) -> Resolve:
@@ -254,7 +300,8 @@ class StorageService:
             # No consultant: the agents' overlay answers, asked as a non-node (docs/kademlia.md).
             self.peers = PeerDirectory(settings.peers, tls=settings.tls, timeout=p.timeout, preference=p.preference)
             self.placement = PlacementCheck(consultant_resolve(self.peers), RouteCache(p.cache_size), time.monotonic)
-        self.servicer = StorageServicer(self.store, self.committer, self.placement)
+        self.servicer = StorageServicer(self.store, self.committer, self.placement,
+                                        writer_id=obj.writer_id if s3 else "", sink=settings.warc.sink)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)
         self.metrics_server = None
         self.port = grpcutil.bind(self.server, settings.listen, self.security)
@@ -278,7 +325,8 @@ class StorageService:
 
     def _metrics(self) -> Sample:
         placement = {**self.placement.counters, "placement_routes_cached": len(self.placement.cache)} if self.placement else {}
-        return {**self.servicer.counters, **placement, "ingest_queue": self.committer.queue.qsize(), **self.security.metrics()}
+        return {**self.servicer.counters, **placement, "ingest_queue": self.committer.queue.qsize(),
+                "ingest_lag_seconds": self.committer.lag(), **self.security.metrics()}
 
     async def stop(self, grace: float = 5.0) -> None:
         if self.metrics_server is not None:

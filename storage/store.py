@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,6 +36,23 @@ class BatchResult:
     duplicates: int = 0
     bytes_written: int = 0
     rejected: list[tuple[int, str, str]] = field(default_factory=list)  # (index, record_id, reason)
+
+
+# A payload holder a revisit can refer to: (record id, URL, WARC-Date, payload digest).
+Ref = tuple[str, str, str, str]
+
+
+def _record_payload_digest(member: bytes) -> str:
+    """WARC-Payload-Digest of a gzip-member record, read from its first KiB of headers ("" if none)."""
+    try:
+        head = zlib.decompressobj(wbits=31).decompress(member[:65536], 8192)
+    except zlib.error:
+        return ""
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"warc-payload-digest":
+            return value.strip().decode("ascii", "replace")
+    return ""
 
 
 def surt(url: str) -> str:
@@ -114,6 +132,15 @@ class Store:
         existing = self.index.existing_ids(t[1].record_id for t in todo)
         eligible = [c.payload_digest for _, c, _, _, dedupable in todo if dedupable]
         originals = self.index.originals(set(eligible)) if eligible else {}
+        # The same URL's own past (issue 26): a 304 refers to the latest capture of its URL with the
+        # digest the agent names; a 200 whose payload equals its URL's latest capture is a revisit
+        # of it whatever its size. Within the group, earlier captures count as indexed.
+        unchanged = [t[2] for t in todo if t[1].status == 200 and self._same_url_dedupable(t[1])]
+        latest: dict[str, Ref] = {u: r for u, row in self.index.latest(unchanged).items()
+                                  if (r := self._holder(row)) is not None} if unchanged else {}
+        asked = {(t[2], t[1].payload_digest) for t in todo if t[1].status == 304 and t[1].http_headers}
+        latest_nm: dict[tuple[str, str], Ref] = {k: r for k, row in self.index.latest_with_digest(asked).items()
+                                                 if (r := self._holder(row)) is not None} if asked else {}
 
         rows: list[dict] = []
         self.writer.begin()
@@ -123,19 +150,39 @@ class Store:
                     res.duplicates += 1
                     continue
                 existing.add(c.record_id)
-                orig = originals.get(c.payload_digest) if dedupable else None
-                if orig is not None and c.http_headers:
+                digest, profile = c.payload_digest, warcrecords.REVISIT_PROFILE
+                orig: Ref | None = None
+                if c.status == 304 and c.http_headers:
+                    orig, profile = latest_nm.get((canonical, digest)), warcrecords.NOT_MODIFIED_PROFILE
+                elif c.status == 200 and c.http_headers and self._same_url_dedupable(c):
+                    prev = latest.get(canonical)
+                    orig = prev if prev is not None and prev[3] == digest else None
+                if orig is None and c.status != 304 and dedupable and c.http_headers:
+                    orig = originals.get(digest)
+                if orig is not None:
                     first = warcrecords.build_revisit(
                         record_id=c.record_id, url=c.url, warc_date_str=c.warc_date,
-                        payload_digest=c.payload_digest, http_headers=c.http_headers,
-                        refers_to_id=orig[0], refers_to_url=orig[1], refers_to_date=orig[2], ip=c.ip,
+                        payload_digest=digest, http_headers=c.http_headers,
+                        refers_to_id=orig[0], refers_to_url=orig[1], refers_to_date=orig[2], ip=c.ip, profile=profile,
                     )
                     record_type, refers_to = "revisit", orig[0]
                     res.revisits += 1
+                    if c.status == 200:
+                        latest[canonical] = orig
                 else:
                     first, record_type, refers_to = c.response, "response", None
-                    if dedupable:
-                        originals.setdefault(c.payload_digest, (c.record_id, c.url, c.warc_date))
+                    if c.status == 304:
+                        # No earlier capture to refer to: the 304 is kept as it came, indexed with
+                        # its record's own payload digest (of an empty body), never as a payload holder.
+                        digest = _record_payload_digest(c.response) or digest
+                    else:
+                        if dedupable:
+                            originals.setdefault(digest, (c.record_id, c.url, c.warc_date, digest))
+                        if c.status == 200:
+                            latest[canonical] = (c.record_id, c.url, c.warc_date, digest)
+                if c.status == 200 or (c.status == 304 and orig is not None):
+                    holder = orig if orig is not None else (c.record_id, c.url, c.warc_date, digest)
+                    latest_nm[(canonical, digest)] = holder
                 group = first + c.request + c.metadata
                 name, offset = self.writer.append(group)
                 res.stored += 1
@@ -144,7 +191,7 @@ class Store:
                     "record_id": c.record_id, "url": c.url, "canonical_url": canonical, "host": host,
                     "agent_id": c.agent_id, "fetched_at": c.fetched_at, "warc_date": c.warc_date,
                     "status": c.status, "content_type": c.content_type[:255],
-                    "payload_digest": c.payload_digest, "payload_length": c.payload_length,
+                    "payload_digest": digest, "payload_length": c.payload_length,
                     "record_type": record_type, "refers_to": refers_to, "truncated": c.truncated[:32],
                     "ip": c.ip[:64], "warc_file": name, "warc_offset": offset, "warc_length": len(first),
                     "group_length": len(group), "raw_length": c.raw_length,
@@ -159,6 +206,21 @@ class Store:
         # Indexed: now the sink may publish (an object store completes objects here).
         self.writer.committed()
         return results
+
+    def _same_url_dedupable(self, c: storage_pb2.Capture) -> bool:
+        """A 200 compared with its own URL's latest capture: dedup on and the body whole (no size floor)."""
+        return self.settings.ingest.dedup and not c.truncated
+
+    def _holder(self, row: Row) -> Ref | None:
+        """The capture holding the payload of `row`: itself, or the record a revisit refers to."""
+        if row.record_type == "revisit":
+            orig = self.index.get(row.refers_to) if row.refers_to else None
+            if orig is None or orig.record_type != "response":
+                return None
+            return orig.record_id, orig.url, orig.warc_date, row.payload_digest
+        if row.status == 304 or row.truncated:
+            return None  # a 304 kept as a response holds no payload; a truncated body is not the page
+        return row.record_id, row.url, row.warc_date, row.payload_digest
 
     def _dedupable(self, c: storage_pb2.Capture) -> bool:
         cfg = self.settings.ingest
@@ -176,6 +238,10 @@ class Store:
         if row is None:
             raise NotFound(f"no capture of {canonical}")
         return row
+
+    def history(self, url: str, limit: int = 0) -> list[Row]:
+        """Every capture of the URL (canonicalised) over time, oldest first; the last `limit` if > 0."""
+        return self.index.history(urls.canonicalize(url), limit)
 
     def lookup(self, asked: list[str]) -> dict[str, set[int]]:
         """URL as asked -> the statuses of its captures, for the URLs that have any."""
@@ -215,14 +281,21 @@ class Store:
     # -- export and verification ---------------------------------------------------------------------
     def cdxj_lines(self) -> list[str]:
         lines = []
-        for r in self.index.iter_rows():
+        for row in self.index.iter_rows():
+            r = row
+            if row.record_type == "revisit" and row.status == 304 and row.refers_to:
+                # A 304 (server-not-modified) revisit keeps the 304's own head in the WARC (the
+                # protocol's record); for replay its line names the capture it refers to, so pywb
+                # serves the earlier capture at this time (a 304 head would replay as an empty 304).
+                r = self.index.get(row.refers_to) or row
             mime = "warc/revisit" if r.record_type == "revisit" else (r.content_type.split(";")[0].strip() or "unk")
             # "sha1:BASE32", as the index and WARC-Payload-Digest hold it and as pywb's indexer
             # (cdxj-indexer) writes it: tests/test_storage_core.py compares the two line by line.
             digest = r.payload_digest if ":" in r.payload_digest else f"sha1:{r.payload_digest}"
             fields = {"url": r.url, "mime": mime, "status": str(r.status), "digest": digest,
                       "length": str(r.warc_length), "offset": str(r.warc_offset), "filename": self.sink.location(r.warc_file)}
-            lines.append(f"{surt(r.canonical_url)} {timestamp14(r.fetched_at)} {json.dumps(fields)}")
+            fields["url"] = row.url
+            lines.append(f"{surt(row.canonical_url)} {timestamp14(row.fetched_at)} {json.dumps(fields)}")
         lines.sort()
         return lines
 

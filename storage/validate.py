@@ -23,6 +23,7 @@ MAX_LENGTH = checks.MAX_COUNT      # payload/raw lengths: SQL BIGINT and exact a
 MAX_FETCHED_AT = checks.MAX_TIME   # unix seconds: year 5138; NaN and infinities are refused
 MAX_TOP = 10_000                   # hosts/agents listed by Stats
 MAX_LOOKUP = 10_000                # URLs asked in one Lookup
+MAX_HISTORY = 10_000               # captures answered by one History
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
@@ -109,6 +110,17 @@ def lookup(r: storage_pb2.LookupRequest) -> None:
     checks.count("urls", r.urls, MAX_LOOKUP)
     for i, u in enumerate(r.urls):
         checks.text(checks.indexed("urls", i), u, checks.MAX_URL)
+
+
+def history(r: storage_pb2.HistoryRequest) -> None:
+    if not r.url:
+        raise InvalidArgument("History needs url")
+    checks.text("url", r.url, checks.MAX_URL)
+    checks.integer("limit", r.limit, high=MAX_HISTORY)
+    try:
+        urls.canonicalize(r.url)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"url: {exc}") from None
 
 
 def stats(r: storage_pb2.StatsRequest) -> None:

@@ -9,7 +9,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.state.frontier import Frontier, Item
+from agent.state.frontier import SCHEMA_VERSION, Frontier, Item
 from agent.state.seen import SeenSet
 from wancrawl.xorspace import MAX_ID, host_key, key_prefix, moves_to
 
@@ -190,7 +190,7 @@ def test_an_old_frontier_is_migrated_and_answers(tmp_path):
             assert sorted(f.hosts_moving(me, n)) == brute(held, me, n)
     f.close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # 1 (hostkey), 3 since issue 26 (revisit)
     rows = db.execute("SELECT hkey, host FROM hostkey").fetchall()
     assert sorted(rows) == sorted((key_prefix(host_key(h)), h) for h in held)
     db.close()

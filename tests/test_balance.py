@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agent.placement.load import LoadGauge, heaviest, load_level
 from agent.settings import LoadSettings
 from consultant.balance import (
-    ELSEWHERE, AgentLoad, Balancer, Policy, after, improves, plan, regions, tier, worth,
+    ELSEWHERE, AgentLoad, Balancer, Policy, after, allocate, improves, nearer_targets, plan, regions, tier, worth,
 )
 from consultant.membership import AgentRecord, Snapshot
 
@@ -88,6 +88,11 @@ def _replay(loads, policy, moves, frozen=()):
         assert src.runtime > dst.runtime, "only from heavier to lighter"
         assert worth(src, dst, policy), "the imbalance is past the policy's minimum"
         assert improves(src, dst, m.urls)
+        if src.target is not None:
+            # phase 2: from over the allocator's target to under it, the pair nearer its targets
+            assert src.queue > src.target and dst.queue < dst.target, "from over its allocation to under it"
+            before = abs(src.queue - src.target) + abs(dst.queue - dst.target)
+            assert abs(src.queue - m.urls - src.target) + abs(dst.queue + m.urls - dst.target) < before
         # Nearest region first: no nearer region that is light as a whole had a light agent
         # able to take a movable host of the source with the same gain rules.
         others = [o for o in model.values() if o.agent_id != src.agent_id]
@@ -97,7 +102,7 @@ def _replay(loads, policy, moves, frozen=()):
             room = -sum(o.excess for o in region)
             for o in region:
                 if o.agent_id not in gave and o.excess < 0 and worth(src, o, policy):
-                    assert not any(improves(src, o, n) and n < room for h, n in src.hosts.items()
+                    assert not any(improves(src, o, n) and n < room and nearer_targets(src, o, n) for h, n in src.hosts.items()
                                    if n >= policy.min_urls and h not in moved and h not in frozen), \
                         f"{m} skipped the nearer {o.agent_id}"
         region = next(r for r in regions(src, others) if any(o.agent_id == dst.agent_id for o in r))
@@ -129,6 +134,50 @@ def test_frozen_hosts_never_move(loads, data):
     frozen = data.draw(st.sets(st.sampled_from(every))) if every else set()
     moves = plan(loads, Policy(), frozen)
     _replay(loads, Policy(), moves, frozen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), policies)
+def test_with_the_allocators_targets_every_plan_still_follows_the_rules(loads, policy):
+    """Phase 2: the planner takes our allocator's counts as each agent's target; every rule of
+    phase 1 holds, and each move goes from over its target to under it, nearer both."""
+    targeted = allocate(loads)
+    known = [a for a in targeted if a.rate > 0]
+    if len(known) >= 2 and sum(a.queue for a in known):
+        assert sum(a.target for a in known) == sum(a.queue for a in known), "the allocator places every queued URL"
+    moves = plan(targeted, policy)
+    assert len(moves) <= policy.max_moves
+    _replay(targeted, policy, moves)
+
+
+def test_the_allocator_splits_the_queued_urls_in_proportion_to_the_rates():
+    loads = [AgentLoad("a", 900, 100.0, 10.0), AgentLoad("b", 100, 300.0, 30.0), AgentLoad("c", 0, 0.0, 0.0)]
+    got = {a.agent_id: a.target for a in allocate(loads)}
+    assert got == {"a": 250.0, "b": 750.0, "c": None}   # 1000 URLs at 10 : 30 pages/s; no rate, no target
+
+
+def test_the_allocators_targets_keep_a_host_off_a_near_agent_already_past_the_common_finish():
+    """Phase 1 alone gives the host to the same-place light agent; its runtime (9 s) is already
+    past the time all three could finish together (290 URLs / 120 pages/s = 2.4 s), so with the
+    allocator's targets the host goes to the far agent that is under its share."""
+    src = AgentLoad("src", 200, 100.0, 10.0, {"h": 5}, "telecom", "beijing", 39.9, 116.4)
+    near = AgentLoad("near", 90, 100.0, 10.0, {}, "telecom", "beijing", 39.9, 116.4)
+    far = AgentLoad("far", 0, 1000.0, 100.0, {}, "cernet", "harbin", 45.8, 126.5)
+    policy = Policy(max_moves=1, min_gap_seconds=1.0)
+    assert [(m.target, m.tier) for m in plan([src, near, far], policy)] == [("near", 0)]
+    assert [(m.target, m.tier) for m in plan(allocate([src, near, far]), policy)] == [("far", ELSEWHERE)]
+
+
+def test_the_balancer_takes_the_capacity_models_rate_where_it_has_one():
+    """Two light agents reporting the same rate: the one the capacity model knows to be faster
+    gets the host; without the model the tie goes by id."""
+    b = Balancer(Policy(max_moves=1), cooldown=60.0, isps={"telecom": [4134]})
+    snap = Snapshot(5, {"slow": _record("slow", _report(600, 10.0, {"x": 500}), 10.0),
+                        "a": _record("a", _report(0, 40.0, {}), 10.0),
+                        "b": _record("b", _report(0, 40.0, {}), 10.0)})
+    assert [m.target for m in b.round(snap, 11.0)] == ["a"]
+    model = {"b": 80.0}
+    assert [m.target for m in b.round(snap, 11.0, rate_of=lambda a, q: model.get(a))] == ["b"]
 
 
 def test_a_balanced_cluster_stays_put():
@@ -237,6 +286,42 @@ def test_a_balance_round_pins_hosts_and_their_agents_death_clears_the_pins(run, 
             assert "x.example" not in snap.overrides and snap.overrides["op.example"] == "slow"
         finally:
             await svc.stop()
+
+    run(go())
+
+
+def test_two_consultant_replicas_over_one_state_do_not_both_move_hosts_on_the_same_reports(run, tmp_path):
+    """On by default, every replica plans: a round's writes are refused when another replica's
+    balancer wrote within 0.9 interval (its moves are not in the reports yet), and a host one
+    replica moved stays for the cooldown on the other too (the state's times)."""
+    from consultant.service import ConsultantService
+    from consultant_helpers import settings_for
+
+    now = [100.0]
+    s = settings_for(tmp_path, lease_seconds=60.0, balance__enabled=True)
+    a, b = ConsultantService(s, clock=lambda: now[0]), ConsultantService(s, clock=lambda: now[0])
+
+    async def go():
+        await a.start()
+        await b.start()
+        try:
+            for agent in ("slow", "fast"):
+                await a.register(AgentRecord(agent, f"127.0.0.1:{7000 + len(agent)}"))
+            await a.heartbeat("slow", _report(600, 1.0, {"x.example": 300, "y.example": 200}))
+            await a.heartbeat("fast", _report(0, 40.0, {}))
+            now[0] += 1
+            assert [m.host for m in await a.balance_round()] == ["x.example"]
+            now[0] += 1
+            assert await b.balance_round() == [], "b plans on reports from before a's move: refused"
+            # later, fresh reports in which nothing changed yet: b may move y, never x (a's cooldown)
+            now[0] += 0.9 * s.balance.interval
+            await b.heartbeat("slow", _report(600, 1.0, {"x.example": 300, "y.example": 200}))
+            await b.heartbeat("fast", _report(0, 40.0, {}))
+            now[0] += 1
+            assert [m.host for m in await b.balance_round()] == ["y.example"]
+        finally:
+            await a.stop()
+            await b.stop()
 
     run(go())
 

@@ -135,6 +135,35 @@ def test_the_model_drives_the_allocator():
     assert a.counts == (80, 20)
 
 
+def _load(queue: int, peak: float, pages: int = 0, seconds: float = 0.0) -> dict:
+    # a heartbeat's LoadReport as the consultant keeps it (MessageToDict)
+    return {"queue_length": str(queue), "work_area": peak * 10, "peak_pages_per_second": peak,
+            "interval_pages": str(pages), "interval_seconds": seconds, "resources": {"cores": 4}}
+
+
+def test_the_book_gives_the_models_rate_only_with_enough_samples_and_shares_by_the_allocator():
+    """An agent's rate comes from the model once it has MIN_AGENT_SAMPLES samples of its own,
+    from its load report before; the weighted strategy's shares are our allocator's counts
+    at those rates, mean 1; a weight moves at most MAX_STEP a round."""
+    from consultant.capacity.book import MAX_STEP, MIN_AGENT_SAMPLES, CapacityBook
+
+    book = CapacityBook()
+    for k in range(MIN_AGENT_SAMPLES):
+        book.record("fast", _load(500, 5.0, pages=300, seconds=10.0))   # measured 30 pages/s, reports 5
+    book.record("new", _load(500, 10.0))                                  # no samples: its report's 10
+    book.record("slow", _load(500, 5.0, pages=50, seconds=10.0))          # one sample: its report's 5
+    assert book.rate("fast", 100) is None, "no model fitted yet"
+    from consultant.capacity.model import Choice
+
+    book.adopt(Choice(RateModel(prior_seconds=0.0).fit(book.due(0.0)), {}))   # the fit itself: tests above
+    assert abs(book.rate("fast", 100) - 30.0) < 1e-9
+    assert book.rate("slow", 100) is None and book.rate("new", 100) is None
+    shares = book.shares(["fast", "new", "slow"], 0.0)
+    assert abs(sum(shares.values()) - 3.0) < 0.01
+    assert abs(shares["fast"] / shares["new"] - 3.0) < 0.05 and abs(shares["new"] / shares["slow"] - 2.0) < 0.05
+    assert book.step(1.0, 10.0) == MAX_STEP and book.step(1.0, 0.1) == 1 / MAX_STEP and book.step(1.0, 1.5) == 1.5
+
+
 def test_interval_meter_counts_only_backlogged_intervals():
     """A sample of capacity needs work at both ends of the interval: an agent short of work
     fetches what it has, not what it can."""
@@ -176,6 +205,9 @@ def test_the_consultant_learns_each_agents_rate_from_heartbeats(run, tmp_path):
                         queue_length=100, interval_pages=n, interval_seconds=n / r,
                         resources=common_pb2.Resources(cores=4, bandwidth_mbps=r)))
             listed = await c.list_agents()
+            while not listed.capacity_model:  # ListAgents answers with the last fit; this one is under way
+                await asyncio.sleep(0.1)
+                listed = await c.list_agents()
             got = {a.agent_id: a for a in listed.agents}
             for a, r in rates.items():
                 assert got[a].samples == 6

@@ -128,6 +128,41 @@ def test_weighted_from_heartbeat_capacity_reweights_beyond_threshold(run, tmp_pa
     run(go())
 
 
+def test_weighted_from_the_capacity_model_moves_hosts_toward_the_allocators_shares(run, tmp_path):
+    """source = "model": each agent's weight is its share by the capacity model and our
+    allocator (docs/balance.md), moved at most 2x a round and only past the threshold."""
+    s = with_options(settings_for(tmp_path, strategy="weighted"), "weighted", source="model")
+    hosts = [f"h{i}.example" for i in range(4000)]
+
+    def report(peak: float) -> common_pb2.LoadReport:
+        return common_pb2.LoadReport(queue_length=500, work_area=peak * 10, peak_pages_per_second=peak)
+
+    async def go():
+        async with running(s) as (server, c):
+            await c.register("small", "127.0.0.2:7000")
+            await c.register("big", "127.0.0.3:7000")
+            before = await c.resolve(hosts)
+            assert 0.45 < sum(r.owner[0] == "big" for r in before) / len(hosts) < 0.55
+            # The same rate reported: shares 1 : 1, no change.
+            assert await c.heartbeat("small", report(10.0)) == before[0].epoch
+            assert await c.heartbeat("big", report(10.0)) == before[0].epoch
+            # big reports 4x small's rate (no samples yet: the load report's rate); its share is
+            # 1.6 of a mean 1, small's 0.4: small's weight halves at most (cap), big's grows to 1.6.
+            server.service.capacity._shares_key = (frozenset(), float("-inf"))  # recompute now
+            e = await c.heartbeat("big", report(40.0))
+            assert e == before[0].epoch + 1
+            e2 = await c.heartbeat("small", report(10.0))
+            assert e2 == e + 1
+            weights = {a.agent_id: a.weight for a in (await c.list_agents()).agents}
+            assert abs(weights["big"] - 1.6) < 0.01 and weights["small"] == 0.5
+            after = await c.resolve(hosts)
+            share = sum(r.owner[0] == "big" for r in after) / len(hosts)
+            assert 0.71 < share < 0.81   # 1.6 / 2.1
+            assert all(a.owner == b.owner or a.owner[0] == "big" for a, b in zip(after, before))
+
+    run(go())
+
+
 def test_weighted_from_config(run, tmp_path):
     s = with_options(settings_for(tmp_path, strategy="weighted"), "weighted", weights={"heavy": 4.0})
 

@@ -164,6 +164,11 @@ def test_the_object_store_profile_runs_two_writers_over_one_index_and_one_bucket
         assert int(s.listen.rsplit(":", 1)[1]) in container_ports(name) and s.data_dir in mount_targets(name)
         loaded[name] = s
     a, b = loaded["storage"].object_store, loaded["storage-2"].object_store
+    assert loaded["storage"].consultant == loaded["storage-2"].consultant == ",".join(replica_addresses())
+    # Agents dial storage-2 by its name: its certificate carries that name (pki --service storage-2).
+    assert SERVICES["storage-2"]["environment"]["WANCRAWL_TLS_CERT"] == "/pki/service-storage-2.crt"
+    pki_cmd = SERVICES["pki"]["command"]
+    assert {"storage", "storage-2"} <= {pki_cmd[k + 1] for k in range(len(pki_cmd) - 1) if pki_cmd[k] == "--service"}
     assert (a.writer_id, b.writer_id) == ("w1", "w2"), "each writer owns its objects"
     assert a.endpoint == b.endpoint == "http://seaweedfs:8333" and a.bucket == b.bucket
     sw = SERVICES["seaweedfs"]
@@ -204,7 +209,8 @@ def test_every_agent_config_loads_and_places_the_agent_where_its_profile_says():
     isps = {i.slug: i for i in spec.isps}
     cities = {c.slug: c for c in spec.cities}
     consultant_port = min(container_ports("consultant"))
-    storage_port = min(container_ports("storage"))
+    writers = {"storage": f"storage:{min(container_ports('storage'))}",
+               "storage-2": f"storage-2:{min(container_ports('storage-2'))}"}
     ids = set()
     used = set()
     for name in services_of("agent"):
@@ -226,7 +232,9 @@ def test_every_agent_config_loads_and_places_the_agent_where_its_profile_says():
         assert s.listen.startswith("0.0.0.0:")
         assert s.advertise == f"{name}:{port}", f"{name}: peers dial {s.advertise}, the service is {name}"
         assert consultant_addresses(s) == replica_addresses() and consultant_port == 50051
-        assert s.storage == f"storage:{storage_port}"
+        # Both writers, its region's first (north: storage; south: storage-2): docs/storage.md.
+        first = "storage-2" if city_slug == "guangzhou" else "storage"
+        assert s.storage == ",".join([writers[first]] + [w for n, w in writers.items() if n != first]), name
         assert s.data_dir in mount_targets(name), f"{name}: data_dir {s.data_dir} is not on a volume"
         # Containers crawl the real web: no private range may be opened for them.
         assert not s.fetch.allow_networks and not s.source_ip and s.system_dns

@@ -95,7 +95,10 @@ def _state(host: str) -> agent_pb2.HostState:
         host=host, queue=[agent_pb2.QueuedUrl(url=f"http://{host}/q", depth=1, via=f"http://{host}/", not_before=1.0, seq=1)],
         seen=[12345], crawl_delay=1.0, backoff_until=1.0, backoff_level=1, pages=1,
         robots=[agent_pb2.RobotsState(origin=f"http://{host}", status=200, body=b"User-agent: *\nAllow: /\n", expires=1.0,
-                                      fetched_ok=1.0, failing_since=1.0)])
+                                      fetched_ok=1.0, failing_since=1.0)],
+        revisits=[agent_pb2.RevisitEntry(url=f"http://{host}/r", due=2.0, interval=1.0, last=1.0, digest="sha1:X", etag='"e"',
+                                         modified="Thu, 01 Jan 2009 00:00:00 GMT", length=1, visits=1, changes=1, span=1.0,
+                                         depth=1, lastmod=1.0, changefreq=1.0)])
 
 
 def _capture() -> storage_pb2.Capture:
@@ -148,6 +151,7 @@ BASELINES: dict[str, Any] = {
     "/wancrawl.v1.Storage/Get": storage_pb2.GetRequest(url="http://a.cn/", has_at=True, at=1.0, record_id="urn:uuid:1"),
     "/wancrawl.v1.Storage/Stats": storage_pb2.StatsRequest(top=5),
     "/wancrawl.v1.Storage/Lookup": storage_pb2.LookupRequest(urls=["http://a.cn/"]),
+    "/wancrawl.v1.Storage/History": storage_pb2.HistoryRequest(url="http://a.cn/", limit=10),
 }
 
 

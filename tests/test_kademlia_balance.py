@@ -13,7 +13,7 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
-from agent.placement.kademlia.balance import Host, Neighbour, NodeLoad, Policy, candidate, plan, regions
+from agent.placement.kademlia.balance import Host, Neighbour, NodeLoad, Policy, candidate, plan, regions, targets
 from agent.placement.kademlia.delegation import Announce
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import KademliaPlacement
@@ -40,7 +40,8 @@ def situations(draw):
     ids = draw(st.lists(ID, min_size=0, max_size=12, unique=True).map(lambda xs: [x for x in xs if x != me_id]))
     neighbours = [Neighbour(i, draw(loads())) for i in ids]
     names = draw(st.lists(st.integers(0, 10_000), max_size=10, unique=True))
-    hosts = [Host(f"h{n}.example", xorspace.host_key(f"h{n}.example"), draw(st.integers(0, 800))) for n in names]
+    hosts = [Host(f"h{n}.example", xorspace.host_key(f"h{n}.example"), draw(st.integers(0, 800)),
+                  draw(st.none() | st.frozensets(st.sampled_from([me_id, *ids])))) for n in names]
     policy = Policy(max_moves=draw(st.integers(0, 5)), min_gap=draw(st.sampled_from([0.0, 1.0, 5.0])),
                     min_ratio=draw(st.sampled_from([1.0, 1.5, 3.0])))
     return me_id, me, hosts, neighbours, policy
@@ -50,7 +51,9 @@ def situations(draw):
 @given(situations())
 def test_the_planner_moves_from_heavier_to_lighter_nearest_region_first_within_the_caps(s):
     me_id, me, hosts, neighbours, policy = s
-    moves = plan(me_id, me, hosts, neighbours, policy)
+    use = me.queue % 2 == 0   # half the cases with the allocator's shares (phase 2), half without
+    shares = targets(me_id, me, neighbours) if use else {}
+    moves = plan(me_id, me, hosts, neighbours, policy, use_targets=use)
     assert len(moves) <= policy.max_moves
     assert len({m.host for m in moves}) == len(moves), "a host moves once"
     by_name = {h.name: h for h in hosts}
@@ -59,6 +62,7 @@ def test_the_planner_moves_from_heavier_to_lighter_nearest_region_first_within_t
     for m in moves:
         h = by_name[m.host]
         assert h.urls == m.urls and h.key == m.key and h.urls >= policy.min_urls
+        assert h.placed is None or m.target in h.placed, "only to a node of the host's XOR preference list"
         src = NodeLoad(q, me.work_area, me.rate)
         dst = model[m.target]
         # Never from lighter to heavier: the source heavy, the target light, the source's runtime
@@ -67,6 +71,10 @@ def test_the_planner_moves_from_heavier_to_lighter_nearest_region_first_within_t
         assert src.runtime >= policy.min_ratio * dst.runtime and src.runtime - dst.runtime >= policy.min_gap
         after = max((src.queue - m.urls) / src.rate, (dst.queue + m.urls) / dst.rate)
         assert after < max(src.runtime, dst.runtime)
+        if shares.get(me_id) is not None:
+            mine, theirs = shares[me_id], shares[m.target]
+            assert src.queue > mine and dst.queue < theirs, "from over its share to under the target's"
+            assert abs(src.queue - m.urls - mine) + abs(dst.queue + m.urls - theirs) < abs(src.queue - mine) + abs(dst.queue - theirs)
         assert m.bucket == xorspace.firstdiff(me_id, m.target)
         # Nearest region first: no nearer k-bucket could have taken any host still movable.
         left = [x for x in hosts if x.urls >= policy.min_urls and x.name not in {mm.host for mm in moves[: moves.index(m)]}]
@@ -75,13 +83,45 @@ def test_the_planner_moves_from_heavier_to_lighter_nearest_region_first_within_t
             if bucket >= m.bucket:
                 break
             room = -sum(n.load.excess for n in region)
-            assert not any(candidate(src, n.load, x.urls, room, policy) for n in region for x in left), \
+            assert not any(candidate(src, n.load, x.urls, room, policy, shares.get(me_id), shares.get(n.node_id))
+                           for n in region for x in left if x.placed is None or n.node_id in x.placed), \
                 f"bucket {bucket} is nearer than {m.bucket} and could take a host"
         # ... and its own region had room for the host (seed 000's L_k + L < 0).
         region = dict(regions(me_id, current))[m.bucket]
         assert m.urls < -sum(n.load.excess for n in region)
         q -= m.urls
         model[m.target] = NodeLoad(dst.queue + m.urls, dst.work_area, dst.rate)
+
+
+def test_the_neighbourhoods_shares_keep_a_host_off_a_near_node_past_the_common_finish():
+    """Phase 2 in this mode: the near light node (9 s of work) is past the time the three could
+    finish together (2.4 s); with the shares the host goes to the far node under its share."""
+    me_id, near, far = 0, 1 << 3, 1 << 150
+    me = NodeLoad(queue=200, work_area=100, rate=10)
+    hosts = [Host("a.example", 1, 5)]
+    others = [Neighbour(near, NodeLoad(90, 100, 10)), Neighbour(far, NodeLoad(0, 1_000, 100))]
+    policy = Policy(max_moves=1, min_gap=1.0)
+    assert [m.target for m in plan(me_id, me, hosts, others, policy, use_targets=False)] == [near]
+    assert [m.target for m in plan(me_id, me, hosts, others, policy)] == [far]
+    got = targets(me_id, me, others)
+    assert set(got) == {me_id, near, far}
+    assert all(math.isclose(got[i], want) for i, want in ((me_id, 290 / 12), (near, 290 / 12), (far, 2900 / 12)))
+
+
+def test_a_host_goes_only_to_a_node_of_its_xor_preference_list():
+    """Storage, in this mode, takes a host's pages only from its key's XOR preference list (it
+    knows no delegations): a delegate outside it would have every page refused (docs/balance.md).
+    The lighter node outside the list is passed over for the one inside."""
+    me_id, inside, outside = 0, 1 << 3, 1 << 150
+    heavy = NodeLoad(queue=1_000, work_area=100, rate=10)
+    free = [Neighbour(outside, NodeLoad(0, 1_000, 100)), Neighbour(inside, NodeLoad(0, 500, 10))]
+    anywhere = Host("a.example", 1, 200)
+    assert [m.target for m in plan(me_id, heavy, [anywhere], free, Policy(max_moves=1))] == [inside]  # nearer bucket
+    out_only = Host("a.example", 1, 200, frozenset({me_id, outside}))
+    in_only = Host("a.example", 1, 200, frozenset({me_id, inside}))
+    far_first = [Neighbour(outside, NodeLoad(0, 1_000, 100))]
+    assert [m.target for m in plan(me_id, heavy, [out_only], far_first, Policy(max_moves=1))] == [outside]
+    assert plan(me_id, heavy, [in_only], far_first, Policy(max_moves=1)) == []
 
 
 def test_a_light_node_or_a_balanced_pair_moves_nothing():

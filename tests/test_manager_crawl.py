@@ -350,20 +350,14 @@ def test_manager_crawl_stores_exactly_the_reference(sites, tmp_path):
     assert _alive_services(out) == []
 
 
-def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
-    for log in sites["logs"].values():
-        log.clear()
-    out = tmp_path / "crawl"
-    ref = sites["ref"]["urls"]
+def interrupt_when(cmd: list[str], tmp_path: Path, ready, timeout: float = 120.0) -> None:
+    """Run `manager crawl` (cmd) until ready() holds (polled, bounded), then Ctrl-C it: it must
+    still be running then, and exit 130. Its output goes to tmp_path/first.log."""
     log = open(tmp_path / "first.log", "w")
-    # 1 s per host: the crawl cannot end (83 pages on one host) before the interrupt, however
-    # slowly this machine polls.
-    first = subprocess.Popen(with_default_sigint(_crawl_args(sites, out, "--delay", "1", "--no-report")), stdout=log,
-                             stderr=subprocess.STDOUT, cwd=tmp_path)
+    first = subprocess.Popen(with_default_sigint(cmd), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
-        # No event to await from outside the process: poll storage's index, bounded.
-        end = time.monotonic() + 120
-        while _stored_count(out) < 10 and first.poll() is None and time.monotonic() < end:
+        end = time.monotonic() + timeout
+        while not ready() and first.poll() is None and time.monotonic() < end:
             time.sleep(0.1)
         assert first.poll() is None, (tmp_path / "first.log").read_text()
         first.send_signal(signal.SIGINT)
@@ -372,6 +366,16 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
         if first.poll() is None:
             first.kill()
         log.close()
+
+
+def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
+    for log in sites["logs"].values():
+        log.clear()
+    out = tmp_path / "crawl"
+    ref = sites["ref"]["urls"]
+    # 1 s per host: the crawl cannot end (83 pages on one host) before the interrupt, however
+    # slowly this machine polls. No event to await from outside the process: poll storage's index.
+    interrupt_when(_crawl_args(sites, out, "--delay", "1", "--no-report"), tmp_path, lambda: _stored_count(out) >= 10)
     assert _alive_services(out) == []
     part = _stored(out)
     assert 10 <= len(part) < len(ref), len(part)  # interrupted mid-crawl

@@ -281,7 +281,9 @@ def test_the_agent_schema_matches_who_counts_and_who_measures(crawl):
     # The loop lag's, with loop_lag_interval > 0 only (tests/test_looplag.py).
     kademlia_only = {n for n in AGENT.help if n.startswith("overlay_")}
     loop_lag_only = {n for n in AGENT.help if n.startswith("loop_")}
-    assert set(AGENT.help) - SERVER_ONLY_WITH_TLS - kademlia_only - loop_lag_only - exported == set()
+    # The revisit schedule's levels, with revisit.enabled only (tests/test_revisit_agent.py).
+    revisit_only = {"revisits_scheduled", "revisits_due", "revisit_freshness"}
+    assert set(AGENT.help) - SERVER_ONLY_WITH_TLS - kademlia_only - loop_lag_only - revisit_only - exported == set()
     for key, schema in (("consultant", CONSULTANT), ("storage", STORAGE)):
         names = {n[len(schema.prefix) + 1:].removesuffix("_total") for n, _ in values(crawl.texts[key], key)}
         assert set(schema.help) - SERVER_ONLY_WITH_TLS - names == set(), key

@@ -143,9 +143,10 @@ def test_colocated_agents_share_their_region_evenly(name):
     assert max(counts.values()) / 10_000 <= 1.15
 
 
-def test_weighted_shares_follow_weights():
+@pytest.mark.parametrize("source", ["heartbeat", "model"])
+def test_weighted_shares_follow_weights(source):
     agents = [AgentView(f"w{i}", weight=float(i + 1)) for i in range(4)]
-    p = create_from_config("weighted", {"source": "heartbeat"}).bind(agents)
+    p = create_from_config("weighted", {"source": source}).bind(agents)
     n = 100_000
     counts = collections.Counter(p.rank(Site(f"h{i}.example.org"), 1)[0] for i in range(n))
     total = sum(a.weight for a in agents)

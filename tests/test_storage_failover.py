@@ -1,55 +1,19 @@
-"""Agents' failover between storage writers ranked by region (storage/client.py): the pure
-decision (WriterChoice, hypothesis against a small model) and a real client over two writers
-sharing one index, the first stopped mid-way."""
+"""Agents' failover between storage writers ranked by region (storage/client.py): a real
+client over two writers sharing one index, the first stopped mid-way. The decision is
+wancrawl/failover.py's Ranking, shared with the consultant's replicas (tests/test_failover.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings, strategies as st
-
-from storage.client import FailoverStorageClient, StorageClient, WriterChoice, make_batch, storage_client
+from storage.client import FailoverStorageClient, StorageClient, make_batch, storage_client
 from storage.config import IndexSettings, IngestSettings, StorageSettings, WarcSettings
 from storage.server import create_server
 from storage.store import Store
 from storage.testing import fetch_result, pages
-from wancrawl.errors import Unavailable
+from wancrawl.errors import ConfigError, Unavailable
 from wancrawl.procs import free_port
 from wancrawl.warcrecords import build_capture
-
-# (writer index, answers?, seconds since the last event)
-events = st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.floats(0, 50)), max_size=40)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 4), st.floats(1, 60), events)
-def test_writer_choice_follows_the_rules(n, back_after, evs):
-    c = WriterChoice(n, back_after)
-    now = 0.0
-    first_failed: float | None = None
-    current = 0
-    for i, ok, dt in evs:
-        now += dt
-        order = c.order(now)
-        # Every writer once per call, the chosen one first.
-        assert sorted(order) == list(range(n))
-        # Model: the first-ranked writer is tried first once back_after has passed since it failed
-        # (or it never failed); otherwise the writer that last answered (or the next after a failure).
-        expect = 0 if first_failed is None or now - first_failed >= back_after else current
-        assert order[0] == expect
-        i %= n
-        if ok:
-            c.succeeded(i)
-            current = i
-            if i == 0:
-                first_failed = None
-        else:
-            c.failed(i, now)
-            if i == 0:
-                first_failed = now
-            if i == current:
-                current = (i + 1) % n
-
 
 def test_one_address_is_a_plain_client_several_fail_over():
     async def go():  # grpc.aio channels belong to a running loop
@@ -58,6 +22,11 @@ def test_one_address_is_a_plain_client_several_fail_over():
         both = storage_client("127.0.0.1:1, 127.0.0.1:2")
         assert isinstance(both, FailoverStorageClient) and both.targets == ["127.0.0.1:1", "127.0.0.1:2"]
         assert isinstance(both, StorageClient)
+        try:
+            storage_client("127.0.0.1:1,127.0.0.1:1")
+            raise AssertionError("a writer listed twice is a configuration error")
+        except ConfigError:
+            pass
         await one.close()
         await both.close()
 
@@ -84,26 +53,28 @@ def test_an_agent_fails_over_to_the_next_writer_and_back(tmp_path):
         b, _ = create_server(writer(1))
         await a.start()
         await b.start()
-        client = FailoverStorageClient([a.address, b.address], timeout=5.0, back_after=10.0, clock=lambda: now[0])
+        client = FailoverStorageClient([a.address, b.address], timeout=5.0, retry_after=10.0, max_retry_after=10.0,
+                                       clock=lambda: now[0])
         try:
             assert (await client.send(batches[0])).stored == 10
             await a.stop(0)
             ack = await client.send(batches[:2])  # the first batch again: a duplicate at b
             assert (ack.stored, ack.duplicates) == (10, 10)
-            assert client.choice.current == 1
-            now[0] += 11.0  # past back_after: a is asked first again (it is still down: b answers)
+            assert client.writers.current == 1
+            assert client.writers.counters["failovers"] == 1
+            now[0] += 11.0  # past retry_after: a is asked first again (it is still down: b answers)
             assert (await client.send(batches[2])).stored == 10
             a2, _ = create_server(writer(0))
             await a2.start()
-            # The client's channel to a reconnects with gRPC's backoff: until then a fails fast and
-            # b answers; each later try past back_after asks a first again.
+            # The client's channel to a reconnects with a short backoff (failover.RECONNECT_OPTIONS):
+            # until then a fails fast and b answers; each later try past retry_after asks a first again.
             for _ in range(40):
                 now[0] += 11.0
                 assert (await client.send(batches[2])).duplicates == 10
-                if client.choice.current == 0:
+                if client.writers.current == 0:
                     break
                 await asyncio.sleep(0.25)
-            assert client.choice.current == 0, "back to its own region's writer"
+            assert client.writers.current == 0, "back to its own region's writer"
             await a2.stop(0)
             await b.stop(0)
             try:
@@ -118,3 +89,35 @@ def test_an_agent_fails_over_to_the_next_writer_and_back(tmp_path):
     store = Store(writer(0), readonly=True)
     assert store.stats()["pages"] == 30
     store.close()
+
+
+def test_a_hung_writer_is_passed_within_one_call(tmp_path):
+    """The agent's own writer accepts connections and never answers (paused, partitioned): the
+    batch reaches the next writer within the same send, and later sends go there directly."""
+    from test_failover import silent_listener
+
+    settings_ = StorageSettings(listen=f"127.0.0.1:{free_port()}", data_dir=str(tmp_path / "w"),
+                                ingest=IngestSettings(fsync="os"))
+    caps = [build_capture(fetch_result(u, b)) for u, b in pages(4, seed=7)]
+
+    async def go():
+        live, _ = create_server(settings_)
+        await live.start()
+        try:
+            with silent_listener() as hung:
+                client = FailoverStorageClient([hung, live.address], timeout=10.0, attempt_timeout=1.0)
+                try:
+                    first = await client.send(make_batch(caps[:2]))
+                    counters = dict(client.writers.counters)
+                    second = await client.send(make_batch(caps[2:]))
+                    return first, counters, second, dict(client.writers.counters), client.writers.current
+                finally:
+                    await client.close()
+        finally:
+            await live.stop(0)
+
+    first, counters, second, after, current = asyncio.run(go())
+    assert (first.stored, second.stored) == (2, 2)
+    assert counters == {"attempts": 2, "failovers": 1, "all_failed": 0}
+    assert after == {"attempts": 3, "failovers": 1, "all_failed": 0}, "the hung writer is not asked again at once"
+    assert current == 1

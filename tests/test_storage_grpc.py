@@ -205,3 +205,35 @@ def test_lookup_names_the_urls_with_captures_and_their_statuses(tmp_path):
         await client.close()
 
     run(with_server(settings, go))
+
+
+def test_history_over_grpc_and_from_the_cli(tmp_path, capsys):
+    import dataclasses
+
+    from storage.testing import fetch_result
+    from wancrawl.warcrecords import build_capture
+
+    cfg = write_config(tmp_path)
+    settings = load(cfg)
+    url, body = next(pages(1, min_size=2_000, max_size=3_000))
+    a = build_capture(fetch_result(url, body, at=100.0))
+    nm = dataclasses.replace(build_capture(fetch_result(url, b"", status=304, at=200.0)), payload_digest=a.payload_digest)
+    b = build_capture(fetch_result(url, body, at=300.0))
+
+    async def go(addr):
+        async with GrpcStorageClient(addr) as client:
+            await client.send(make_batch([a, nm, b]))
+            hist = await client.history(url)
+            assert [(c.record_id, c.status, c.record_type, c.refers_to) for c in hist.captures] == [
+                (a.record_id, 200, "response", ""), (nm.record_id, 304, "revisit", a.record_id),
+                (b.record_id, 200, "revisit", a.record_id)]
+            assert [c.record_id for c in (await client.history(url, limit=1)).captures] == [b.record_id]
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, cli.main, ["history", url, "--json", "--storage", addr]) == 0
+        assert [json.loads(x)["status"] for x in capsys.readouterr().out.splitlines()] == [200, 304, 200]
+
+    run(with_server(settings, go))
+    assert cli.main(["history", url, "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and " 304 revisit " in out[1] and out[2].endswith(f"-> {a.record_id}")
+    assert cli.main(["history", "http://nothing.example/", "--config", str(cfg)]) == 1

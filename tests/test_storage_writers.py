@@ -144,3 +144,93 @@ def _loc(store: Store, record_id: str) -> tuple[str, int, int]:
     row = store.index.get(record_id)
     assert row is not None
     return row.warc_file, row.warc_offset, row.warc_length
+
+
+def test_manager_status_shows_each_writers_ingest_rate_and_lag(writers, run):
+    """Two real writers over one index: `manager status --storage a,b` asks each for its own
+    status. Pages and bytes per writer agree with the index (which writer's objects hold which
+    records), rates come from two readings, lag is the age of the oldest batch not yet durable
+    (a writer whose commit is held), and a stopped writer shows down while the totals still come."""
+    import asyncio
+    import dataclasses
+    import threading
+
+    from rich.console import Console
+
+    from manager.status import Snapshot, WriterRates, render_writers, storage_status
+    from storage.client import GrpcStorageClient
+    from storage.server import create_server
+    from wancrawl.procs import free_port
+
+    settings, _ = writers
+    caps, _ = corpus(40)
+
+    def writer(wid: str):
+        s = settings(wid)
+        return create_server(dataclasses.replace(s, listen=f"127.0.0.1:{free_port()}",
+                                                 object_store=dataclasses.replace(s.object_store, linger=0.0)))[0]
+
+    async def go():
+        w1, w2 = writer("w1"), writer("w2")
+        await w1.start()
+        await w2.start()
+        both = f"{w1.address},{w2.address}"
+        rates = WriterRates()
+        try:
+            totals0, before = await storage_status(both)
+            rates.update(Snapshot(0, "", [], totals0, before), now=100.0)
+            async with GrpcStorageClient(w1.address) as c1, GrpcStorageClient(w2.address) as c2:
+                assert (await c1.send(make_batch(caps[:25]))).stored == 25
+                ack = await c2.send(make_batch(caps[15:]))  # 10 resent: duplicates at w2
+                assert (ack.stored, ack.duplicates) == (15, 10)
+                totals, after = await storage_status(both)
+                per_sec = rates.update(Snapshot(0, "", [], totals, after), now=102.0)
+
+                # w2's commit is held: its lag is the age of the batch waiting there.
+                entered, release = threading.Event(), threading.Event()
+                ingest = w2.store.ingest
+
+                def held(batches):
+                    entered.set()
+                    release.wait(30)
+                    return ingest(batches)
+
+                w2.store.ingest = held  # type: ignore[method-assign]
+                clock = [1000.0]
+                w2.committer.clock = lambda: clock[0]
+                pending = asyncio.ensure_future(c2.send(make_batch(caps[:5])))
+                await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+                clock[0] = 1007.5
+                _, lagging = await storage_status(both)
+                release.set()
+                assert (await pending).duplicates == 5
+                _, settled = await storage_status(both)
+            await w2.stop(0)
+            totals_one_down, one_down = await storage_status(both)
+        finally:
+            await w1.stop(0)
+            await w2.stop(0)
+        return before, totals, after, per_sec, lagging, settled, totals_one_down, one_down, both.split(",")
+
+    before, totals, after, per_sec, lagging, settled, totals_one_down, one_down, (a1, a2) = run(go())
+    assert [(w.up, w.pages, w.lag, w.since_durable, w.queued_batches) for w in before] == [(True, 0, 0.0, -1.0, 0)] * 2
+    assert int(totals["pages"]) == 40 and "writer" not in totals
+    # The index says which writer wrote what: each writer's objects are under its id.
+    reader = Store(writers[0]("w1"), readonly=True)
+    written = {"w1": 0, "w2": 0}
+    for r in reader.index.iter_rows():
+        written[r.warc_file.split("/")[0]] += r.group_length
+    reader.close()
+    w1v, w2v = after
+    assert (w1v.writer_id, w1v.sink, w1v.pages, w1v.duplicates, w1v.bytes_written) == ("w1", "s3", 25, 0, written["w1"])
+    assert (w2v.writer_id, w2v.pages, w2v.duplicates, w2v.bytes_written) == ("w2", 15, 10, written["w2"])
+    assert w1v.since_durable >= 0 and w1v.lag == 0.0 and w1v.queued_batches == 0
+    assert per_sec == {a1: (25 / 2, written["w1"] / 2), a2: (15 / 2, written["w2"] / 2)}
+    assert (lagging[1].queued_batches, lagging[1].lag) == (1, 7.5) and lagging[0].lag == 0.0
+    assert (settled[1].queued_batches, settled[1].lag, settled[1].duplicates) == (0, 0.0, 15)
+    assert [w.up for w in one_down] == [True, False] and one_down[1].error
+    assert int(totals_one_down["pages"]) == 40, "the totals come from a writer that answers"
+    console = Console(width=160, record=True)
+    console.print(render_writers(Snapshot(0, "", [], totals_one_down, one_down), {a1: (12.5, 1e6)}))
+    text = console.export_text()
+    assert "w1" in text and "12.5" in text and "down" in text and a2 in text

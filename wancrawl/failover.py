@@ -1,5 +1,5 @@
-"""Ranked-address failover for clients of replicated services (consultant replicas today;
-storage writers could use it too).
+"""Ranked-address failover for clients of replicated services: consultant replicas
+(consultant/client.py) and storage writers (storage/client.py FailoverStorageClient).
 
 A client is given several addresses of interchangeable servers, best first (the nearest
 replica first, say). Each call goes to one address; when that one does not answer (UNAVAILABLE:

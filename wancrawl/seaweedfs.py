@@ -68,8 +68,10 @@ class SeaweedFS:
             f"-volume.port={ports['volume']}", f"-volume.port.grpc={grpc['volume']}",
             f"-filer.port={ports['filer']}", f"-filer.port.grpc={grpc['filer']}",
             "-s3", f"-s3.port={self.s3_port}", f"-s3.port.grpc={grpc['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            # Small volumes: the lab's disk is shared; SeaweedFS grows more of them as needed.
-            "-master.volumeSizeLimitMB=256", "-volume.max=64",
+            # Small volumes: the lab's disk is shared; SeaweedFS grows more of them as needed. Each
+            # bucket takes 7 volumes at its first write (files that grow as written): 64 ran out at
+            # the tenth bucket of a test session ("No writable volumes and no free volumes left").
+            "-master.volumeSizeLimitMB=256", "-volume.max=512",
         ]
 
     def start(self, timeout: float = 60.0) -> SeaweedFS:

@@ -18,6 +18,7 @@ WARC_VERSION = "1.1"
 DEFAULT_LEVEL = 4  # the agent's default too (storage_out.gzip_level): ratio ~4.5 for 2/3 of level 6's CPU
 TRUNCATED_REASONS = ("length", "time", "disconnect", "unspecified")
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 # Bodies reach us de-chunked (and maybe decoded), so these headers would lie about the stored payload.
 _HOP_HEADERS = ("transfer-encoding",)
 
@@ -215,9 +216,10 @@ def _request_target(url: str) -> str:
 def build_revisit(
     *, record_id: str, url: str, warc_date_str: str, payload_digest: str, http_headers: bytes,
     refers_to_id: str, refers_to_url: str, refers_to_date: str, ip: str = "", level: int = DEFAULT_LEVEL,
+    profile: str = REVISIT_PROFILE,
 ) -> bytes:
-    """The gzip member of a revisit record (identical-payload-digest profile): the capture's
-    HTTP head as the agent sent it, no payload.
+    """The gzip member of a revisit record (identical-payload-digest profile, or server-not-modified
+    for a 304): the capture's HTTP head as the agent sent it, no payload.
 
     Storage calls this when a capture's payload is already archived; it reuses the capture's
     record id so the request and metadata records' WARC-Concurrent-To still resolve.
@@ -226,7 +228,7 @@ def build_revisit(
               ("WARC-Target-URI", url)]
     if ip:
         fields.append(("WARC-IP-Address", ip))
-    fields += [("WARC-Profile", REVISIT_PROFILE), ("WARC-Refers-To", f"<{refers_to_id}>"),
+    fields += [("WARC-Profile", profile), ("WARC-Refers-To", f"<{refers_to_id}>"),
                ("WARC-Refers-To-Target-URI", refers_to_url), ("WARC-Refers-To-Date", refers_to_date),
                ("WARC-Payload-Digest", payload_digest)]
     return gzip_member(_warc_record(fields, "application/http; msgtype=response", http_headers), level)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -18,10 +19,13 @@ from agent.crawl.politeness import OriginBackoff, Politeness, Scheduler, origin_
 from agent.crawl.refetch import StoredCheck
 from agent.crawl.robots import RobotsCache, RobotsState
 from agent.crawl.scope import Scope
+from agent.crawl import sitemap
+from agent.crawl.sitemap import SitemapBook
 from agent.fetch import Fetcher, FetchRequest, FetchResponse
 from agent.placement.gate import Gate
 from agent.settings import AgentSettings
 from agent.state.frontier import Frontier, Item
+from agent.state.revisit import Visit, changed, conditional_headers, validators
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
@@ -75,6 +79,7 @@ class Dispatcher:
         gate: Gate | None = None,
         stored_check: StoredCheck | None = None,
         incidents: Incidents | None = None,
+        sitemap_hints: Callable[[list[sitemap.Entry]], None] | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -92,6 +97,13 @@ class Dispatcher:
         self.stored_check = stored_check
         # What the hostile web did, by reason, for the operator (shared with intake).
         self.incidents = incidents or Incidents(clock)
+        # Sitemaps (agent/crawl/sitemap.py): the per-host bounds, and where the lastmod /
+        # changefreq / priority hints of in-scope sitemap entries go (a revisit schedule takes
+        # them; by default nobody). Every entry of one call is on the sitemap's own host, which
+        # this agent owned when it fetched the sitemap.
+        sm = settings.sitemaps
+        self.sitemaps = SitemapBook(sm.max_files_per_host, sm.max_bytes_per_host, sm.max_urls_per_host)
+        self.sitemap_hints = sitemap_hints or (lambda entries: None)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         # The per-IP delay is never stricter than the host delay (a server with one site is paced
@@ -128,8 +140,12 @@ class Dispatcher:
             "out_of_scope": 0, "dropped_schemes": 0, "invalid_urls": 0, "redirects": 0, "not_html": 0,
             "truncated": 0, "retries": 0, "given_up": 0, "recent_skips": 0, "budget_dropped": 0, "hosts_given_up": 0,
             "robots_deferred": 0, "robots_given_up": 0, "links_over_cap": 0, "nofollow_skipped": 0, "noindex_pages": 0,
-            "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0, "parse_waits": 0, "parse_pieces": 0,
-            "parse_pieces_skipped": 0,
+            "fenced_results": 0, "hosts_dns_failed": 0, "origins_given_up": 0,
+            # Continuous crawling (issue 26): revisits fetched, of them those that found the page
+            # changed / unchanged, 304 answers, and the payload bytes those 304s did not send.
+            "revisits": 0, "revisits_changed": 0, "revisits_unchanged": 0, "not_modified": 0, "not_modified_bytes": 0,
+            "sitemaps": 0, "sitemap_urls": 0, "sitemap_refused": 0, "sitemap_errors": 0, "sitemaps_skipped": 0,
+            "parse_waits": 0, "parse_pieces": 0, "parse_pieces_skipped": 0,
         }
         # Failed requests and refused URLs by kind (outcome.ERROR_KINDS); exported as one labelled
         # family, so not summed into status_counters.
@@ -276,6 +292,8 @@ class Dispatcher:
             self.finish(item, None)
             self._schedule(host)
             return
+        if not self.s.robots.enabled and self.s.sitemaps.enabled and origin not in self.sitemaps.origins:
+            self._find_sitemaps(origin)
         if self.s.robots.enabled:
             failing = self.robots.unreachable(origin)
             if failing is not None and now - failing[0] >= self.s.robots.give_up_after:
@@ -400,10 +418,10 @@ class Dispatcher:
         if not t.cancelled() and t.exception() is not None:
             log.error("fetch task failed", exc_info=t.exception())
 
-    async def _fetch(self, url: str, host: str, ip: str | None) -> FetchResponse:
+    async def _fetch(self, url: str, host: str, ip: str | None, headers: dict[str, str] | None = None) -> FetchResponse:
         """One request through the fetcher, counted (robots.txt and its redirect hops too)."""
         try:
-            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip))
+            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip, headers or None))
         except Exception as exc:
             log.exception("fetcher raised on %s", url)
             resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
@@ -435,6 +453,8 @@ class Dispatcher:
             self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
             if self.robots.unreachable(origin) is not None:
                 self.counters["robots_deferred"] += 1  # the origin's URLs wait for the next try
+            elif self.s.sitemaps.enabled and origin not in self.sitemaps.origins:
+                self._find_sitemaps(origin)
             delay = self._crawl_delay(host)
             if delay is not None:
                 self.politeness.set_delay(host, delay)
@@ -464,12 +484,14 @@ class Dispatcher:
 
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host  # its slot was taken by _start
-        if self.stored_check is not None and item.url in self.stored_check and await self.stored_check.stored(item.url):
+        if (item.revisit is None and self.stored_check is not None and item.url in self.stored_check
+                and await self.stored_check.stored(item.url)):
             # The owner it was promoted from stored it before its "done" reached the replica.
             self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=self.frontier.has_work(host))
             self.finish(item, None)
             return
-        resp = await self._fetch(item.url, host, ip)
+        rv = item.revisit
+        resp = await self._fetch(item.url, host, ip, conditional_headers(rv) if rv is not None and self.s.revisit.conditional else None)
         now = self.clock()
         if not self.gate.lease_ok(now):
             # The lease lapsed while this fetch was under way: another agent may own the host
@@ -554,8 +576,34 @@ class Dispatcher:
             # noindex is a search engine's directive: an archive keeps the page (counted).
             self.counters["noindex_pages"] += res.noindex
             self._discover(item, res.links)
+        elif o.not_html and self.s.sitemaps.enabled and resp.status == 200:
+            why = self._sitemap_why(item.url, item.host)
+            if why or sitemap.sniff(resp.body):
+                await self._read_sitemap(item, resp.body, why)
         self.counters["not_html"] += o.not_html
-        self.finish(item, self._capture(item, resp))
+        self.finish(item, self._visited(item, resp, self._capture(item, resp)))
+
+    def _visited(self, item: Item, resp: FetchResponse, cap: Capture | None) -> Capture | None:
+        """Tell the item what its fetch found (the frontier schedules the URL's next visit from
+        it) and count revisits. A 304 confirms the capture the revisit entry names: its record
+        goes to storage with that capture's payload digest (storage writes a server-not-modified
+        revisit record referring to it)."""
+        etag, modified = validators(resp.headers)
+        rv = item.revisit
+        digest = cap.payload_digest if cap is not None else ""
+        if rv is not None and resp.status == 304:
+            self.counters["not_modified"] += 1
+            self.counters["not_modified_bytes"] += rv.length
+            digest = rv.digest
+            if cap is not None and rv.digest:
+                cap = dataclasses.replace(cap, payload_digest=rv.digest)
+        item.visit = Visit(resp.started_at or self.clock(), resp.status, digest, etag, modified, len(resp.body))
+        if rv is not None:
+            self.counters["revisits"] += 1
+            c = changed(rv, item.visit)
+            if c is not None:
+                self.counters["revisits_changed" if c else "revisits_unchanged"] += 1
+        return cap
 
     def pages_per_second(self, window: float = 10.0) -> float:
         now = self.clock()
@@ -589,6 +637,97 @@ class Dispatcher:
             recent[url] = None
             out.append(Item(url, host, depth, item.url))
         self.route(out)
+
+    # -- sitemaps -----------------------------------------------------------------------------------
+    def _find_sitemaps(self, origin: str) -> None:
+        """An origin's robots.txt answered (or robots.txt is off): its `Sitemap:` lines, and
+        /sitemap.xml with `sitemaps.well_known`, go to the frontier like discovered links (depth
+        0: a site's own list of its pages comes first), each sitemap host within its bounds."""
+        self.sitemaps.origins.add(origin)
+        urls = self._robots_sitemaps(origin)
+        found = [(u, "robots") for u in urls]
+        if self.s.sitemaps.well_known:
+            found.append((origin + "/sitemap.xml", "well-known"))
+        for why in ("robots", "well-known"):
+            self._route_sitemaps([u for u, w in found if w == why], 0, origin + "/robots.txt", why)
+
+    def _robots_sitemaps(self, origin: str) -> list[str]:
+        """The canonical URLs of the origin's robots.txt `Sitemap:` lines (at most max_robots_lines)."""
+        if not self.s.robots.enabled:
+            return []
+        out = []
+        for line in self.robots.sitemaps(origin)[: self.s.sitemaps.max_robots_lines]:
+            try:
+                out.append(canonicalize(line.strip(), origin + "/robots.txt", sort_query=self.s.sort_query))
+            except InvalidUrl:
+                self.counters["invalid_urls"] += 1
+        return out
+
+    def _sitemap_why(self, url: str, host: str) -> str | None:
+        """How this agent knows `url` is a sitemap ("robots", "well-known", "index-child"), or None."""
+        why = self.sitemaps.why(host, url)
+        if why is None and url in self._robots_sitemaps(origin_of(url)):
+            why = "robots"  # listed by a robots.txt handed over with its host, or read before a restart
+        return why
+
+    def _route_sitemaps(self, urls: list[str], depth: int, via: str, why: str) -> None:
+        by_host: dict[str, list[str]] = {}
+        for u in urls:
+            by_host.setdefault(host_of_canonical(u), []).append(u)
+        out = []
+        for host, group in by_host.items():
+            admitted = self.sitemaps.admit(host, group, why)
+            self.counters["sitemaps_skipped"] += len(set(group)) - len(admitted)
+            for u in admitted:
+                if self.scope.check(u, host, depth) is not None:
+                    self.counters["out_of_scope"] += 1
+                    continue
+                out.append(Item(u, host, depth, via))
+        if out:
+            self.route(out)
+
+    async def _read_sitemap(self, item: Item, body: bytes, why: str | None) -> None:
+        """Parse a fetched sitemap (in a thread when big or gzip'd) within the host's bounds; an
+        index's sitemaps go to the frontier, a urlset's URLs are discovered links, one depth
+        deeper, with their hints handed to `sitemap_hints`."""
+        sm, host = self.s.sitemaps, item.host
+        room = min(sm.max_file_bytes, self.sitemaps.room(host))
+        if room <= 0:
+            self.counters["sitemaps_skipped"] += 1
+            return
+        # A sitemap its origin's robots.txt lists may list the whole origin (robots.txt at the root
+        # speaks for it); any other follows the protocol's location rule (its directory).
+        prefix = sitemap.origin_prefix(item.url) if why == "robots" else None
+        parse = functools.partial(sitemap.parse, body, item.url, prefix=prefix, text=why is not None,
+                                  max_urls=sm.max_urls_per_file, max_bytes=room, sort_query=self.s.sort_query)
+        big = len(body) > THREAD_PARSE_BYTES or body[:2] == b"\x1f\x8b"
+        res = await asyncio.to_thread(parse) if big else parse()
+        self.sitemaps.read(host, res.bytes)
+        if not res.kind:
+            return
+        self.counters["sitemaps"] += 1
+        self.counters["sitemap_refused"] += sum(res.refused.values())
+        if res.error:
+            self.counters["sitemap_errors"] += 1
+            log.info("sitemap %s: %s (%d entries kept)", item.url, res.error, len(res.entries))
+        if res.kind == "index":
+            if why == "index-child":
+                # The protocol: an index lists sitemaps, not other indexes (nesting is refused).
+                self.counters["sitemaps_skipped"] += 1
+                return
+            self._route_sitemaps([e.url for e in res.entries], item.depth + 1, item.url, "index-child")
+            return
+        depth = item.depth + 1
+        kept = self.sitemaps.take(host, len(res.entries))
+        if kept < len(res.entries):
+            self.counters["sitemap_refused"] += len(res.entries) - kept
+            res.entries = res.entries[:kept]
+        hints = [e for e in res.entries if (e.lastmod is not None or e.changefreq is not None or e.priority is not None)
+                 and self.scope.check(e.url, host, depth) is None]
+        if hints:
+            self.sitemap_hints(hints)
+        self.counters["sitemap_urls"] += len(res.entries)
+        self._discover(item, [e.url for e in res.entries])
 
     def _follow_redirect(self, item: Item, location: str) -> None:
         """A redirect is a new URL one level deeper, through routing; at most MAX_REDIRECT_HOPS
@@ -649,7 +788,9 @@ class Dispatcher:
         self.politeness.forget(host)
         for origin in self.origins_of.pop(host, ()):
             self.robots.forget(origin)
+            self.sitemaps.origins.discard(origin)
             self.given_up.pop(origin, None)
         self.origins.forget_host(host)
+        self.sitemaps.forget(host)
         self.host_ip.pop(host, None)
         self.given_up.pop(host, None)

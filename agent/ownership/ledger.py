@@ -7,12 +7,14 @@ later) goes through here, so no feature has to know where a host's state lives: 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.crawl.dispatcher import Dispatcher, HostCrawlState
 from agent.crawl.robots import RobotsState
 from agent.state.frontier import Frontier, Item
+from agent.state.revisit import Entry
 from agent.state.seen import SeenSet, fingerprint
 from wancrawl.v1 import agent_pb2
 
@@ -32,6 +34,7 @@ class HostState:
     queue: list[Item] = field(default_factory=list)  # queued and in flight, breadth-first
     seen: list[int] = field(default_factory=list)    # fingerprints (agent.seen.fingerprint)
     crawl: HostCrawlState | None = None
+    revisits: list[Entry] = field(default_factory=list)  # the revisit schedule (issue 26)
 
     def parts(self) -> list[HostState]:
         """The state in messages of bounded size: queue parts first, then fingerprint parts; the
@@ -39,6 +42,8 @@ class HostState:
         q, s = self.queue, self.seen
         out = [HostState(self.host, q[i : i + PART_ITEMS]) for i in range(0, len(q), PART_ITEMS)]
         out += [HostState(self.host, [], s[i : i + PART_FINGERPRINTS]) for i in range(0, len(s), PART_FINGERPRINTS)]
+        r = self.revisits
+        out += [HostState(self.host, revisits=r[i : i + PART_ITEMS]) for i in range(0, len(r), PART_ITEMS)]
         if not out:
             out = [HostState(self.host)]
         out[0].crawl = self.crawl
@@ -49,6 +54,7 @@ class HostState:
             host=self.host, seen=self.seen,
             queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via, not_before=i.not_before, seq=max(i.seq, 0))
                    for i in self.queue],
+            revisits=[revisit_to_proto(e) for e in self.revisits],
         )
         c = self.crawl
         if c is not None:
@@ -68,7 +74,21 @@ class HostState:
             robots = [(r.origin, RobotsState(r.status, r.body.decode("utf-8", "replace"), r.expires, r.fetched_ok or None,
                                              r.failing_since or None)) for r in m.robots]
             crawl = HostCrawlState(m.crawl_delay or None, m.backoff_until, m.backoff_level, robots, m.pages)
-        return cls(m.host, [Item(q.url, m.host, q.depth, q.via, q.not_before) for q in m.queue], list(m.seen), crawl)
+        return cls(m.host, [Item(q.url, m.host, q.depth, q.via, q.not_before) for q in m.queue], list(m.seen), crawl,
+                   [revisit_of_proto(m.host, r) for r in m.revisits])
+
+
+def revisit_to_proto(e: Entry) -> agent_pb2.RevisitEntry:
+    """An Entry on the wire (due inf, a hint only, as 0)."""
+    return agent_pb2.RevisitEntry(
+        url=e.url, due=e.due if math.isfinite(e.due) else 0.0, interval=e.interval, last=e.last, digest=e.digest, etag=e.etag,
+        modified=e.modified, length=e.length, visits=e.visits, changes=e.changes, span=e.span, depth=e.depth, lastmod=e.lastmod,
+        changefreq=e.changefreq)
+
+
+def revisit_of_proto(host: str, r: agent_pb2.RevisitEntry) -> Entry:
+    return Entry(r.url, host, r.due or math.inf, r.interval, r.last, r.digest, r.etag, r.modified, r.length, r.visits, r.changes,
+                 r.span, r.depth, r.lastmod, r.changefreq)
 
 
 class HostLedger:
@@ -103,7 +123,8 @@ class HostLedger:
 
     def export(self, host: str) -> HostState:
         """A copy of the host's state; nothing changes here (drop or release does)."""
-        return HostState(host, self.frontier.export_host(host), self.seen.export_host(host), self.dispatcher.export_host(host))
+        return HostState(host, self.frontier.export_host(host), self.seen.export_host(host), self.dispatcher.export_host(host),
+                         self.frontier.export_schedule(host))
 
     def import_(self, st: HostState) -> tuple[int, int]:
         """Merge a received host state (or part); returns (URLs queued, fingerprints new here).
@@ -125,7 +146,9 @@ class HostLedger:
         n_seen = self.seen.import_host(st.host, fps) + len(fresh)
         if st.crawl is not None:
             self.dispatcher.import_host(st.host, st.crawl)
-        if fresh:
+        if st.revisits:
+            self.frontier.import_schedule(st.revisits)
+        if fresh or (st.revisits and self.frontier.has_work(st.host)):
             self.wake(st.host)
         return len(fresh), n_seen
 
@@ -149,9 +172,11 @@ class HostLedger:
         keep = [Item(i.url, host, i.depth, i.via, i.not_before) for i in items if i.url in their_queue
                 or fingerprint(i.url) not in their_seen]
         pages = self.frontier.pages(host)
+        schedule = self.frontier.export_schedule(host)
         self.frontier.drop_host(host)  # its in-memory head is rebuilt from what is kept
         self.frontier.add(keep)
         self.frontier.add_pages(host, pages)
+        self.frontier.import_schedule(schedule)
         return len(gone)
 
     def drop(self, host: str) -> None:
@@ -166,6 +191,8 @@ class HostLedger:
         how many were kept."""
         sent = {i.url for i in st.queue}
         keep = [Item(i.url, i.host, i.depth, i.via, i.not_before) for i in self.frontier.export_host(st.host) if i.url not in sent]
+        # Schedule entries written since the export (a revisit done meanwhile) are not in `st`:
+        # the receiver has the older entry of those URLs (revisited once more early, never lost).
         self.drop(st.host)
         if keep:
             self.seen.add_new(st.host, [i.url for i in keep])

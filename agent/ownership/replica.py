@@ -2,7 +2,7 @@
 processed record; seed 000's URL history on the backup node), kept apart from what it owns.
 
 Per host: the owner's queue entries keyed by the owner's own seq (so "done" names an entry
-without its URL), the seen fingerprints in a SeenSet of their own (8-14 bytes per URL in memory,
+without its URL), the revisit schedule (one RevisitEntry message per URL, the latest sent), the seen fingerprints in a SeenSet of their own (8-14 bytes per URL in memory,
 like the owner's), and the crawl state (page count, Crawl-delay, backoff, robots.txt) as the
 HostState message it came in. On disk under data_dir/replicas, so a backup's restart keeps them.
 Promotion exports one host as a HostState, the same thing a HandOver carries.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.crawl.dispatcher import HostCrawlState
-from agent.ownership.ledger import HostState
+from agent.ownership.ledger import HostState, revisit_of_proto
 from agent.state.frontier import Item
 from agent.state.seen import SeenSet
 from wancrawl.v1 import agent_pb2
@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS rq (
     not_before REAL NOT NULL, unshipped INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (host, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rhost (host TEXT PRIMARY KEY, owner TEXT NOT NULL, crawl BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rrevisit (host TEXT NOT NULL, url TEXT NOT NULL, entry BLOB NOT NULL, PRIMARY KEY (host, url)) WITHOUT ROWID;
 """
 
 
@@ -68,7 +69,12 @@ class ReplicaStore:
             m = agent_pb2.HostState()
             m.ParseFromString(row[0])
             crawl = HostState.from_proto(m, first=True).crawl
-        return HostState(host, queue, self.seen.export_host(host), crawl)
+        revisits = []
+        for (blob,) in self._db.execute("SELECT entry FROM rrevisit WHERE host=?", (host,)):
+            r = agent_pb2.RevisitEntry()
+            r.ParseFromString(blob)
+            revisits.append(revisit_of_proto(host, r))
+        return HostState(host, queue, self.seen.export_host(host), crawl, revisits)
 
     # -- writing (one transaction per call) -------------------------------------------------------
     def apply(self, sender: str, msgs: Iterable[agent_pb2.ReplicateRequest]) -> int:
@@ -99,6 +105,9 @@ class ReplicaStore:
                     self.seen.add_new(h, [q.url for q in st.queue])
                 if st.seen:
                     self.seen.import_host(h, st.seen)
+                if st.revisits:  # the latest entry of each URL (issue 26)
+                    db.executemany("INSERT OR REPLACE INTO rrevisit VALUES (?, ?, ?)",
+                                   [(h, r.url, r.SerializeToString()) for r in st.revisits])
                 if m.unshipped:
                     db.executemany("UPDATE rq SET unshipped=1 WHERE host=? AND seq=?", [(h, s) for s in m.unshipped])
                 if m.done:
@@ -129,6 +138,7 @@ class ReplicaStore:
     def _forget(self, host: str) -> None:
         self._db.execute("DELETE FROM rq WHERE host=?", (host,))
         self._db.execute("DELETE FROM rhost WHERE host=?", (host,))
+        self._db.execute("DELETE FROM rrevisit WHERE host=?", (host,))
         self.seen.drop_host(host)
         self._owner.pop(host, None)
 

@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from agent.client import AgentPool
-from agent.ownership.ledger import HostLedger
+from agent.ownership.ledger import HostLedger, revisit_to_proto
 from agent.ownership.replica import crawl_of
 from agent.placement.directory import HostDirectory
 from agent.state.changes import ChangeLog
 from agent.state.frontier import Item
+from agent.state.revisit import Entry
 from agent.waker import Waker
 from wancrawl import errors
 from wancrawl.v1 import agent_pb2
@@ -48,6 +49,7 @@ class _Pending:
     adds: list[Item] = field(default_factory=list)
     done: list[int] = field(default_factory=list)       # seqs whose captures storage has
     unshipped: list[int] = field(default_factory=list)  # seqs done here, captures not at storage yet
+    revisits: dict[str, Entry] = field(default_factory=dict)  # url -> its latest schedule entry
 
 
 class Replicator:
@@ -97,7 +99,8 @@ class Replicator:
         shipped = self.shipped()
         sendable = sum(1 for held in self._held_done.values() for _, m in held if m <= shipped)
         return {"replica_unsynced": len(self._need_full), "replica_synced_hosts": len(self._synced),
-                "replica_lag_items": sum(len(p.adds) + len(p.done) for p in self._pending.values()) + self.changes.items + sendable}
+                "replica_lag_items": sum(len(p.adds) + len(p.done) + len(p.revisits) for p in self._pending.values())
+                + self.changes.items + sendable}
 
     def forget(self, host: str) -> None:
         """The host left this agent (handed over): nothing more to replicate of it here. The
@@ -141,10 +144,11 @@ class Replicator:
             for it in c.done:
                 self._held_done.setdefault(h, []).append((it, mark))
             if self._synced.get(h) and h not in self._need_full:
-                if c.adds or c.done:
+                if c.adds or c.done or c.revisits:
                     p = self._pending.setdefault(h, _Pending())
                     p.adds.extend(c.adds)
                     p.unshipped.extend(it.seq for it in c.done)
+                    p.revisits.update(c.revisits)
             else:
                 self._need_full.add(h)
             self._dirty.add(h)
@@ -162,7 +166,7 @@ class Replicator:
             if self._synced.get(h) and h not in self._need_full:
                 self._pending.setdefault(h, _Pending()).done.extend(it.seq for it in ready)
             self._dirty.add(h)
-        if sum(len(p.adds) + len(p.done) for p in self._pending.values()) > self.max_pending:
+        if sum(len(p.adds) + len(p.done) + len(p.revisits) for p in self._pending.values()) > self.max_pending:
             # A backup that cannot keep up: its hosts go whole later instead of piling up here.
             self.counters["replica_overflows"] += 1
             self._need_full.update(self._pending)
@@ -277,7 +281,7 @@ class Replicator:
                     by_backup.setdefault(b, []).extend(msgs)
                     fulls.setdefault(b, []).append(h)
             self._need_full.discard(h)
-            if synced and p is not None and (p.adds or p.done or p.unshipped):
+            if synced and p is not None and (p.adds or p.done or p.unshipped or p.revisits):
                 delta = self._delta(h, p, epoch)
                 for b in synced:
                     by_backup.setdefault(b, []).append(delta)
@@ -301,7 +305,7 @@ class Replicator:
         crawl = self.ledger.crawl(host)
         st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via,
                                                                         not_before=i.not_before, seq=i.seq) for i in p.adds],
-                                 **crawl_of(crawl))
+                                 revisits=[revisit_to_proto(e) for e in p.revisits.values()], **crawl_of(crawl))
         return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done,
                                           unshipped=p.unshipped)
 

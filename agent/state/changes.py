@@ -1,15 +1,18 @@
 """ChangeLog: the frontier's committed changes, per host, for the replicator (issue 12).
 
-The frontier records here what each flush made durable (URLs added, URLs done, page counts) and
+The frontier records here what each flush made durable (URLs added, URLs done, page counts,
+revisit schedule entries written: the latest per URL) and
 which hosts it cleared or dropped whole; the replicator takes it all at once, each round. Only
 committed changes enter, so a replica never runs ahead of the owner's disk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agent.state.frontier import Item
+from agent.state.revisit import Entry
 
 
 @dataclass
@@ -18,6 +21,7 @@ class HostChanges:
     done: list[Item] = field(default_factory=list)   # fetched or given up
     pages: int | None = None                         # the page count after the flush
     cleared: bool = False                            # queue dropped whole (budget) or host dropped
+    revisits: dict[str, Entry] = field(default_factory=dict)  # url -> its schedule after the flush
 
 
 class ChangeLog:
@@ -34,7 +38,11 @@ class ChangeLog:
             c = self._hosts[host] = HostChanges()
         return c
 
-    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]]) -> None:
+    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]], revisits: Sequence[Entry] = ()) -> None:
+        for e in revisits:
+            c = self._c(e.host)
+            self.items += e.url not in c.revisits
+            c.revisits[e.url] = e
         for it in adds:
             self._c(it.host).adds.append(it)
         for it in done:
@@ -45,8 +53,8 @@ class ChangeLog:
 
     def cleared(self, host: str) -> None:
         c = self._c(host)
-        self.items -= len(c.adds) + len(c.done)
-        c.adds, c.done, c.cleared = [], [], True
+        self.items -= len(c.adds) + len(c.done) + len(c.revisits)
+        c.adds, c.done, c.cleared, c.revisits = [], [], True, {}
 
     def take(self) -> dict[str, HostChanges]:
         out, self._hosts, self.items = self._hosts, {}, 0

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
+import time
 from bisect import insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
+from agent.state.revisit import FIELDS as RV_FIELDS, Entry, Planner, Policy, Visit, entry_of
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 from wancrawl.checks import MAX_COUNT
 from wancrawl.xorspace import host_prefix
+
+if TYPE_CHECKING:  # not at run time: agent.settings pulls in the fetchers (seconds of imports)
+    from agent.settings import RevisitSettings
 
 log = logging.getLogger("agent")
 
@@ -46,8 +52,17 @@ CREATE TABLE IF NOT EXISTS pages (host TEXT PRIMARY KEY, n INTEGER NOT NULL) WIT
 #     of `queue` and `pages`. Invariant: every host with a row in `queue` or `pages` has one
 #     (written in the flush that writes its first such row); it may keep rows of hosts that
 #     drained (read and dropped by the holds() check, removed with drop_host).
+#   2, 3 (issue 26): `revisit`, the revisit schedule (agent/state/revisit.py Entry, one row per URL
+#     fetched, kept after its queue row goes), and its (host, due) index. Every host with a row in
+#     `revisit` has a `pages` row (its URL was fetched, or came with a handover that carries the
+#     count), hence a `hostkey` row.
 _MIGRATIONS: list[str] = [
     "CREATE TABLE IF NOT EXISTS hostkey (hkey INTEGER NOT NULL, host TEXT NOT NULL, PRIMARY KEY (hkey, host)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS revisit (host TEXT NOT NULL, url TEXT NOT NULL, due REAL NOT NULL, interval REAL NOT NULL, "
+    "last REAL NOT NULL, digest TEXT NOT NULL, etag TEXT NOT NULL, modified TEXT NOT NULL, length INTEGER NOT NULL, "
+    "visits INTEGER NOT NULL, changes INTEGER NOT NULL, span REAL NOT NULL, depth INTEGER NOT NULL, lastmod REAL NOT NULL, "
+    "changefreq REAL NOT NULL, PRIMARY KEY (host, url)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS revisit_due ON revisit (host, due)",
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -65,13 +80,18 @@ class Item:
     not_before: float = 0.0
     seq: int = -1
     force: bool = False  # queue it even if seen (an operator's re-seed); not kept on disk
+    # Issue 26 (memory only): a revisit popped from the schedule carries its entry (seq stays -1);
+    # the dispatcher sets `visit` (what the fetch told) before the item is finished, and done()
+    # schedules the URL's next visit from it.
+    revisit: Entry | None = None
+    visit: Visit | None = None
 
 
 class FlushListener(Protocol):
     """Told what each flush made durable, and of hosts dropped whole (agent/state/changes.py's
     ChangeLog, for replication). The frontier receives one; it does not know who listens."""
 
-    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]]) -> None: ...
+    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]], revisits: list[Entry]) -> None: ...
     def cleared(self, host: str) -> None: ...
 
 
@@ -117,6 +137,35 @@ class _HostQ:
 
     def queued(self) -> int:
         return sum(len(ln.hot) + ln.cold for ln in self.lanes.values())
+
+
+class _RvHost:
+    # One host's revisit schedule in memory (issue 26). Invariants ("scheduled" = a row of
+    # `revisit` or a buffered write, finite due, not in flight):
+    #   head     = the host's scheduled entries of smallest due, sorted by due (a prefix: every
+    #              scheduled entry not in head has due >= head[-1].due);
+    #   complete = head holds every scheduled entry of the host (nothing on disk only);
+    #   dirty    = the flush epoch in which an entry of the host not in head was buffered;
+    #   inflight = url -> entry of revisits popped, neither done nor retried (their rows keep
+    #              their old due: a crash leaves them due);
+    #   credit   = the discovery share's balance: > 0 prefers first visits (Frontier.pop).
+    __slots__ = ("complete", "credit", "dirty", "head", "inflight")
+
+    def __init__(self, complete: bool) -> None:
+        self.head: list[Entry] = []
+        self.complete = complete
+        self.dirty = -1
+        self.inflight: dict[str, Entry] = {}
+        self.credit = 0.0
+
+
+_RV_HEAD = 64  # entries paged in per host
+_RV_PUT = f"INSERT OR REPLACE INTO revisit VALUES ({','.join('?' * len(RV_FIELDS))})"
+_RV_COLS = ", ".join(RV_FIELDS)
+
+
+def _due(e: Entry) -> float:
+    return e.due
 
 
 def _key(it: Item) -> tuple[int, int]:
@@ -175,6 +224,9 @@ class Frontier:
         wal_pages: int = 16384,
         changes: FlushListener | None = None,
         domain_of: Callable[[str], str] | None = None,
+        revisit: RevisitSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        wake: Callable[[str], None] | None = None,
     ) -> None:
         if hot_per_host < 1:
             raise ValueError("hot_per_host must be >= 1")
@@ -233,6 +285,21 @@ class Frontier:
         self.rejected_rows = 0
         row = self._db.execute("SELECT v FROM meta WHERE k='next_seq'").fetchone()
         self._seq = row[0] if row else 0
+        # The revisit schedule (issue 26): kept whatever the settings (a host handed over keeps
+        # its schedule); popped, and written by done(), only when revisits are on.
+        self.clock = clock
+        # Told of a host whose earliest revisit moved earlier (a page just fetched is scheduled at
+        # its commit, after the dispatcher let the host go idle): the agent's HostSignal.wake.
+        self.wake = wake
+        self.planner = Planner(Policy.of(revisit)) if revisit is not None and revisit.enabled else None
+        self.discovery_share = revisit.discovery_share if revisit is not None else 1.0
+        self._rv: dict[str, _RvHost] = {h: _RvHost(False) for (h,) in self._db.execute("SELECT DISTINCT host FROM revisit")}
+        self._rv_writes: dict[tuple[str, str], Entry] = {}
+        self._rv_inflight = 0  # revisits popped, neither done nor retried (every host's)
+        self._rv_changed: list[Entry] = []
+        # The optimal policy's plans: host -> revisits since its last plan, and its pages then.
+        self._rv_since: dict[str, int] = {}
+        self._rv_size: dict[str, int] = {}
         self._recover()
 
     def _migrate(self) -> None:
@@ -278,7 +345,7 @@ class Frontier:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        return len(self._inflight) + self._rv_inflight
 
     @property
     def hot_items(self) -> int:
@@ -288,7 +355,8 @@ class Frontier:
     def in_flight_of(self, host: str) -> int:
         """The host's items popped and neither done nor retried."""
         q = self._hosts.get(host)
-        return q.inflight if q is not None else 0
+        rh = self._rv.get(host)
+        return (q.inflight if q is not None else 0) + (len(rh.inflight) if rh is not None else 0)
 
     def queue_len(self, host: str) -> int:
         q = self._hosts.get(host)
@@ -303,15 +371,21 @@ class Frontier:
         return len(self._work)
 
     def hosts_ready(self) -> Iterator[str]:
-        """Hosts with queued items (a snapshot)."""
-        return iter(list(self._work))
+        """Hosts with queued items, or revisits scheduled when revisits are on (a snapshot)."""
+        if self.planner is None:
+            return iter(list(self._work))
+        return iter(list(self._work | {h for h, rh in self._rv.items() if rh.head or not rh.complete}))
 
     def has_work(self, host: str) -> bool:
-        return host in self._work
+        """Queued items, or (revisits on) revisits scheduled, due or not."""
+        if host in self._work:
+            return True
+        rh = self._rv.get(host) if self.planner is not None else None
+        return rh is not None and bool(rh.head or not rh.complete)
 
     def pending(self) -> int:
         """Buffered changes not yet durable."""
-        return len(self._adds) + len(self._updates) + len(self._deletes)
+        return len(self._adds) + len(self._updates) + len(self._deletes) + len(self._rv_writes)
 
     # -- queue operations ---------------------------------------------------------------------------
     def _q(self, host: str) -> _HostQ:
@@ -443,7 +517,29 @@ class Frontier:
         """Take the host's first item in BFS order (first with not_before <= now when now is given);
         it is in flight until done() or retry(). `wait(origin)`: when the origin may be fetched
         (its backoff, its robots.txt); with now, origins still waiting are passed over, so the
-        first item of any origin that may be fetched now is taken."""
+        first item of any origin that may be fetched now is taken.
+
+        Revisits on (issue 26): a due revisit of the host (`Item.revisit` set) competes with its
+        first visits; when both are due, at least `discovery_share` of the host's pops go to
+        first visits (a credit balance per host), and either kind alone takes every pop."""
+        rh = self._rv.get(host) if self.planner is not None else None
+        if rh is None:
+            return self._pop_queue(host, now, wait)
+        share = self.discovery_share
+        if rh.credit > 0:  # first visits' turn
+            it = self._pop_queue(host, now, wait)
+            if it is not None:
+                rh.credit -= 1.0 - share
+                return it
+            return self._pop_revisit(host, rh, now, wait)
+        it = self._pop_revisit(host, rh, now, wait)
+        if it is not None:
+            if host in self._work:  # a first visit was waiting (due or not): the revisit used its turn
+                rh.credit += share
+            return it
+        return self._pop_queue(host, now, wait)
+
+    def _pop_queue(self, host: str, now: float | None, wait: Callable[[str], float] | None) -> Item | None:
         q = self._hosts.get(host)
         if q is None:
             return None
@@ -493,11 +589,17 @@ class Frontier:
 
     def ready_at(self, host: str, wait: Callable[[str], float] | None = None) -> float | None:
         """Earliest time an item of the host may be popped: per origin, the later of wait(origin)
-        and the earliest not_before of its head; the earliest over its origins (None: no item)."""
+        and the earliest not_before of its head; the earliest over its origins (None: no item).
+        Revisits on: the host's first revisit due counts too (its origin's wait applied)."""
+        out = None
+        rh = self._rv.get(host) if self.planner is not None else None
+        if rh is not None:
+            e = self._rv_first(host, rh)
+            if e is not None:
+                out = e.due if wait is None else max(e.due, wait(origin_of(e.url)))
         q = self._hosts.get(host)
         if q is None:
-            return None
-        out = None
+            return out
         for origin, lane in list(q.lanes.items()):
             if not lane.hot and lane.cold:
                 self._page_in(host, q, origin, lane)
@@ -561,7 +663,12 @@ class Frontier:
 
     def done(self, item: Item) -> bool:
         """The item was fetched (or given up): removed for good after the next flush. False if it was
-        not in flight (e.g. its host was dropped meanwhile)."""
+        not in flight (e.g. its host was dropped meanwhile).
+
+        Revisits on (issue 26): a URL fetched with a 2xx answer (`item.visit`) enters the
+        revisit schedule; a revisit item is rescheduled by the policy from what it told."""
+        if item.revisit is not None:
+            return self._rv_done(item)
         if self._inflight.pop(item.seq, None) is None:
             return False
         self._deletes.append((item.host, item.depth, item.seq))
@@ -575,11 +682,28 @@ class Frontier:
                 del self._hosts[item.host]  # idle hosts cost no memory
                 if item.host not in self._pages:
                     self._present(item.host, -1)
+        v = item.visit
+        if self.planner is not None and v is not None and 200 <= v.status < 300:
+            old = self._rv_get(item.host, item.url)
+            if old is not None and math.isfinite(old.due):  # scheduled already (came with a handover)
+                self._rv_put(self.planner.next(old, v, v.at))
+            else:
+                self._rv_put(self.planner.first(item.url, item.host, item.depth, v, old))
         return True
 
     def retry(self, item: Item, not_before: float = 0.0) -> bool:
         """Put an in-flight item back at its BFS position (same key), not to be popped before
-        not_before. False if it was not in flight."""
+        not_before. False if it was not in flight. A revisit goes back to its host's schedule,
+        due at not_before at the latest (memory only: its row keeps its due)."""
+        if item.revisit is not None:
+            rh = self._rv.get(item.host)
+            e = rh.inflight.pop(item.url, None) if rh is not None else None
+            if e is None or rh is None:
+                return False
+            self._rv_inflight -= 1
+            e.due = max(e.due, not_before) if not_before else e.due
+            self._rv_place(rh, e, buffered=False)
+            return True
         if self._inflight.pop(item.seq, None) is None:
             return False
         item.not_before = not_before
@@ -589,6 +713,171 @@ class Frontier:
         self._queued += 1
         self._place(item.host, q, item)
         return True
+
+    # -- the revisit schedule (issue 26; docs/continuous.md) -------------------------------------------
+    def _rv_host(self, host: str) -> _RvHost:
+        rh = self._rv.get(host)
+        if rh is None:
+            rh = self._rv[host] = _RvHost(True)  # new here: nothing of it on disk
+        return rh
+
+    def _rv_page_in(self, host: str, rh: _RvHost) -> None:
+        """Fill an empty head with the host's scheduled entries of smallest due (one index range)."""
+        if rh.dirty == self._epoch:
+            self.flush()
+        skip = rh.inflight
+        limit = _RV_HEAD + len(skip)
+        rows = self._db.execute(f"SELECT {_RV_COLS} FROM revisit WHERE host=? AND due < ? ORDER BY due LIMIT ?",
+                                (host, math.inf, limit)).fetchall()
+        rh.head = [e for e in map(entry_of, rows) if e.url not in skip]
+        rh.complete = len(rows) < limit
+
+    def _rv_first(self, host: str, rh: _RvHost) -> Entry | None:
+        if not rh.head and not rh.complete:
+            self._rv_page_in(host, rh)
+        return rh.head[0] if rh.head else None
+
+    def _rv_place(self, rh: _RvHost, e: Entry, *, buffered: bool) -> None:
+        """Put a scheduled entry where the head invariant wants it (head, or on disk only)."""
+        if not math.isfinite(e.due):
+            return  # a hint only: not a revisit
+        head = rh.head
+        if rh.complete or (head and e.due <= head[-1].due):
+            insort(head, e, key=_due)
+            if head[0] is e and self.wake is not None and self.planner is not None:
+                self.wake(e.host)
+            if len(head) > 2 * _RV_HEAD:
+                head.pop()
+                rh.complete = False
+                rh.dirty = self._epoch  # the evicted entry's write may still be buffered
+        else:
+            rh.complete = False
+            if buffered:
+                rh.dirty = self._epoch
+
+    def _rv_unplace(self, rh: _RvHost, url: str) -> None:
+        for i, x in enumerate(rh.head):
+            if x.url == url:
+                del rh.head[i]
+                return
+
+    def _rv_put(self, e: Entry) -> None:
+        """Schedule e (new, or replacing the URL's entry); durable at the next flush."""
+        rh = self._rv_host(e.host)
+        self._rv_unplace(rh, e.url)
+        self._rv_writes[(e.host, e.url)] = e
+        self._rv_changed.append(e)
+        if e.url not in rh.inflight:
+            self._rv_place(rh, e, buffered=True)
+        if e.host not in self._pages and e.host not in self._hosts:
+            self._key_rows.append((host_prefix(e.host), e.host))
+
+    def _rv_get(self, host: str, url: str) -> Entry | None:
+        """The URL's entry (buffered, in flight, in the head or on disk), or None."""
+        e = self._rv_writes.get((host, url))
+        if e is not None:
+            return e
+        rh = self._rv.get(host)
+        if rh is None:
+            return None
+        e = rh.inflight.get(url) or next((x for x in rh.head if x.url == url), None)
+        if e is not None:
+            return e
+        row = self._db.execute(f"SELECT {_RV_COLS} FROM revisit WHERE host=? AND url=?", (host, url)).fetchone()
+        return None if row is None else entry_of(row)
+
+    def _pop_revisit(self, host: str, rh: _RvHost, now: float | None, wait: Callable[[str], float] | None) -> Item | None:
+        """The host's first revisit due at now whose origin may be fetched (in flight until done)."""
+        if self._rv_first(host, rh) is None:
+            return None
+        t = self.clock() if now is None else now
+        for i, e in enumerate(rh.head):
+            if e.due > t:
+                return None
+            if wait is not None and wait(origin_of(e.url)) > t:
+                continue
+            del rh.head[i]
+            rh.inflight[e.url] = e
+            self._rv_inflight += 1
+            return Item(e.url, host, e.depth, revisit=e)
+        return None
+
+    def _rv_done(self, item: Item) -> bool:
+        rh = self._rv.get(item.host)
+        e = rh.inflight.pop(item.url, None) if rh is not None else None
+        if rh is None or e is None:
+            return False  # dropped meanwhile (handed over)
+        self._rv_inflight -= 1
+        if self.planner is None:
+            self._rv_place(rh, e, buffered=False)
+            return True
+        v = item.visit
+        now = v.at if v is not None and v.at else self.clock()
+        nxt = self.planner.next(e, v, now)
+        if self.planner.p.policy == "optimal":
+            self._rv_plan(nxt, now)
+        self._rv_put(nxt)
+        return True
+
+    def _rv_plan(self, e: Entry, now: float) -> None:
+        """The optimal policy: (re)plan the host's mu from its pages' estimated rates when it has
+        none, or after visits of a quarter of its pages (at least 8) since the last plan (one
+        range read of its schedule); then e's interval from it."""
+        planner = self.planner
+        assert planner is not None
+        host = e.host
+        since = self._rv_since.get(host, 0) + 1
+        if host not in planner.mu or since >= max(8, self._rv_size.get(host, 0) // 4):
+            self.flush()
+            rows = self._db.execute(f"SELECT {_RV_COLS} FROM revisit WHERE host=? AND due < ?", (host, math.inf))
+            pages = [x for x in map(entry_of, rows) if x.url != e.url] + [e]
+            planner.plan_host(host, pages)
+            self._rv_size[host] = len(pages)
+            since = 0
+        self._rv_since[host] = since
+        e.interval = planner.interval_of(e)
+        e.due = now + e.interval
+
+    def hint(self, host: str, url: str, lastmod: float = 0.0, changefreq: float = 0.0) -> None:
+        """A sitemap's <lastmod> (unix time) and <changefreq> (seconds: revisit.changefreq_seconds)
+        for a URL of this host (issue 26 item 3, for the sitemap reader). A scheduled URL whose
+        lastmod is after its last capture is due now; a changefreq is its prior change rate (and
+        its interval until revisits measure one). A URL not fetched yet keeps the hint for its
+        first visit (a row with due = inf, not a revisit). Durable at the next flush."""
+        old = self._rv_get(host, url)
+        now = self.clock()
+        if old is None:
+            old = Entry(url, host, math.inf, 0.0)
+        planner = self.planner or Planner(Policy())
+        self._rv_put(planner.hinted(old, lastmod, changefreq, now))
+
+    def schedule_of(self, host: str, url: str) -> Entry | None:
+        """The URL's revisit entry, or None (tests and the bench read it)."""
+        return self._rv_get(host, url)
+
+    def export_schedule(self, host: str) -> list[Entry]:
+        """The host's whole revisit schedule (hints included), by due; one range scan."""
+        self.flush()
+        rows = self._db.execute(f"SELECT {_RV_COLS} FROM revisit WHERE host=? ORDER BY due", (host,)).fetchall()
+        return [entry_of(r) for r in rows]
+
+    def import_schedule(self, entries: Iterable[Entry]) -> int:
+        """Merge received entries (a handover, a promotion): per URL the one with the later
+        capture wins. Returns how many were taken."""
+        n = 0
+        for e in entries:
+            old = self._rv_get(e.host, e.url)
+            if old is not None and (old.last > e.last or (old.last == e.last and math.isfinite(old.due))):
+                continue
+            self._rv_put(e)
+            n += 1
+        return n
+
+    def revisit_counts(self, now: float) -> dict[str, float]:
+        """Scheduled URLs and those due at now (a scan of the schedule: for status, not per page)."""
+        self.flush()
+        n, due = self._db.execute("SELECT count(*), total(due <= ?) FROM revisit WHERE due < ?", (now, math.inf)).fetchone()
+        return {"revisits_scheduled": float(n), "revisits_due": float(due)}
 
     # -- handover -----------------------------------------------------------------------------------
     def export_host(self, host: str) -> list[Item]:
@@ -626,11 +915,19 @@ class Frontier:
         return n
 
     def drop_host(self, host: str) -> int:
-        """Forget the host (handed over): its rows, head, in-flight items and page count. Returns
-        rows deleted."""
+        """Forget the host (handed over): its rows, head, in-flight items, page count and revisit
+        schedule. Returns queue rows deleted."""
         self.flush()
         cur = self._db.execute("DELETE FROM queue WHERE host=?", (host,))
         self._db.execute("DELETE FROM pages WHERE host=?", (host,))
+        self._db.execute("DELETE FROM revisit WHERE host=?", (host,))
+        rh = self._rv.pop(host, None)
+        if rh is not None:
+            self._rv_inflight -= len(rh.inflight)
+        self._rv_since.pop(host, None)
+        self._rv_size.pop(host, None)
+        if self.planner is not None:
+            self.planner.mu.pop(host, None)
         self._db.execute("DELETE FROM hostkey WHERE hkey=? AND host=?", (host_prefix(host), host))
         present = host in self._pages or host in self._hosts
         self._set_pages(host, None)
@@ -654,7 +951,7 @@ class Frontier:
     def holds(self, host: str) -> bool:
         """Does the frontier know the host: URLs queued or in flight, or a page count?"""
         q = self._hosts.get(host)
-        return (q is not None and bool(q.lanes or q.inflight)) or host in self._pages
+        return (q is not None and bool(q.lanes or q.inflight)) or host in self._pages or host in self._rv
 
     def read_moving(self, me: int, newcomer: int) -> IndexRead:
         """hosts_moving with what the read cost (bench/parts/firstdiff.py)."""
@@ -682,8 +979,10 @@ class Frontier:
         writes nothing, keeps every change buffered and raises: the next flush retries."""
         adds, updates, deletes = self._adds, self._updates, self._deletes
         n = len(adds) + len(updates) + len(deletes)
-        if not n and not self._pages_dirty and not self._key_rows:
+        if not n and not self._pages_dirty and not self._key_rows and not self._rv_writes:
             return 0
+        rv_rows = [e.row() for e in self._rv_writes.values()]
+        rv_changed, self._rv_writes, self._rv_changed = self._rv_changed, {}, []
         pages = [(h, self._pages[h]) for h in self._pages_dirty]
         keys = self._key_rows
         self._adds, self._updates, self._deletes, self._pages_dirty, self._key_rows = [], [], [], set(), []
@@ -692,7 +991,8 @@ class Frontier:
         if len(adds) > 1:
             adds.sort()  # key order: inserts walk each host's B-tree range once
         stmts: list[tuple[str, list[tuple]]] = [
-            (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)]), (_KEY, keys)]
+            (_ADD, adds), (_UPDATE, updates), (_DELETE, deletes), (_PAGES, pages), (_META, [(self._seq,)]), (_KEY, keys),
+            (_RV_PUT, rv_rows)]
         try:
             bad = write_all(db, stmts)
         except BaseException:
@@ -700,6 +1000,12 @@ class Frontier:
             self._adds[:0], self._updates[:0], self._deletes[:0] = adds, updates, deletes
             self._pages_dirty.update(h for h, _ in pages)
             self._key_rows[:0] = keys
+            for row in rv_rows:
+                e = entry_of(row)
+                self._rv_writes.setdefault((e.host, e.url), e)
+            self._rv_changed[:0] = rv_changed
+            for rh in self._rv.values():
+                rh.dirty = self._epoch
             for q in self._hosts.values():
                 for ln in q.lanes.values():
                     ln.dirty = self._epoch
@@ -709,7 +1015,8 @@ class Frontier:
         self._deleted.clear()
         if self.changes is not None:
             done, self._done_items = self._done_items, []
-            self.changes.flushed([Item(url, host, depth, via, nb, seq) for host, depth, seq, url, via, nb in adds], done, pages)
+            self.changes.flushed([Item(url, host, depth, via, nb, seq) for host, depth, seq, url, via, nb in adds], done, pages,
+                                 rv_changed)
         return n
 
     def _reject(self, stmts: list[tuple[str, list[tuple]]], bad: list[list[tuple[int, BaseException]]]) -> list[tuple]:
@@ -720,10 +1027,11 @@ class Frontier:
         keeps its place, due now (its row keeps the not_before it had); a left-out page count
         goes back to the table's (`_rejected_hosts`); a left-out done mark leaves the row on
         disk, so the page is fetched again after a restart: a repeat, never a loss."""
-        (_, adds), (_, updates), _, (_, pages), _, _ = stmts
+        (_, adds), (_, updates), _, (_, pages), _, _, _ = stmts
         # A left-out index row (only a host that cannot be stored, whose queue and page rows are
         # left out too) needs nothing undone: the index may miss only hosts the tables lack.
-        bad_adds, bad_updates, _, bad_pages, _, _ = bad
+        # A left-out schedule row keeps the row the table had: the URL is due as it was (a repeat).
+        bad_adds, bad_updates, _, bad_pages, _, _, _ = bad
         rows = sum(map(len, bad))
         first = next(e for b in bad for _, e in b)
         log.error("frontier: %d change(s) could not be written and were left out (%s: %s); the rest is committed",

@@ -105,5 +105,9 @@ class AsnPartitioner(Partitioner):
     def reweight_threshold(self) -> float | None:
         return self.fallback.reweight_threshold
 
+    @property
+    def weights_from_model(self) -> bool:
+        return self.fallback.weights_from_model
+
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "fallback": asdict(self.fallback.options)}

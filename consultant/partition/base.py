@@ -93,6 +93,13 @@ class Partitioner:
         bump); None when this strategy ranks without the reported capacity."""
         return None
 
+    @property
+    def weights_from_model(self) -> bool:
+        """True when the agents' weights are the capacity model's allocation (weighted with
+        source = "model"): the consultant computes them and hands them in as each agent's
+        weight, through the same threshold as a reported capacity."""
+        return False
+
     def fingerprint(self) -> dict[str, Any]:
         """Everything besides the agents and the site DBs that decides this strategy's answers."""
         return {"strategy": self.name, "options": asdict(self.options)}

@@ -19,17 +19,19 @@ class HashOptions:
 
 @dataclass(frozen=True)
 class WeightedOptions:
-    # "config": weights below; "heartbeat": each agent's reported capacity.
+    # "config": weights below; "heartbeat": each agent's reported capacity; "model": each
+    # agent's share of the expected pages by the capacity model and our allocator (seed 003,
+    # docs/balance.md), computed by the consultant and handed in as the agent's weight.
     source: str = "config"
     weights: dict[str, float] = field(default_factory=dict)
     default_weight: float = 1.0
-    # With source = "heartbeat", a weight changes (and the epoch goes up) only when the
-    # reported capacity moves by more than this fraction: no epoch churn from noise.
+    # With source = "heartbeat" or "model", a weight changes (and the epoch goes up) only when
+    # the new one differs by more than this fraction: no epoch churn from noise.
     reweight_threshold: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.source not in ("config", "heartbeat"):
-            raise ValueError(f"weighted.source must be 'config' or 'heartbeat', not {self.source!r}")
+        if self.source not in ("config", "heartbeat", "model"):
+            raise ValueError(f"weighted.source must be 'config', 'heartbeat' or 'model', not {self.source!r}")
         if self.default_weight <= 0:
             raise ValueError("weighted.default_weight must be > 0")
         for k, w in self.weights.items():
@@ -113,7 +115,11 @@ class WeightedPartitioner(Partitioner):
 
     @property
     def reweight_threshold(self) -> float | None:
-        return self.options.reweight_threshold if self.options.source == "heartbeat" else None
+        return self.options.reweight_threshold if self.options.source != "config" else None
+
+    @property
+    def weights_from_model(self) -> bool:
+        return self.options.source == "model"
 
     def bind(self, agents: Sequence[AgentView]) -> Placement:
         return WeightedPlacement(agents, "", [self.weight_of(a) for a in agents])

@@ -241,7 +241,7 @@ class RobotsState(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., status: _Optional[int] = ..., body: _Optional[bytes] = ..., expires: _Optional[float] = ..., fetched_ok: _Optional[float] = ..., failing_since: _Optional[float] = ...) -> None: ...
 
 class HostState(_message.Message):
-    __slots__ = ("host", "queue", "seen", "crawl_delay", "backoff_until", "backoff_level", "robots", "pages")
+    __slots__ = ("host", "queue", "seen", "crawl_delay", "backoff_until", "backoff_level", "robots", "pages", "revisits")
     HOST_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     SEEN_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +250,7 @@ class HostState(_message.Message):
     BACKOFF_LEVEL_FIELD_NUMBER: _ClassVar[int]
     ROBOTS_FIELD_NUMBER: _ClassVar[int]
     PAGES_FIELD_NUMBER: _ClassVar[int]
+    REVISITS_FIELD_NUMBER: _ClassVar[int]
     host: str
     queue: _containers.RepeatedCompositeFieldContainer[QueuedUrl]
     seen: _containers.RepeatedScalarFieldContainer[int]
@@ -258,7 +259,40 @@ class HostState(_message.Message):
     backoff_level: int
     robots: _containers.RepeatedCompositeFieldContainer[RobotsState]
     pages: int
-    def __init__(self, host: _Optional[str] = ..., queue: _Optional[_Iterable[_Union[QueuedUrl, _Mapping]]] = ..., seen: _Optional[_Iterable[int]] = ..., crawl_delay: _Optional[float] = ..., backoff_until: _Optional[float] = ..., backoff_level: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotsState, _Mapping]]] = ..., pages: _Optional[int] = ...) -> None: ...
+    revisits: _containers.RepeatedCompositeFieldContainer[RevisitEntry]
+    def __init__(self, host: _Optional[str] = ..., queue: _Optional[_Iterable[_Union[QueuedUrl, _Mapping]]] = ..., seen: _Optional[_Iterable[int]] = ..., crawl_delay: _Optional[float] = ..., backoff_until: _Optional[float] = ..., backoff_level: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotsState, _Mapping]]] = ..., pages: _Optional[int] = ..., revisits: _Optional[_Iterable[_Union[RevisitEntry, _Mapping]]] = ...) -> None: ...
+
+class RevisitEntry(_message.Message):
+    __slots__ = ("url", "due", "interval", "last", "digest", "etag", "modified", "length", "visits", "changes", "span", "depth", "lastmod", "changefreq")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    VISITS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    SPAN_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    LASTMOD_FIELD_NUMBER: _ClassVar[int]
+    CHANGEFREQ_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    due: float
+    interval: float
+    last: float
+    digest: str
+    etag: str
+    modified: str
+    length: int
+    visits: int
+    changes: int
+    span: float
+    depth: int
+    lastmod: float
+    changefreq: float
+    def __init__(self, url: _Optional[str] = ..., due: _Optional[float] = ..., interval: _Optional[float] = ..., last: _Optional[float] = ..., digest: _Optional[str] = ..., etag: _Optional[str] = ..., modified: _Optional[str] = ..., length: _Optional[int] = ..., visits: _Optional[int] = ..., changes: _Optional[int] = ..., span: _Optional[float] = ..., depth: _Optional[int] = ..., lastmod: _Optional[float] = ..., changefreq: _Optional[float] = ...) -> None: ...
 
 class HandOverRequest(_message.Message):
     __slots__ = ("sender_id", "epoch", "host")

@@ -146,6 +146,20 @@ class GetResponse(_message.Message):
     body: bytes
     def __init__(self, capture: _Optional[_Union[CaptureInfo, _Mapping]] = ..., http_headers: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
 
+class HistoryRequest(_message.Message):
+    __slots__ = ("url", "limit")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    limit: int
+    def __init__(self, url: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class HistoryResponse(_message.Message):
+    __slots__ = ("captures",)
+    CAPTURES_FIELD_NUMBER: _ClassVar[int]
+    captures: _containers.RepeatedCompositeFieldContainer[CaptureInfo]
+    def __init__(self, captures: _Optional[_Iterable[_Union[CaptureInfo, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("urls",)
     URLS_FIELD_NUMBER: _ClassVar[int]
@@ -167,10 +181,12 @@ class LookupResponse(_message.Message):
     def __init__(self, found: _Optional[_Iterable[_Union[Found, _Mapping]]] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
-    __slots__ = ("top",)
+    __slots__ = ("top", "writer_only")
     TOP_FIELD_NUMBER: _ClassVar[int]
+    WRITER_ONLY_FIELD_NUMBER: _ClassVar[int]
     top: int
-    def __init__(self, top: _Optional[int] = ...) -> None: ...
+    writer_only: bool
+    def __init__(self, top: _Optional[int] = ..., writer_only: _Optional[bool] = ...) -> None: ...
 
 class Count(_message.Message):
     __slots__ = ("key", "pages", "stored_bytes")
@@ -183,7 +199,7 @@ class Count(_message.Message):
     def __init__(self, key: _Optional[str] = ..., pages: _Optional[int] = ..., stored_bytes: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("pages", "responses", "revisits", "raw_bytes", "stored_bytes", "compression_ratio", "warc_files", "hosts", "agents", "per_host", "per_agent")
+    __slots__ = ("pages", "responses", "revisits", "raw_bytes", "stored_bytes", "compression_ratio", "warc_files", "hosts", "agents", "per_host", "per_agent", "writer")
     PAGES_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
     REVISITS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +211,7 @@ class StatsResponse(_message.Message):
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     PER_HOST_FIELD_NUMBER: _ClassVar[int]
     PER_AGENT_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
     pages: int
     responses: int
     revisits: int
@@ -206,4 +223,27 @@ class StatsResponse(_message.Message):
     agents: int
     per_host: _containers.RepeatedCompositeFieldContainer[Count]
     per_agent: _containers.RepeatedCompositeFieldContainer[Count]
-    def __init__(self, pages: _Optional[int] = ..., responses: _Optional[int] = ..., revisits: _Optional[int] = ..., raw_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., compression_ratio: _Optional[float] = ..., warc_files: _Optional[int] = ..., hosts: _Optional[int] = ..., agents: _Optional[int] = ..., per_host: _Optional[_Iterable[_Union[Count, _Mapping]]] = ..., per_agent: _Optional[_Iterable[_Union[Count, _Mapping]]] = ...) -> None: ...
+    writer: WriterStatus
+    def __init__(self, pages: _Optional[int] = ..., responses: _Optional[int] = ..., revisits: _Optional[int] = ..., raw_bytes: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., compression_ratio: _Optional[float] = ..., warc_files: _Optional[int] = ..., hosts: _Optional[int] = ..., agents: _Optional[int] = ..., per_host: _Optional[_Iterable[_Union[Count, _Mapping]]] = ..., per_agent: _Optional[_Iterable[_Union[Count, _Mapping]]] = ..., writer: _Optional[_Union[WriterStatus, _Mapping]] = ...) -> None: ...
+
+class WriterStatus(_message.Message):
+    __slots__ = ("writer_id", "sink", "uptime_seconds", "pages", "duplicates", "bytes_written", "queued_batches", "lag_seconds", "since_durable_seconds")
+    WRITER_ID_FIELD_NUMBER: _ClassVar[int]
+    SINK_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_DURABLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    writer_id: str
+    sink: str
+    uptime_seconds: float
+    pages: int
+    duplicates: int
+    bytes_written: int
+    queued_batches: int
+    lag_seconds: float
+    since_durable_seconds: float
+    def __init__(self, writer_id: _Optional[str] = ..., sink: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., pages: _Optional[int] = ..., duplicates: _Optional[int] = ..., bytes_written: _Optional[int] = ..., queued_batches: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., since_durable_seconds: _Optional[float] = ...) -> None: ...

@@ -54,6 +54,11 @@ class StorageStub:
                 request_serializer=wancrawl_dot_v1_dot_storage__pb2.LookupRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_storage__pb2.LookupResponse.FromString,
                 _registered_method=True)
+        self.History = channel.unary_unary(
+                '/wancrawl.v1.Storage/History',
+                request_serializer=wancrawl_dot_v1_dot_storage__pb2.HistoryRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_storage__pb2.HistoryResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -91,6 +96,14 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def History(self, request, context):
+        """Every capture of one URL over time (responses and revisits), oldest first (issue #26).
+        The latest capture of a URL is Get without `at`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +126,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.Lookup,
                     request_deserializer=wancrawl_dot_v1_dot_storage__pb2.LookupRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_storage__pb2.LookupResponse.SerializeToString,
+            ),
+            'History': grpc.unary_unary_rpc_method_handler(
+                    servicer.History,
+                    request_deserializer=wancrawl_dot_v1_dot_storage__pb2.HistoryRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_storage__pb2.HistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,6 +241,33 @@ class Storage:
             '/wancrawl.v1.Storage/Lookup',
             wancrawl_dot_v1_dot_storage__pb2.LookupRequest.SerializeToString,
             wancrawl_dot_v1_dot_storage__pb2.LookupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def History(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Storage/History',
+            wancrawl_dot_v1_dot_storage__pb2.HistoryRequest.SerializeToString,
+            wancrawl_dot_v1_dot_storage__pb2.HistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

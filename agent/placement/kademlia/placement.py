@@ -93,7 +93,9 @@ class KademliaPlacement:
             if key in d.own:
                 leaving += h.queue_length  # still queued here, on its way to its delegate
             elif key not in d.moved_at and self.owns(key):
-                hosts.append(balance.Host(h.host, key, h.queue_length))
+                # only to a node of the key's XOR preference list: storage takes pages from those
+                placed = frozenset(c.node_id for c in self.xor_list(key, []))
+                hosts.append(balance.Host(h.host, key, h.queue_length, placed))
         me = NodeLoad(max(0, me.queue - leaving), me.work_area, me.rate, me.level)
         # Loads heard in this round (the neighbours' last heartbeats), of live nodes only.
         loads = d.neighbour_loads(since=sent - s.lease_seconds, settle=self.settle)
