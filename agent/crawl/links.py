@@ -147,6 +147,7 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     found: list[str] = []
     seen: set[str] = set()
     hrefs = 0
+    u: str | tuple[str, str]
     for i, node in enumerate(nodes):
         attrs = node.attrs
         href = attrs.get("href")
@@ -159,7 +160,7 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
             if not target:
                 continue  # a refresh of the page itself
             u = _resolve(target, page, by_base, by_dir, sort_query, qenc)
-            if type(u) is tuple:
+            if isinstance(u, tuple):
                 _failed(u, res)
                 continue
             res.refresh = u
@@ -168,10 +169,9 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
             if page_nofollow or skip_rel and _rel_nofollow(attrs.get("rel")):
                 res.nofollow_skipped += 1
                 continue
-            u = by_dir.get(href)
-            if u is None:
-                u = _resolve(href, page, by_base, by_dir, sort_query, qenc)
-            if type(u) is tuple:
+            hit = by_dir.get(href)
+            u = _resolve(href, page, by_base, by_dir, sort_query, qenc) if hit is None else hit
+            if isinstance(u, tuple):
                 _failed(u, res)
                 continue
         if not capped:
