@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import sys
@@ -296,6 +297,14 @@ async def serve(settings: AgentSettings) -> None:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump_tasks)
     server, _ = create_server(settings)
+    # What start-up made (modules, classes, settings, the wired components) lives as long as the
+    # process: frozen, the cyclic GC's full collections no longer walk it on every pass; and the
+    # youngest generation is collected every 7,000 container allocations, not 700, so most of a
+    # page's short-lived objects are freed by their reference counts before a collection has to
+    # walk them (issue 24: GC time 0.29 s -> 0.07 s in a 6,974-page bench crawl, docs/benchmarks.md).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)
     # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
     await grpcutil.run_until_signalled(server.start, server.stop, server.reload, finished=server.node.drained)
 

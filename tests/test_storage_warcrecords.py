@@ -94,3 +94,20 @@ def test_sha1_digest_is_base32_of_sha1():
     for n in range(3000):
         data = rng.randbytes(n % 97)
         assert sha1_digest(data) == "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
+def test_record_ids_are_random_version_4_uuids():
+    # The three record ids of a capture come from one os.urandom call (not uuid.uuid4): each must
+    # still be what the standard library parses as a version 4, RFC 4122 UUID, and all distinct.
+    import re
+    import uuid
+
+    ids = []
+    for _ in range(500):
+        c = build_capture(fetch_result("http://a.example/p", b"<html></html>"))
+        for member in (c.response, c.request, c.metadata):
+            ids += re.findall(rb"WARC-Record-ID: <urn:uuid:([^>]*)>", gzip.decompress(member))
+    assert len(ids) == 1500 and len(set(ids)) == 1500
+    for raw in ids:
+        u = uuid.UUID(raw.decode())
+        assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == raw.decode()

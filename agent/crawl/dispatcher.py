@@ -617,11 +617,12 @@ class Dispatcher:
         depth = item.depth + 1
         recent = self.recent
         out: list[Item] = []
+        skips = 0
         for url in links:
             # Navigation repeats the same links on every page: a URL routed a moment ago is
             # already with its owner (or owed to it), so skip it before any more work.
             if url in recent:
-                self.counters["recent_skips"] += 1
+                skips += 1
                 continue
             host = host_of_canonical(url)
             why = self.scope.check(url, host, depth)
@@ -636,6 +637,7 @@ class Dispatcher:
                     del recent[old]
             recent[url] = None
             out.append(Item(url, host, depth, item.url))
+        self.counters["recent_skips"] += skips
         self.route(out)
 
     # -- sitemaps -----------------------------------------------------------------------------------

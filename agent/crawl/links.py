@@ -221,7 +221,9 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
         return res
     qenc = query_codec(cs)
     base = url
-    base_node = tree.css_first("base[href]")
+    # A <base> element comes only from a "<base" start tag (any case): most pages have none, and
+    # this scan costs a quarter of the tree walk css_first() would take to find that out.
+    base_node = tree.css_first("base[href]") if _BASE_TAG.search(text) else None
     if base_node is not None:
         href = base_node.attrs.get("href")
         if href and href.strip():
@@ -230,8 +232,6 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
             except InvalidUrl:
                 pass  # an unusable <base> is ignored, as browsers do
     res.base_used = base
-    seen: set[str] = set()
-    links = res.links
     dropped = res.dropped_schemes
     page = BaseUrl(base)  # split once for all the page's links
     directory = page.directory
@@ -246,16 +246,28 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
         res.over_cap += len(nodes) - budget
         del nodes[budget:]
     res.examined = len(nodes)
-    # The cache key's third part: sort_query alone for UTF-8 pages (no tuple built per href).
+    # Templates repeat the same hrefs on every page of a directory, so results are cached by what
+    # they depend on: the base's directory (which fixes its origin and scheme) for paths and
+    # absolute URLs, the whole base for the rest ("", "?query", "#fragment", a leading space, and
+    # "http:?q" or "http:" which WHATWG resolves like "?q" and ""). One dict per context and
+    # query mode (sort_query, and the codec unless UTF-8), found once per page: a cached href
+    # costs one lookup by the href string. A directory's dict holds only hrefs for which the
+    # directory is enough (a property of the href alone), so a hit there needs no check.
     mode: bool | tuple[bool, str] = sort_query if qenc == "utf-8" else (sort_query, qenc)
-    cache = _CACHE
+    by_base = _context(base, mode, False)
+    by_dir = _context(directory, mode, True) if directory else by_base
     refresh_seen = page_nofollow = False
     skip_rel = not follow_rel_nofollow
+    # Without a cap in reach (fewer elements than max_links), links are deduplicated at the end.
+    capped = max_links is not None and len(nodes) >= max_links
+    found: list[str] = []
+    seen: set[str] = set()
+    hrefs = 0
+    u: str | tuple[str, str]
     for i, node in enumerate(nodes):
         attrs = node.attrs
-        attr = attrs.get("href")
-        is_refresh = attr is None  # a <meta content>: the selector gives a and area only with href
-        if attr is None:
+        href = attrs.get("href")
+        if href is None:  # a <meta content>: the selector gives a and area only with href
             target = _meta(attrs, res, robots_names, refresh_seen)
             page_nofollow = res.nofollow
             if target is None:
@@ -263,43 +275,31 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
             refresh_seen = True  # the first well-formed refresh wins, as in browsers
             if not target:
                 continue  # a refresh of the page itself
-            href = target
+            u = _resolve(target, page, by_base, by_dir, sort_query, qenc)
+            if isinstance(u, tuple):
+                _failed(u, res)
+                continue
+            res.refresh = u
         else:
-            href = attr
-            res.hrefs += 1
+            hrefs += 1
             if page_nofollow or skip_rel and _rel_nofollow(attrs.get("rel")):
                 res.nofollow_skipped += 1
                 continue
-        # Templates repeat the same hrefs on every page of a directory, so results are cached
-        # by what they depend on: the base's directory (which fixes its origin and scheme) for
-        # paths and absolute URLs, the whole base for the rest ("", "?query", "#fragment", a
-        # leading space, and "http:?q" or "http:" which WHATWG resolves like "?q" and "").
-        key = (directory if directory and _directory_is_enough(href) else base, href, mode)
-        u = cache.get(key)
-        if u is None:
-            try:
-                u = canonicalize(href, page, sort_query=sort_query, query_encoding=qenc)
-            except UnsupportedScheme as exc:
-                u = ("scheme", exc.scheme)
-            except InvalidUrl:
-                u = ("invalid", "")
-            if len(cache) >= _CACHE_SIZE:
-                cache.clear()
-            cache[key] = u
-        if isinstance(u, tuple):
-            if u[0] == "scheme":
-                dropped[u[1]] += 1
-            else:
-                res.invalid += 1
-            continue
-        if is_refresh:
-            res.refresh = u
-        if u not in seen:
+            hit = by_dir.get(href)
+            u = _resolve(href, page, by_base, by_dir, sort_query, qenc) if hit is None else hit
+            if isinstance(u, tuple):
+                _failed(u, res)
+                continue
+        if not capped:
+            found.append(u)
+        elif u not in seen:
             seen.add(u)
-            links.append(u)
-            if max_links is not None and len(links) >= max_links:
+            found.append(u)
+            if len(found) >= max_links:  # type: ignore[operator]
                 res.over_cap += len(nodes) - i - 1
                 break
+    res.hrefs = hrefs
+    res.links = found if capped else list(dict.fromkeys(found))
     if res.nofollow:
         # Under a nofollow met after some links: keep only the refresh (a redirect, not a link).
         res.nofollow_skipped = res.hrefs
@@ -336,6 +336,45 @@ def _directory_is_enough(href: str) -> bool:
         return False
     # "http:x" / "https:x" without "//" is relative to the whole base (WHATWG).
     return not (c in "hH" and (href[4:5] == ":" or href[5:6] == ":") and "//" not in href[5:8])
+
+
+def _context(ctx: str, mode: bool | tuple[bool, str], directory: bool) -> dict[str, str | tuple[str, str]]:
+    """The href cache's dict for one context, a base URL or a directory (kept apart: a base URL
+    may be spelt like a directory, and its dict holds every kind of href), and query mode."""
+    global _CACHED
+    key = (ctx, mode, directory)
+    d = _CACHE.get(key)
+    if d is None:
+        if _CACHED >= _CACHE_SIZE:
+            _CACHE.clear()
+            _CACHED = 0
+        d = _CACHE[key] = {}
+    return d
+
+
+def _resolve(href: str, page: BaseUrl, by_base: dict, by_dir: dict, sort_query: bool, qenc: str) -> str | tuple[str, str]:
+    """The canonical URL of `href` on `page` (or ("scheme", name) / ("invalid", "")), through the
+    href cache: the directory's dict when the directory is enough, else the base's."""
+    global _CACHED
+    cache = by_dir if by_dir is not by_base and _directory_is_enough(href) else by_base
+    u = cache.get(href)
+    if u is None:
+        try:
+            u = canonicalize(href, page, sort_query=sort_query, query_encoding=qenc)
+        except UnsupportedScheme as exc:
+            u = ("scheme", exc.scheme)
+        except InvalidUrl:
+            u = ("invalid", "")
+        cache[href] = u
+        _CACHED += 1
+    return u
+
+
+def _failed(u: tuple[str, str], res: ExtractResult) -> None:
+    if u[0] == "scheme":
+        res.dropped_schemes[u[1]] += 1
+    else:
+        res.invalid += 1
 
 
 def _rel_nofollow(rel: str | None) -> bool:
@@ -430,6 +469,8 @@ _WS = " \t\n\f\r"
 _WS_C0 = "".join(chr(c) for c in range(0x21))  # the URL parser strips C0 controls and spaces
 
 
-# (context, href, sort_query or (sort_query, query codec)) -> canonical URL, or ("scheme", name) / ("invalid", "").
-_CACHE: dict[tuple[str, str, bool | tuple[bool, str]], str | tuple[str, str]] = {}
-_CACHE_SIZE = 100_000
+# (context, sort_query or (sort_query, query codec), context is a directory) -> {href: canonical URL, or ("scheme", name) / ("invalid", "")}.
+_CACHE: dict[tuple[str, bool | tuple[bool, str], bool], dict[str, str | tuple[str, str]]] = {}
+_CACHE_SIZE = 100_000  # hrefs cached in all (then all are forgotten)
+_CACHED = 0  # hrefs cached since the last clear (an over-count after an outside _CACHE.clear(): harmless)
+_BASE_TAG = re.compile(r"<base", re.IGNORECASE)
