@@ -23,6 +23,7 @@ from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
+from wancrawl.looplag import PassBudget
 from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of_canonical
 from wancrawl.warcrecords import Capture, FetchResult, build_capture
 
@@ -32,6 +33,9 @@ INF = float("inf")
 UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
 STARTS_PER_TURN = 256  # hosts looked at before the loop yields: refused items never starve the loop
 THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed in a thread (docs/agent-fetching.md)
+# Page work (parse, route, record) per event-loop pass: the pages past it wait for the next pass,
+# so responses arriving together do not hold timers and RPCs for the whole batch (docs/agent.md).
+PAGE_WORK_PER_PASS = 0.02
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Dispatcher:
         clock: Callable[[], float],
         gate: Gate | None = None,
         stored_check: StoredCheck | None = None,
+        pass_budget: PassBudget | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -87,6 +92,8 @@ class Dispatcher:
         self.gate = gate or Gate(signal.wake, fenced=False)
         # URLs a dead owner may have stored already: storage is asked before they are fetched.
         self.stored_check = stored_check
+        # Finished fetches take turns: at most PAGE_WORK_PER_PASS of page work per loop pass.
+        self.pass_budget = pass_budget or PassBudget(PAGE_WORK_PER_PASS)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         # The per-IP delay is never stricter than the host delay (a server with one site is paced
@@ -454,6 +461,7 @@ class Dispatcher:
             self.finish(item, None)
             return
         resp = await self._fetch(item.url, host, ip)
+        await self.pass_budget.turn()
         now = self.clock()
         if not self.gate.lease_ok(now):
             # The lease lapsed while this fetch was under way: another agent may own the host
