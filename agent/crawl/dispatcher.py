@@ -36,6 +36,7 @@ THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed in a thread (doc
 # Page work (parse, route, record) per event-loop pass: the pages past it wait for the next pass,
 # so responses arriving together do not hold timers and RPCs for the whole batch (docs/agent.md).
 PAGE_WORK_PER_PASS = 0.02
+REDIRECT_HOPS_KEPT = 100_000  # redirect targets whose hop count is remembered (oldest dropped)
 
 
 @dataclass(frozen=True)
@@ -504,6 +505,8 @@ class Dispatcher:
             return
         self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
+        if o.follow is None:
+            self.redirect_hops.pop(item.url, None)  # the chain ends here
         self.counters["given_up"] += o.given_up
         if not o.page:
             self.counters["errors"] += 1
@@ -580,7 +583,13 @@ class Dispatcher:
         if hops > MAX_REDIRECT_HOPS or self.scope.check(url, host, item.depth + 1) is not None:
             self.counters["out_of_scope"] += 1
             return
-        self.redirect_hops[url] = hops
+        hops_of = self.redirect_hops
+        if len(hops_of) >= REDIRECT_HOPS_KEPT:
+            # A target that is not a redirect itself (or is routed to another agent) is never
+            # popped: the oldest eighth goes, or the dict grows with every redirect of a crawl.
+            for old in list(itertools.islice(hops_of, len(hops_of) // 8 or 1)):
+                del hops_of[old]
+        hops_of[url] = hops
         self.route([Item(url, host, item.depth + 1, item.url)])
 
     def _capture(self, item: Item, resp: FetchResponse) -> Capture | None:

@@ -111,6 +111,9 @@ listen = "127.0.0.1:{port}"
 state_url = "sqlite:///{tmp}/state-{strategy}.db"
 strategy = "{strategy}"
 log_level = "WARNING"
+# The bench's agents do not heartbeat: their leases outlast the run (a thousand register in
+# more than the default 15 s).
+lease_seconds = 3600.0
 [databases]
 city_db = "{paths['city.mmdb']}"
 asn_db = "{paths['asn.mmdb']}"
