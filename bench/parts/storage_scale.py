@@ -6,7 +6,8 @@ What runs: a `storage serve` (local WARC directory, SQLite index in its data dir
 `--fsync`) takes a probe of `--probe` fresh lab pages over gRPC (bench/storage_ingest.py's
 client: batches of 100, 2 streams) with an empty index: ingest pages per storage CPU-second at
 the start. It is stopped; the index is then filled to `--rows` rows through storage's own
-`Index.commit` (the SQL the ingest path runs, transactions of `--fill-batch` rows), with rows
+`Index.commit` (the SQL the ingest path runs, transactions of `--fill-batch` rows, no fsync:
+the fill's wall time is not a figure), with rows
 made from the probe's own rows (same columns and lengths; new record ids, URLs, digests, WARC
 offsets, times), as if `--rows` captures had been ingested. The fill prints, per tenth of
 `--rows`: index-commit CPU per row over that tenth and the index on disk per row. The storage
@@ -18,8 +19,12 @@ index bytes per capture, WARC bytes per capture (probe pages' own), and what 10 
 the machine's afternoon and change nothing the index sees: a WARC append is O(1)); that
 extrapolation is labelled as one.
 
-    nice -n 10 .venv/bin/python bench/parts/storage_scale.py [--rows 10000000] [--probe 10000]
+    nice -n 5 .venv/bin/python bench/parts/storage_scale.py [--rows 10000000] [--probe 10000]
         [--fill-batch 20000] [--fsync os|always] [--keep]
+    ... --again DIR [--again-set N]: one more probe of fresh pages into a kept, filled data dir
+        (e.g. after a change to storage)
+
+A Stats call is timed after each probe, apart from it: it reads the whole index.
 """
 
 from __future__ import annotations
@@ -118,6 +123,18 @@ def fill(index: Index, templates: list[dict], rows: int, batch: int, tenth: int)
             mark, cpu, wall = have, 0.0, 0.0
 
 
+def again(tmp: Path, args) -> int:
+    """One more probe into a filled data dir (e.g. after a change to storage): pages after the
+    two probes of the first run."""
+    data = tmp / "storage"
+    first = (2 + args.again_set) * args.probe
+    caps, _html, _build = si.build_pages(first + args.probe, 7, os.cpu_count() or 1)
+    batches = [make_batch(caps[i:i + args.batch]) for i in range(first, first + args.probe, args.batch)]
+    stored, cpu, wall = probe(data, batches, args)
+    print(f"again: {stored:,} pages ingested into {data}, {stored / cpu:,.0f} pages per storage CPU-second ({stored / wall:,.0f}/s wall)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=10_000_000, help="index rows at the end")
@@ -128,7 +145,11 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=2)
     ap.add_argument("--fsync", choices=["always", "os"], default="always")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--again", default="", help="a temp dir kept by --keep: one more probe of fresh pages into it (no fill)")
+    ap.add_argument("--again-set", type=int, default=0, help="which set of fresh pages --again sends (0, 1, ...: each once)")
     args = ap.parse_args()
+    if args.again:
+        return again(Path(args.again), args)
 
     print(f"building {2 * args.probe:,} lab pages as agents would ...", flush=True)
     caps, _html, _build = si.build_pages(2 * args.probe, 7, os.cpu_count() or 1)
