@@ -202,6 +202,13 @@ class AgentServer:
     async def start(self) -> None:
         await self.grpc.start()
         await self.node.start()
+        # What start made (modules, classes, functions, the node's components: some 60,000
+        # objects) lives as long as the process: out of the collector's view, so each full
+        # collection walks only the crawl's own objects (a full collection of it all took
+        # 50-80 ms on the loop, bench/scale.py's longest stalls after the pass budget). Garbage
+        # is collected first: a cycle frozen while garbage would never be freed.
+        gc.collect()
+        gc.freeze()
         await grpcutil.mark_serving(self.health, [SERVICE_NAME])
         self._serving = True
         self._health = asyncio.create_task(self._health_loop(), name="health")
@@ -297,13 +304,10 @@ async def serve(settings: AgentSettings) -> None:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, dump_tasks)
     server, _ = create_server(settings)
-    # What start-up made (modules, classes, settings, the wired components) lives as long as the
-    # process: frozen, the cyclic GC's full collections no longer walk it on every pass; and the
-    # youngest generation is collected every 7,000 container allocations, not 700, so most of a
-    # page's short-lived objects are freed by their reference counts before a collection has to
-    # walk them (issue 24: GC time 0.29 s -> 0.07 s in a 6,974-page bench crawl, docs/benchmarks.md).
-    gc.collect()
-    gc.freeze()
+    # Start-up's objects are frozen in AgentServer.start. Here, for the process only: the youngest
+    # generation is collected every 7,000 container allocations, not 700, so most of a page's
+    # short-lived objects are freed by their reference counts before a collection has to walk them
+    # (issue 24: GC time 0.29 s -> 0.07 s in a 6,974-page bench crawl, docs/benchmarks.md).
     gc.set_threshold(7000, 10, 10)
     # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
     await grpcutil.run_until_signalled(server.start, server.stop, server.reload, finished=server.node.drained)

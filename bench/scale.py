@@ -23,7 +23,7 @@ the first, peak RSS under 1 GB, no stall over 100 ms. The last line:
 `last/first slice CPU per page: R` (of the last run: two agents unless `--agents 1`).
 
     nice -n 5 .venv/bin/python bench/scale.py [--pages 1000000] [--slice 100000] [--agents 1,2]
-        [--sites-per-block 40] [--page-kb 4,16] [--concurrency 64] [--per-host 8] [--keep]
+        [--sites-per-block 40] [--page-kb 4,16] [--concurrency 64] [--per-host 8] [--stop-after S] [--keep]
 """
 
 from __future__ import annotations
@@ -157,7 +157,10 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
             lag = max(st.get("loop_lag_max", 0) for st in sts)
             busy = max(st.get("loop_busy_max", 0) for st in sts)
             stalls = sum(st.get("loop_stalls", 0) for st in sts)
-            while pages >= mark_pages + args.slice or (pages >= args.pages and pages > mark_pages):
+            # Out of time (--stop-after, a shared machine): the pages since the last slice end as a
+            # short slice, and the run is reported as far as it got.
+            out_of_time = bool(args.stop_after) and now - t0 > args.stop_after
+            while pages >= mark_pages + args.slice or ((pages >= args.pages or out_of_time) and pages > mark_pages):
                 # The slice ends at this poll (the pages since the mark, not exactly --slice of them).
                 n = pages - mark_pages
                 sl = {"end": pages, "cpu_ms": (cpu - mark_cpu) / n * 1000, "rate": n / max(now - mark_t, 1e-9),
@@ -168,9 +171,10 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                       "lag": lag, "busy": busy, "stalls": stalls}
                 slices.append(sl)
                 print(f"{sl['end']:>9,.0f} {sl['cpu_ms']:>11.3f} {sl['rate']:>8.0f} {sl['rss']:>11.0f} {sl['frontier_mb']:>11.1f} "
-                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}", flush=True)
+                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
+                      + (f"  (--stop-after {args.stop_after:.0f} s)" if out_of_time else ""), flush=True)
                 mark_pages, mark_cpu, mark_t = pages, cpu, now
-            if pages >= args.pages:
+            if pages >= args.pages or out_of_time:
                 break
             if all(st.get("idle") for st in sts):
                 if idle_since is None:
@@ -229,6 +233,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="the lab web's seed")
     ap.add_argument("--lab-workers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each crawl may take")
+    ap.add_argument("--stop-after", type=float, default=0.0,
+                    help="end each crawl after this many seconds, reported as far as it got (0: run to --pages)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, data dirs, WARCs)")
     args = ap.parse_args()
     args.slice = args.slice or max(1, args.pages // 10)

@@ -96,9 +96,10 @@ def start_storage(cfg: Path):
     return proc, line.split()[-1]
 
 
-async def send_all(addr: str | list[str], batches, per_stream: int, streams: int):
+async def send_all(addr: str | list[str], batches, per_stream: int, streams: int, *, stats: bool = True):
     """Every batch once, from `streams` concurrent Ingest calls; with several writers, batch
-    group n goes to writer n mod N (as agents split over their region's writers)."""
+    group n goes to writer n mod N (as agents split over their region's writers). Then the
+    last writer's Stats (stats=False: None; Stats reads the whole index)."""
     addrs = [addr] if isinstance(addr, str) else addr
     if len(addrs) > 1:
         parts = await asyncio.gather(*(send_all(a, [b for i, b in enumerate(batches) if (i // per_stream) % len(addrs) == k],
@@ -120,9 +121,9 @@ async def send_all(addr: str | list[str], batches, per_stream: int, streams: int
             dup += ack.duplicates
 
     await asyncio.gather(*(worker() for _ in range(streams)))
-    stats = await client.stats()
+    st = await client.stats() if stats else None
     await client.close()
-    return stored, dup, stats
+    return stored, dup, st
 
 
 def storage_side_compression_cost(caps, sample: int = 300) -> float:

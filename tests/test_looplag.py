@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from agent.settings import AgentSettings
-from wancrawl.looplag import LoopLag
+from wancrawl.looplag import LoopLag, PassBudget
 
 
 def test_record_keeps_the_longest_and_counts_only_busy_stalls():
@@ -43,3 +43,55 @@ def test_setting_is_off_by_default_and_refuses_a_negative_interval():
         AgentSettings(agent_id="a", loop_lag_interval=-1)
     with pytest.raises(ValueError):
         LoopLag(0)
+
+
+# -- PassBudget: page work per loop pass --------------------------------------------------------
+class _Passes:
+    """Runs a coroutine on a loop whose passes (BaseEventLoop._run_once: poll I/O, run due timers,
+    run every ready callback) it counts in `n`."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def run(self, coro) -> None:
+        loop = asyncio.new_event_loop()
+        one_pass = loop._run_once  # type: ignore[attr-defined]
+
+        def counted() -> None:
+            self.n += 1
+            one_pass()
+
+        loop._run_once = counted  # type: ignore[attr-defined]
+        try:
+            loop.run_until_complete(coro)
+        finally:
+            loop.close()
+
+
+def test_pass_budget_spreads_work_ready_together_over_passes_and_keeps_every_piece():
+    # A clock given by the test: each piece of work takes 5 ms of it, a budget of 19 ms: the
+    # first piece of a pass starts it, three more fit, the rest go to later passes.
+    now = [0.0]
+    budget = PassBudget(0.019, clock=lambda: now[0])
+    passes = _Passes()
+    done: list[tuple[int, int]] = []  # (piece, pass it ran in)
+
+    async def piece(i: int) -> None:
+        await budget.turn()
+        done.append((i, passes.n))
+        now[0] += 0.005
+
+    async def main() -> None:
+        await asyncio.gather(*(piece(i) for i in range(64)))
+
+    passes.run(main())
+    assert sorted(i for i, _ in done) == list(range(64)), "every piece ran once"
+    per_pass: dict[int, int] = {}
+    for _, p in done:
+        per_pass[p] = per_pass.get(p, 0) + 1
+    assert max(per_pass.values()) <= 4, per_pass
+    assert len(per_pass) >= 16
+    assert [i for i, _ in done] == sorted(i for i, _ in done), "the pieces keep their order"
+    assert budget.deferred > 0
+    with pytest.raises(ValueError):
+        PassBudget(0)

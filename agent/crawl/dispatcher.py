@@ -29,6 +29,7 @@ from agent.state.revisit import Visit, changed, conditional_headers, validators
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
+from wancrawl.looplag import PassBudget
 from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of_canonical
 from wancrawl.warcrecords import Capture, FetchResult, build_capture
 
@@ -38,6 +39,10 @@ INF = float("inf")
 UNRESOLVED = "unresolved"  # the scheduler's IP key for a host whose address is not known yet
 STARTS_PER_TURN = 256  # hosts looked at before the loop yields: refused items never starve the loop
 THREAD_PARSE_BYTES = 256 * 1024  # bodies above this are parsed in a thread (docs/agent-fetching.md)
+# Page work (parse, route, record) per event-loop pass: the pages past it wait for the next pass,
+# so responses arriving together do not hold timers and RPCs for the whole batch (docs/agent.md).
+PAGE_WORK_PER_PASS = 0.02
+REDIRECT_HOPS_KEPT = 100_000  # redirect targets whose hop count is remembered (oldest dropped)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Dispatcher:
         stored_check: StoredCheck | None = None,
         incidents: Incidents | None = None,
         sitemap_hints: Callable[[list[sitemap.Entry]], None] | None = None,
+        pass_budget: PassBudget | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -104,6 +110,8 @@ class Dispatcher:
         sm = settings.sitemaps
         self.sitemaps = SitemapBook(sm.max_files_per_host, sm.max_bytes_per_host, sm.max_urls_per_host)
         self.sitemap_hints = sitemap_hints or (lambda entries: None)
+        # Finished fetches take turns: at most PAGE_WORK_PER_PASS of page work per loop pass.
+        self.pass_budget = pass_budget or PassBudget(PAGE_WORK_PER_PASS)
         p = settings.politeness
         self.policy = Policy(p.max_retries, p.max_retry_after)
         # The per-IP delay is never stricter than the host delay (a server with one site is paced
@@ -492,6 +500,7 @@ class Dispatcher:
             return
         rv = item.revisit
         resp = await self._fetch(item.url, host, ip, conditional_headers(rv) if rv is not None and self.s.revisit.conditional else None)
+        await self.pass_budget.turn()
         now = self.clock()
         if not self.gate.lease_ok(now):
             # The lease lapsed while this fetch was under way: another agent may own the host
@@ -534,6 +543,8 @@ class Dispatcher:
             return
         self.scheduler.finished(host, ip, now, status, resp.retry_after, has_work=self.frontier.has_work(host))
         self.attempts.pop(item.url, None)
+        if o.follow is None:
+            self.redirect_hops.pop(item.url, None)  # the chain ends here
         self.counters["given_up"] += o.given_up
         if o.given_up:
             self.incidents.note("retries_exhausted", host, f"{item.url} after {self.policy.max_retries} retries")
@@ -750,7 +761,13 @@ class Dispatcher:
             if why == "redirect_hops" or why in TRAP_SCOPE_REASONS:
                 self.incidents.note(f"trap_{why}", host, url[:200])
             return
-        self.redirect_hops[url] = hops
+        hops_of = self.redirect_hops
+        if len(hops_of) >= REDIRECT_HOPS_KEPT:
+            # A target that is not a redirect itself (or is routed to another agent) is never
+            # popped: the oldest eighth goes, or the dict grows with every redirect of a crawl.
+            for old in list(itertools.islice(hops_of, len(hops_of) // 8 or 1)):
+                del hops_of[old]
+        hops_of[url] = hops
         self.route([Item(url, host, item.depth + 1, item.url)])
 
     def _capture(self, item: Item, resp: FetchResponse) -> Capture | None:
