@@ -599,8 +599,10 @@ class Dispatcher:
         it) and count revisits. A 304 confirms the capture the revisit entry names: its record
         goes to storage with that capture's payload digest (storage writes a server-not-modified
         revisit record referring to it)."""
-        etag, modified = validators(resp.headers)
         rv = item.revisit
+        if rv is None and not self.s.revisit.enabled:
+            return cap  # no schedule to feed: the fetch path pays nothing for revisits when they are off
+        etag, modified = validators(resp.headers)
         digest = cap.payload_digest if cap is not None else ""
         if rv is not None and resp.status == 304:
             self.counters["not_modified"] += 1
