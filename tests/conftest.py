@@ -22,6 +22,21 @@ PG_DB = os.environ.get("WANCRAWL_TEST_PG_DB", "test")
 PG_USER = os.environ.get("WANCRAWL_TEST_PG_USER", "postgres")
 
 
+@pytest.fixture(autouse=True)
+def _client_tls_registry():
+    """Client TLS registered for a target (a lab cluster registers its operator certificate for
+    its services' 127.0.0.1:PORT addresses) is process-global: a later test whose server gets the
+    same free port would dial it with the lab's TLS and fail the handshake. Each test starts with
+    the registry as the suite found it."""
+    from wancrawl import grpcutil
+
+    saved, default = dict(grpcutil._client_tls), list(grpcutil._default_client_tls)
+    yield
+    grpcutil._client_tls.clear()
+    grpcutil._client_tls.update(saved)
+    grpcutil._default_client_tls[:] = default
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """A SQLAlchemy URL of a PostgreSQL database for tests: the server on 127.0.0.1:5432
