@@ -141,7 +141,8 @@ _SCHEMA_LOCK = 0x77637374  # "wcst": the advisory lock key of storage's table cr
 class Index:
     """Reads and writes the capture index; every method is blocking (call it off the event loop)."""
 
-    def __init__(self, url: str, *, schema: str | None = None, durable: bool = True):
+    def __init__(self, url: str, *, schema: str | None = None, durable: bool = True,
+                 sqlite_cache_mb: int = 64, sqlite_wal_autocheckpoint: int = 16_384):
         self.url = url
         self.schema = schema
         kwargs: dict[str, Any] = {}
@@ -159,6 +160,8 @@ class Index:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute(f"PRAGMA synchronous={sync}")
+                cur.execute(f"PRAGMA cache_size={-1024 * int(sqlite_cache_mb)}")  # negative: KiB
+                cur.execute(f"PRAGMA wal_autocheckpoint={int(sqlite_wal_autocheckpoint)}")
                 cur.close()
 
         self.metadata, self.captures, self.files = make_tables(schema)

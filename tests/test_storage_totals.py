@@ -127,3 +127,20 @@ def test_an_index_made_before_the_totals_gets_them_from_its_captures(index_url):
     third = Index(index_url, durable=False)  # filled once: reopening counts nothing twice
     check(third)
     third.close()
+
+
+def test_the_sqlite_cache_and_checkpoint_come_from_the_settings(tmp_path):
+    from storage.config import IndexSettings, StorageSettings
+    from storage.store import Store
+
+    for cache, ckpt in ((None, None), (8, 500)):
+        given = {} if cache is None else {"sqlite_cache_mb": cache, "sqlite_wal_autocheckpoint": ckpt}
+        index = IndexSettings(**given)
+        store = Store(StorageSettings(data_dir=str(tmp_path / f"d{cache}"), index=index))
+        with store.index.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -1024 * index.sqlite_cache_mb
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == index.sqlite_wal_autocheckpoint
+        store.close()
+    assert (IndexSettings().sqlite_cache_mb, IndexSettings().sqlite_wal_autocheckpoint) == (64, 16_384)
+    with pytest.raises(ValueError, match="sqlite_cache_mb"):
+        IndexSettings(sqlite_cache_mb=0)

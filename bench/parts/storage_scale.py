@@ -66,10 +66,14 @@ def probe(data: Path, batches, args) -> tuple[int, float, float, float]:
     cfg.write_text(f'listen = "127.0.0.1:0"\ndata_dir = "{data}"\n[ingest]\nfsync = "{args.fsync}"\n')
     proc, addr = si.start_storage(cfg)
     try:
-        c0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+        c0, t0, io0 = cpu_seconds(proc.pid), time.perf_counter(), proc_io(proc.pid)
         # Stats apart: not ingest work.
         stored, dup, _ = asyncio.run(si.send_all(addr, batches, args.per_stream, args.streams, stats=False))
-        wall, cpu = time.perf_counter() - t0, cpu_seconds(proc.pid) - c0
+        wall, cpu, io1 = time.perf_counter() - t0, cpu_seconds(proc.pid) - c0, proc_io(proc.pid)
+        # Bytes storage passed to read() and write() per page: WARC records, the index's WAL
+        # and checkpoints, SQLite's page reads (the OS's cache or the disk).
+        print(f"  (storage read {(io1['rchar'] - io0['rchar']) / max(stored, 1):,.0f} and wrote "
+              f"{(io1['wchar'] - io0['wchar']) / max(stored, 1):,.0f} bytes per page)", flush=True)
         c1, t1 = cpu_seconds(proc.pid), time.perf_counter()
         asyncio.run(stats_call(addr))
         stats_wall, stats_cpu = time.perf_counter() - t1, cpu_seconds(proc.pid) - c1
@@ -79,6 +83,11 @@ def probe(data: Path, batches, args) -> tuple[int, float, float, float]:
     assert dup == 0, dup
     print(f"  (a Stats call: {stats_wall:.2f} s wall, {stats_cpu:.2f} s storage CPU; target <= {STATS_CPU_TARGET} s CPU)", flush=True)
     return stored, cpu, wall, stats_cpu
+
+
+def proc_io(pid: int) -> dict[str, int]:
+    """The process's /proc I/O counters (rchar, wchar: bytes through read and write calls)."""
+    return {k: int(v) for k, v in (line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())}
 
 
 async def stats_call(addr: str) -> None:
