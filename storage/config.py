@@ -17,6 +17,18 @@ class IndexSettings:
     url: str = ""
     # PostgreSQL schema holding the tables (created if missing); None = the default schema.
     schema: str | None = None
+    # SQLite only. Its page cache per connection (MB; SQLite's default is 2) and the WAL pages
+    # between automatic checkpoints (SQLite's default 1,000): an index much larger than the
+    # cache reads and rewrites a leaf page of each random-key index (record id, digest, URL)
+    # per capture; see docs/storage.md, "Ingest as the SQLite index grows".
+    sqlite_cache_mb: int = 64
+    sqlite_wal_autocheckpoint: int = 16_384
+
+    def __post_init__(self) -> None:
+        if self.sqlite_cache_mb < 1:
+            raise ValueError("index.sqlite_cache_mb must be >= 1")
+        if self.sqlite_wal_autocheckpoint < 1:
+            raise ValueError("index.sqlite_wal_autocheckpoint must be >= 1")
 
 
 @dataclass(frozen=True)

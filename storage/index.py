@@ -64,6 +64,51 @@ def make_parts_table(md: sa.MetaData) -> sa.Table:
     )
 
 
+def make_totals_tables(md: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """Running totals per host and per agent, kept by `Index.commit` in the transaction that
+    inserts the captures, so Stats reads them instead of the whole index; and the index's
+    meta table (name -> value), which says when the totals were filled from the captures."""
+    hosts = sa.Table(
+        "storage_host_totals", md,
+        sa.Column("host", sa.String(255), primary_key=True),
+        sa.Column("captures", sa.BigInteger, nullable=False),
+        sa.Column("stored_bytes", sa.BigInteger, nullable=False),  # sum of group_length
+    )
+    # Stats' busiest hosts: the first `top` entries of this index, not a sort of every host.
+    sa.Index("ix_storage_host_totals_top", hosts.c.captures.desc(), hosts.c.host)
+    agents = sa.Table(
+        "storage_agent_totals", md,
+        sa.Column("agent_id", sa.String(128), primary_key=True),
+        sa.Column("captures", sa.BigInteger, nullable=False),
+        sa.Column("revisits", sa.BigInteger, nullable=False),
+        sa.Column("raw_bytes", sa.BigInteger, nullable=False),
+        sa.Column("stored_bytes", sa.BigInteger, nullable=False),
+    )
+    meta = sa.Table(
+        "storage_index_meta", md,
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+    )
+    return hosts, agents, meta
+
+
+def totals_of(rows: Iterable[dict]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """What capture rows add to the totals: host -> [captures, stored bytes] and agent ->
+    [captures, revisits, raw bytes, stored bytes]."""
+    hosts: dict[str, list[int]] = {}
+    agents: dict[str, list[int]] = {}
+    for r in rows:
+        h = hosts.setdefault(r["host"], [0, 0])
+        h[0] += 1
+        h[1] += r["group_length"]
+        a = agents.setdefault(r["agent_id"], [0, 0, 0, 0])
+        a[0] += 1
+        a[1] += r["record_type"] == "revisit"
+        a[2] += r["raw_length"]
+        a[3] += r["group_length"]
+    return hosts, agents
+
+
 @dataclass(frozen=True)
 class Row:
     record_id: str
@@ -96,7 +141,8 @@ _SCHEMA_LOCK = 0x77637374  # "wcst": the advisory lock key of storage's table cr
 class Index:
     """Reads and writes the capture index; every method is blocking (call it off the event loop)."""
 
-    def __init__(self, url: str, *, schema: str | None = None, durable: bool = True):
+    def __init__(self, url: str, *, schema: str | None = None, durable: bool = True,
+                 sqlite_cache_mb: int = 64, sqlite_wal_autocheckpoint: int = 16_384):
         self.url = url
         self.schema = schema
         kwargs: dict[str, Any] = {}
@@ -114,10 +160,13 @@ class Index:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute(f"PRAGMA synchronous={sync}")
+                cur.execute(f"PRAGMA cache_size={-1024 * int(sqlite_cache_mb)}")  # negative: KiB
+                cur.execute(f"PRAGMA wal_autocheckpoint={int(sqlite_wal_autocheckpoint)}")
                 cur.close()
 
         self.metadata, self.captures, self.files = make_tables(schema)
         self.parts = make_parts_table(self.metadata)
+        self.host_totals, self.agent_totals, self.meta = make_totals_tables(self.metadata)
         try:
             with self.engine.begin() as conn:
                 if self.engine.dialect.name == "postgresql":
@@ -128,6 +177,7 @@ class Index:
                 if schema and self.engine.dialect.name == "postgresql":
                     conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
                 self.metadata.create_all(conn)
+                self._fill_totals(conn)
         except sa.exc.OperationalError as exc:
             raise Unavailable(f"index database unavailable ({url}): {exc.orig}") from None
 
@@ -146,6 +196,57 @@ class Index:
                 conn.execute(self.parts.insert(), list(parts))
             if rows:
                 conn.execute(self.captures.insert(), list(rows))
+                self._add_totals(conn, rows)
+
+    def _fill_totals(self, conn: sa.Connection) -> None:
+        """Fill the totals from the captures once, for an index made before they existed (or a
+        new, empty one): the meta row "totals" says it was done. Writers of an older version
+        do not keep the totals, so every writer of one index must run this version or later."""
+        if conn.execute(sa.select(self.meta.c.value).where(self.meta.c.name == "totals")).first() is not None:
+            return
+        if self.engine.dialect.name == "postgresql":
+            # No capture committed by another writer between the count and the meta row.
+            conn.execute(sa.text(f"LOCK TABLE {self._qualified(self.captures)} IN SHARE ROW EXCLUSIVE MODE"))
+        # The meta row first: on SQLite its insert takes the write lock before the count reads.
+        claimed = conn.execute(self._upsert(self.meta, ["name"], [{"name": "totals", "value": "filled"}], add=None))
+        if claimed.rowcount == 0:
+            return  # another process filled them meanwhile
+        c = self.captures.c
+        conn.execute(self.host_totals.insert().from_select(
+            ["host", "captures", "stored_bytes"],
+            sa.select(c.host, sa.func.count(), sa.func.coalesce(sa.func.sum(c.group_length), 0)).group_by(c.host)))
+        conn.execute(self.agent_totals.insert().from_select(
+            ["agent_id", "captures", "revisits", "raw_bytes", "stored_bytes"],
+            sa.select(c.agent_id, sa.func.count(),
+                      sa.func.coalesce(sa.func.sum(sa.case((c.record_type == "revisit", 1), else_=0)), 0),
+                      sa.func.coalesce(sa.func.sum(c.raw_length), 0), sa.func.coalesce(sa.func.sum(c.group_length), 0))
+            .group_by(c.agent_id)))
+
+    def _qualified(self, table: sa.Table) -> str:
+        return self.engine.dialect.identifier_preparer.format_table(table)
+
+    def _upsert(self, table: sa.Table, keys: list[str], values: list[dict], add: list[str] | None) -> Any:
+        """INSERT of `values`; on a key already there, add the `add` columns to its row (None:
+        leave the row alone). SQLite and PostgreSQL both say ON CONFLICT."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert: Any = postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+        stmt = insert(table).values(values)
+        if add is None:
+            return stmt.on_conflict_do_nothing(index_elements=keys)
+        return stmt.on_conflict_do_update(index_elements=keys, set_={k: table.c[k] + stmt.excluded[k] for k in add})
+
+    def _add_totals(self, conn: sa.Connection, rows: Sequence[dict]) -> None:
+        """Add the committed rows to the running totals, in the same transaction. In key order,
+        so two writers' transactions lock shared rows in one order (no deadlock on PostgreSQL)."""
+        hosts, agents = totals_of(rows)
+        host_rows = [{"host": h, "captures": n, "stored_bytes": b} for h, (n, b) in sorted(hosts.items())]
+        agent_rows = [{"agent_id": a, "captures": n, "revisits": rv, "raw_bytes": raw, "stored_bytes": b}
+                      for a, (n, rv, raw, b) in sorted(agents.items())]
+        for chunk in _chunks(host_rows, 500):  # SQLite binds at most 32,766 parameters a statement
+            conn.execute(self._upsert(self.host_totals, ["host"], chunk, ["captures", "stored_bytes"]))
+        for chunk in _chunks(agent_rows, 500):
+            conn.execute(self._upsert(self.agent_totals, ["agent_id"], chunk, ["captures", "revisits", "raw_bytes", "stored_bytes"]))
 
     # -- lookups used by ingest ---------------------------------------------------------
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
@@ -268,21 +369,22 @@ class Index:
             return {f: int(end) for f, end in conn.execute(q)}
 
     def stats(self, top: int = 20) -> dict[str, Any]:
-        c = self.captures.c
+        """The archive's totals and its busiest hosts and agents, from the running totals (a
+        row per host and per agent), not from the captures: milliseconds at millions of rows."""
+        h, a = self.host_totals.c, self.agent_totals.c
         with self.engine.connect() as conn:
-            pages, raw, stored, revisits, hosts, agents = conn.execute(sa.select(
-                sa.func.count(), sa.func.coalesce(sa.func.sum(c.raw_length), 0),
-                sa.func.coalesce(sa.func.sum(c.group_length), 0),
-                sa.func.coalesce(sa.func.sum(sa.case((c.record_type == "revisit", 1), else_=0)), 0),
-                sa.func.count(sa.distinct(c.host)), sa.func.count(sa.distinct(c.agent_id)),
+            pages, revisits, raw, stored, agents = conn.execute(sa.select(
+                sa.func.coalesce(sa.func.sum(a.captures), 0), sa.func.coalesce(sa.func.sum(a.revisits), 0),
+                sa.func.coalesce(sa.func.sum(a.raw_bytes), 0), sa.func.coalesce(sa.func.sum(a.stored_bytes), 0),
+                sa.func.count(),
             )).one()
+            hosts = conn.execute(sa.select(sa.func.count()).select_from(self.host_totals)).scalar_one()
 
-            def per(col):
-                q = (sa.select(col, sa.func.count().label("n"), sa.func.sum(c.group_length))
-                     .group_by(col).order_by(sa.desc("n"), col).limit(top))
-                return [(k, int(n), int(b or 0)) for k, n, b in conn.execute(q)]
+            def per(t: sa.Table, col: sa.Column) -> list[tuple[str, int, int]]:
+                q = sa.select(col, t.c.captures, t.c.stored_bytes).order_by(t.c.captures.desc(), col).limit(top)
+                return [(k, int(n), int(b)) for k, n, b in conn.execute(q)]
 
-            per_host, per_agent = per(c.host), per(c.agent_id)
+            per_host, per_agent = per(self.host_totals, h.host), per(self.agent_totals, a.agent_id)
             files = conn.execute(sa.select(sa.func.count()).select_from(self.files)).scalar_one()
         return {
             "pages": int(pages), "revisits": int(revisits), "responses": int(pages) - int(revisits),

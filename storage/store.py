@@ -95,7 +95,9 @@ class Store:
         if not settings.index.url:
             Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
         durable = settings.ingest.fsync == "always"
-        self.index = Index(settings.index_url(), schema=settings.index.schema, durable=durable)
+        self.index = Index(settings.index_url(), schema=settings.index.schema, durable=durable,
+                           sqlite_cache_mb=settings.index.sqlite_cache_mb,
+                           sqlite_wal_autocheckpoint=settings.index.sqlite_wal_autocheckpoint)
         # The sink reads any writer's files or objects; only a writable store appends through it.
         self.sink: WarcSink = sink if sink is not None else open_sink(settings)
         self.writer: WarcSink | None = None

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from consultant.partition.base import PARTITIONERS, AgentView, Partitioner, Placement, Scored, Site, create, register
 
 
@@ -54,11 +56,22 @@ class AsnPlacement:
         for i, a in enumerate(self.agents):
             if a.isp:
                 self.by_isp.setdefault(a.isp, set()).add(i)
+        # A fallback that ranks a subset of the agents (hash, weighted, geo) answers the ISP's
+        # agents, then the others, without ranking every agent: (ISP's, others') indices.
+        self.rank_among = getattr(fallback, "rank_among", None)
+        self.split = {
+            isp: (np.array(sorted(local), dtype=np.intp), np.array([i for i in range(len(self.agents)) if i not in local], dtype=np.intp))
+            for isp, local in self.by_isp.items()
+        } if self.rank_among is not None else {}
 
     def rank(self, site: Site, k: int) -> list[int]:
         local = self.by_isp.get(site.isp) if site.isp else None
         if not local:
             return self.fallback.rank(site, k)
+        if self.rank_among is not None:
+            ours, others = self.split[site.isp]
+            first: list[int] = self.rank_among(site, k, ours)
+            return first + self.rank_among(site, k - len(first), others) if len(first) < k else first
         full = self.fallback.rank(site, len(self.agents))
         return ([i for i in full if i in local] + [i for i in full if i not in local])[:k]
 

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
+import numpy as np
+
 from wancrawl.config import build
 from wancrawl.errors import ConfigError
 
@@ -172,3 +174,32 @@ def mix64(x: int) -> int:
 def hrw_scores(host_key: int, agent_keys: Sequence[int]) -> list[int]:
     """Rendezvous weights of one host for every agent: a 64-bit score per agent."""
     return [mix64(host_key ^ a) for a in agent_keys]
+
+
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def hrw_array(host_key: int, agent_keys: np.ndarray) -> np.ndarray:
+    """`hrw_scores` over a uint64 array of agent keys, in NumPy: the same scores, bit for bit
+    (uint64 products wrap modulo 2**64, which is splitmix64's `& MASK64`)."""
+    x = agent_keys ^ np.uint64(host_key)
+    x ^= x >> _S30
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
+
+
+def top_candidates(values: np.ndarray, k: int, margin: float = 0.0) -> np.ndarray:
+    """Positions of every value that can be among the k largest: those at least the k-th
+    largest (all of its ties included), less `margin` times its size when the values are
+    floats that may be off by a few ulps. Ascending positions; all of them when k >= len."""
+    n = len(values)
+    if k >= n:
+        return np.arange(n)
+    kth = np.partition(values, n - k)[n - k]
+    if margin:
+        kth = kth - abs(kth) * margin
+    return np.flatnonzero(values >= kth)

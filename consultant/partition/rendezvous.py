@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, hrw_scores, key64, register
+import numpy as np
+
+from consultant.partition.base import (
+    AgentView, Partitioner, Placement, Scored, Site, hrw_array, key64, register, top_candidates,
+)
 
 _TWO64 = float(1 << 64)
 
@@ -44,23 +47,47 @@ class HashPlacement:
 
     Removing an agent changes no other agent's score, so only its hosts move, each to its
     first backup; a new agent takes about 1/(N+1) of the hosts.
+
+    The scores are computed for all agents at once in NumPy (`hrw_array`: the same 64-bit
+    integers as `hrw_scores`); only the few candidates for the first k places are sorted in
+    Python, by the same key as ever, so the ranking is the pure implementation's exactly
+    (tests/test_partition_vectorized.py holds it to that).
     """
 
     def __init__(self, agents: Sequence[AgentView], salt: str):
         self.agents = list(agents)
         self.salt = salt
         self.keys = [key64(a.agent_id, salt) for a in self.agents]
+        self.key_array = np.array(self.keys, dtype=np.uint64)
+        self.everyone = np.arange(len(self.agents))
         # Ties in a 64-bit score are practically impossible; the id breaks them anyway.
         self._tiebreak = [a.agent_id for a in self.agents]
 
+    def score_array(self, site: Site) -> np.ndarray:
+        return hrw_array(key64(site.host, self.salt), self.key_array)
+
     def scores(self, site: Site) -> list[int]:
-        return hrw_scores(key64(site.host, self.salt), self.keys)
+        return self.score_array(site).tolist()
 
     def rank(self, site: Site, k: int) -> list[int]:
-        s = self.scores(site)
-        if k == 1 and s:
-            return [max(range(len(s)), key=s.__getitem__)]
-        return heapq.nlargest(k, range(len(s)), key=lambda i: (s[i], self._tiebreak[i]))
+        s = self.score_array(site)
+        if k == 1 and len(s):
+            return [int(s.argmax())]  # the first of equal maxima, as max() over the indices
+        return self._best(s, k, self.everyone)
+
+    def rank_among(self, site: Site, k: int, among: np.ndarray) -> list[int]:
+        """`rank(site, len(agents))` restricted to the indices `among` (ascending), first k."""
+        return self._best(self.score_array(site), k, among)
+
+    def _best(self, s: np.ndarray, k: int, among: np.ndarray) -> list[int]:
+        """The k largest of s[among] by (score, agent id), best first."""
+        if k <= 0 or not len(among):
+            return []
+        vals = s[among]
+        pos = top_candidates(vals, k)
+        cand, cv, tb = among[pos].tolist(), vals[pos].tolist(), self._tiebreak
+        order = sorted(range(len(cand)), key=lambda j: (cv[j], tb[cand[j]]), reverse=True)[:k]
+        return [cand[j] for j in order]
 
     def explain(self, site: Site) -> list[Scored]:
         s = self.scores(site)
@@ -77,6 +104,16 @@ class HashPartitioner(Partitioner):
         return HashPlacement(agents, self.options.salt)
 
 
+# A weighted score from NumPy's log may differ from math.log's by a few ulps: candidates within
+# this relative margin of the k-th are rescored exactly, so the ranking is math.log's.
+_LOG_MARGIN = 1e-9
+
+
+def _weighted(x: int, w: float) -> float:
+    # (x + 0.5) / 2^64 is strictly inside (0, 1), so the log is finite and negative.
+    return -w / math.log((x + 0.5) / _TWO64)
+
+
 class WeightedPlacement(HashPlacement):
     """Weighted rendezvous: score = -w / ln(u), u uniform in (0,1) from the HRW hash.
 
@@ -87,15 +124,25 @@ class WeightedPlacement(HashPlacement):
     def __init__(self, agents: Sequence[AgentView], salt: str, weights: Sequence[float]):
         super().__init__(agents, salt)
         self.weights = list(weights)
+        self.weight_array = np.array(self.weights, dtype=np.float64)
 
     def wscores(self, site: Site) -> list[float]:
-        raw = self.scores(site)
-        # (x + 0.5) / 2^64 is strictly inside (0, 1), so the log is finite and negative.
-        return [-w / math.log((x + 0.5) / _TWO64) for x, w in zip(raw, self.weights)]
+        return [_weighted(x, w) for x, w in zip(self.scores(site), self.weights)]
 
     def rank(self, site: Site, k: int) -> list[int]:
-        s = self.wscores(site)
-        return heapq.nlargest(k, range(len(s)), key=lambda i: (s[i], self._tiebreak[i]))
+        return self.rank_among(site, k, self.everyone)
+
+    def rank_among(self, site: Site, k: int, among: np.ndarray) -> list[int]:
+        if k <= 0 or not len(among):
+            return []
+        raw = self.score_array(site)[among]
+        with np.errstate(divide="ignore"):
+            approx = -self.weight_array[among] / np.log((raw.astype(np.float64) + 0.5) / _TWO64)
+        pos = top_candidates(approx, k, _LOG_MARGIN)
+        cand, xs, tb, ws = among[pos].tolist(), raw[pos].tolist(), self._tiebreak, self.weights
+        exact = [_weighted(x, ws[i]) for x, i in zip(xs, cand)]
+        order = sorted(range(len(cand)), key=lambda j: (exact[j], tb[cand[j]]), reverse=True)[:k]
+        return [cand[j] for j in order]
 
     def explain(self, site: Site) -> list[Scored]:
         s = self.wscores(site)
