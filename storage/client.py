@@ -63,9 +63,10 @@ def make_batch(captures: Iterable[Capture], batch_id: str | None = None) -> stor
 class StorageClient(Protocol):
     """The agent's view of storage. A test fake implements these methods."""
 
-    async def send(self, batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch], timeout: float | None = None) -> Ack:
-        """Deliver one or more batches; return once storage has made them durable (within
-        `timeout` seconds when given, else the client's own timeout).
+    async def send(self, batches: Batch | Sequence[Batch], timeout: float | None = None) -> Ack:
+        """Deliver one or more batches, each a PageBatch or its serialized bytes (a spool
+        file as it is); return once storage has made them durable (within `timeout` seconds
+        when given, else the client's own timeout).
 
         Raises Unavailable when storage cannot be reached or fails (keep the batches spooled
         and retry: resending is safe) and InvalidArgument for a request storage refuses whole.
@@ -80,17 +81,34 @@ class StorageClient(Protocol):
     async def close(self) -> None: ...
 
 
-async def _ingest(stub: storage_pb2_grpc.StorageStub, batches: Sequence[storage_pb2.PageBatch], timeout: float) -> Ack:
+Batch = storage_pb2.PageBatch | bytes
+"""A batch as send() takes it: the message, or its serialized bytes (what the spool holds)."""
+
+
+def _serialize(b: Batch) -> bytes:
+    # A spool file is a serialized PageBatch: it goes on the wire as it is, not parsed and
+    # serialized again (issue 24). Storage decodes the same message either way.
+    return b if isinstance(b, bytes) else b.SerializeToString()
+
+
+def ingest_method(channel: grpc.aio.Channel) -> grpc.aio.StreamUnaryMultiCallable:
+    """Storage's Ingest on `channel`, taking PageBatch messages or their bytes (the generated
+    stub's serializer takes messages only)."""
+    return channel.stream_unary("/wancrawl.v1.Storage/Ingest", request_serializer=_serialize,
+                                response_deserializer=storage_pb2.IngestAck.FromString)
+
+
+async def _ingest(ingest: grpc.aio.StreamUnaryMultiCallable, batches: Sequence[Batch], timeout: float) -> Ack:
     """One client-streaming Ingest call (raises grpc's AioRpcError: the callers translate)."""
     async def gen():
         for b in batches:
             yield b
 
-    return Ack.from_proto(await stub.Ingest(gen(), timeout=timeout))
+    return Ack.from_proto(await ingest(gen(), timeout=timeout))
 
 
-def _one_or_many(batches: storage_pb2.PageBatch | Sequence[storage_pb2.PageBatch]) -> Sequence[storage_pb2.PageBatch]:
-    return [batches] if isinstance(batches, storage_pb2.PageBatch) else batches
+def _one_or_many(batches: Batch | Sequence[Batch]) -> Sequence[Batch]:
+    return [batches] if isinstance(batches, (storage_pb2.PageBatch, bytes)) else batches
 
 
 def _lookup_chunks(urls: Sequence[str]) -> list[storage_pb2.LookupRequest]:
@@ -105,10 +123,11 @@ class GrpcStorageClient:
         self.timeout = timeout
         self._channel = grpcutil.channel(target, tls)
         self._stub = storage_pb2_grpc.StorageStub(self._channel)
+        self._ingest = ingest_method(self._channel)
 
     async def send(self, batches, timeout: float | None = None) -> Ack:
         try:
-            return await _ingest(self._stub, _one_or_many(batches),
+            return await _ingest(self._ingest, _one_or_many(batches),
                                  self.timeout if timeout is None else min(timeout, self.timeout))
         except grpc.aio.AioRpcError as exc:
             raise grpcutil.translate(exc, f"storage {self.target}: Ingest") from None
@@ -186,6 +205,7 @@ class FailoverStorageClient:
             attempt_timeout=attempt_timeout or timeout / len(addresses), retry_after=retry_after,
             max_retry_after=max_retry_after, clock=clock)
         self._stubs: dict[grpc.aio.Channel, storage_pb2_grpc.StorageStub] = {}
+        self._ingests: dict[grpc.aio.Channel, grpc.aio.StreamUnaryMultiCallable] = {}
 
     def _stub(self, ch: grpc.aio.Channel) -> storage_pb2_grpc.StorageStub:
         stub = self._stubs.get(ch)
@@ -193,10 +213,16 @@ class FailoverStorageClient:
             stub = self._stubs[ch] = storage_pb2_grpc.StorageStub(ch)
         return stub
 
-    async def _call(self, what: str, invoke: Callable[[storage_pb2_grpc.StorageStub, float], Awaitable[T]],
+    def _ingest(self, ch: grpc.aio.Channel) -> grpc.aio.StreamUnaryMultiCallable:
+        ingest = self._ingests.get(ch)
+        if ingest is None:
+            ingest = self._ingests[ch] = ingest_method(ch)
+        return ingest
+
+    async def _call(self, what: str, invoke: Callable[[grpc.aio.Channel, float], Awaitable[T]],
                     timeout: float | None = None) -> T:
         try:
-            return await self.writers.call(lambda ch, t: invoke(self._stub(ch), t),
+            return await self.writers.call(invoke,
                                            self.timeout if timeout is None else min(timeout, self.timeout))
         except grpc.aio.AioRpcError as exc:
             several = exc.code() in failover.FAILOVER_CODES
@@ -205,13 +231,13 @@ class FailoverStorageClient:
 
     async def send(self, batches, timeout: float | None = None) -> Ack:
         batches = _one_or_many(batches)
-        return await self._call("Ingest", lambda stub, t: _ingest(stub, batches, t), timeout)
+        return await self._call("Ingest", lambda ch, t: _ingest(self._ingest(ch), batches, t), timeout)
 
     async def lookup(self, urls: Sequence[str]) -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
         for req in _lookup_chunks(urls):
-            async def one(stub: storage_pb2_grpc.StorageStub, t: float, req=req) -> storage_pb2.LookupResponse:
-                return await stub.Lookup(req, timeout=t)
+            async def one(ch: grpc.aio.Channel, t: float, req=req) -> storage_pb2.LookupResponse:
+                return await self._stub(ch).Lookup(req, timeout=t)
             resp = await self._call("Lookup", one)
             out.update((f.url, set(f.statuses)) for f in resp.found)
         return out

@@ -103,8 +103,10 @@ class FakeStorageClient:
         from wancrawl.errors import Unavailable
 
         self.timeouts.append(timeout)
-        if isinstance(batches, storage_pb2.PageBatch):
+        if isinstance(batches, (storage_pb2.PageBatch, bytes)):
             batches = [batches]
+        # A serialized batch (a spool file as it is) is decoded as storage decodes it.
+        batches = [storage_pb2.PageBatch.FromString(b) if isinstance(b, bytes) else b for b in batches]
         if self.fail_next:
             self.fail_next -= 1
             raise Unavailable("fake storage: told to fail")

@@ -206,6 +206,50 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
         assert sent == urls and shipper.counters["captures_superseded"] == 0
         assert victim.timeouts == [4.5], "a send within the lease ends with it (a pause mid-send fails it)"
 
+def test_the_shipper_sends_spool_files_as_they_are_and_parses_only_what_it_must_check(run, tmp_path):
+    """Spool files go to storage as their bytes (issue 24: not parsed and serialized again). A
+    file this process spooled after the lease's last lapse is sent unparsed; a file found on disk
+    at start (an earlier process's: when its pages were fetched is not known) is read and
+    checked at storage like any spooled before the lapse."""
+    from agent.state.shipper import StorageShipper
+    from agent.state.spool import Spool
+    from storage.client import make_batch
+    from storage.testing import FakeStorageClient, fetch_result
+    from wancrawl.v1 import storage_pb2
+    from wancrawl.warcrecords import build_capture
+
+    class Recording(FakeStorageClient):
+        def __init__(self, group):
+            super().__init__(group)
+            self.sent: list = []
+            self.asked: list[str] = []
+
+        async def send(self, batches, timeout=None):
+            self.sent.extend(batches)
+            return await super().send(batches, timeout)
+
+        async def lookup(self, urls):
+            self.asked.extend(urls)
+            return await super().lookup(urls)
+
+    group: list = []
+    new_owner, storage = FakeStorageClient(group), Recording(group)
+    page = lambda u, agent, at: build_capture(fetch_result(u, b"<html>" + u.encode(), agent_id=agent, at=at))  # noqa: E731
+    run(new_owner.send(make_batch([page("http://h.lab/old", "b", 100.0)])))
+    spool = Spool(tmp_path / "spool", fsync=False)
+    spool.put(make_batch([page("http://h.lab/old", "a", 10.0)]))   # fetched before the lapse at 50
+    restarted = Spool(tmp_path / "spool", fsync=False)              # ... and found on disk at start
+    path = restarted.put(make_batch([page("http://h.lab/new", "a", 60.0), page("http://h.lab/new2", "a", 61.0)]))
+    on_disk = path.read_bytes()
+    shipper = StorageShipper(restarted, storage, retry_seconds=1.0, lapsed_at=lambda: 50.0)
+    assert run(shipper.send(max_batches=10)) == 2 and len(restarted) == 0
+    assert storage.asked == ["http://h.lab/old"], "only the captures that may be superseded are asked about"
+    assert storage.sent[0] == storage_pb2.PageBatch(batch_id=storage.sent[0].batch_id), "the old file, its capture dropped"
+    assert storage.sent[1] == on_disk, "spooled after the lapse: the file's bytes as they are"
+    assert sorted(c.url for c in storage.captures.values()) == ["http://h.lab/new", "http://h.lab/new2"]
+    assert shipper.counters["captures_stored"] == 2 and shipper.counters["captures_superseded"] == 1
+
+
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     from agent.state.frontier import Frontier
     from agent.ownership.ledger import HostLedger

@@ -68,6 +68,33 @@ def test_ingest_get_stats_over_grpc(tmp_path):
     run(with_server(settings, go))
 
 
+def test_a_batch_sent_as_its_serialized_bytes_is_the_same_batch_to_storage(tmp_path):
+    """The shipper sends a spool file's bytes as they are (issue 24): storage decodes them as the
+    message they serialize. Stored from the bytes, a capture reads back as the message's would,
+    and the message sent after its bytes (or in one stream beside them) is a duplicate."""
+    settings = load(write_config(tmp_path))
+    caps = captures(9)
+    one, two, three = make_batch(caps[:3], "one"), make_batch(caps[3:6], "two"), make_batch(caps[6:], "three")
+
+    async def go(addr):
+        client = GrpcStorageClient(addr)
+        ack = await client.send(one.SerializeToString())
+        assert (ack.batches, ack.stored, ack.duplicates, ack.rejected) == (1, 3, 0, [])
+        mixed = await client.send([two.SerializeToString(), three, one])
+        assert (mixed.batches, mixed.stored, mixed.duplicates) == (3, 6, 3)
+        again = await client.send([two, three.SerializeToString()])
+        assert (again.stored, again.duplicates) == (0, 6)
+        for c in caps[:4]:
+            got = await client.get(c.url)
+            assert (got.capture.record_id, got.capture.payload_digest, got.capture.fetched_at) == (c.record_id, c.payload_digest, c.fetched_at)
+            assert got.http_headers == c.http_headers and got.body.startswith(b"<!DOCTYPE html>")
+        with pytest.raises(InvalidArgument):
+            await client.send(b"\x0a\xff")  # not a PageBatch: refused whole, as a bad message is
+        await client.close()
+
+    run(with_server(settings, go))
+
+
 def test_concurrent_streams_share_commits_and_stay_idempotent(tmp_path):
     settings = load(write_config(tmp_path))
     caps = captures(40)

@@ -57,6 +57,19 @@ def test_decoded_body_gets_honest_headers():
     assert h.get_header("Transfer-Encoding") is None
 
 
+def test_line_breaks_in_header_names_and_values_become_spaces():
+    # A hostile server's CR and LF never reach a record's line structure: in the HTTP head (names
+    # and values) and in the metadata's values they are spaces; warcio reads every record.
+    f = FetchResult(url="http://a.example/", status=200, body=b"hi", agent_id="a\r\nx", started_at=1.0, ended_at=2.0,
+                    response_headers=[("X-Evil", "one\r\nInjected: yes"), ("Bad\nName", "v"), ("Server", "lab\r")],
+                    extra_metadata=[("note", "a\nb")])
+    c = build_capture(f)
+    (resp, payload), (req, _), (meta, meta_body) = read_all(c.response + c.request + c.metadata)
+    assert c.http_headers == b"HTTP/1.1 200\r\nX-Evil: one  Injected: yes\r\nBad Name: v\r\nServer: lab \r\n\r\n"
+    assert resp.http_headers.get_header("Injected") is None and payload == b"hi"
+    assert b"agent-id: a  x\r\n" in meta_body and b"note: a b\r\n" in meta_body
+
+
 def test_revisit_built_from_headers():
     c = build_capture(fetch_result("http://a.example/", b"y" * 1000))
     member = build_revisit(record_id="urn:uuid:r", url=c.url, warc_date_str=c.warc_date,
@@ -94,6 +107,49 @@ def test_sha1_digest_is_base32_of_sha1():
     for n in range(3000):
         data = rng.randbytes(n % 97)
         assert sha1_digest(data) == "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
+def test_warc_date_is_what_strftime_writes():
+    # isoformat, not strftime (issue 24): the same text for any time a fetch may carry (0..1e11,
+    # fields.py's bound), microseconds rounded the same way, whole seconds with ".000000".
+    import random
+    from datetime import datetime, timezone
+
+    from wancrawl.warcrecords import warc_date
+
+    rng = random.Random(11)
+    times = [0.0, 1e11, 1_700_000_000.0, 1_700_000_000.9999995, 951_782_400.5]
+    times += [rng.choice([rng.uniform(0, 1e11), rng.uniform(1.7e9, 1.8e9), float(rng.randint(0, 2**31)),
+                          rng.randint(0, 10**11) / 1e6]) for _ in range(20_000)]
+    for t in times:
+        assert warc_date(t) == datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), t
+
+
+def test_request_target_is_what_urlsplit_gives():
+    # The request line's target is cut by hand for plain http(s) URLs (issue 24); urlsplit is the
+    # reference for every URL, odd ones too (fragments, brackets, backslashes, controls), errors included.
+    import random
+    from urllib.parse import urlsplit
+
+    from wancrawl.warcrecords import _request_target
+
+    def reference(url):
+        parts = urlsplit(url)
+        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+    def outcome(f, url):
+        try:
+            return f(url)
+        except ValueError:
+            return ValueError
+
+    rng = random.Random(3)
+    alphabet = "ab/?#:@.%&=\\ \t\x00\u00e9HTtp[]"
+    urls = ["http://h", "http://h?", "http://h?q", "http://h/p?", "https://h:8080/a/b?c=d&e", "http://h//x?y?z"]
+    urls += [rng.choice(["http://", "https://", "HTTP://", "http:/", "ftp://"]) + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+             for _ in range(50_000)]
+    for url in urls:
+        assert outcome(_request_target, url) == outcome(reference, url), url
 
 
 def test_record_ids_are_random_version_4_uuids():

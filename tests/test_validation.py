@@ -235,7 +235,7 @@ class RefusingStorage:
         self.sends: list[list[str]] = []
 
     async def send(self, batches):
-        ids = [b.batch_id for b in batches]
+        ids = [(storage_pb2.PageBatch.FromString(b) if isinstance(b, bytes) else b).batch_id for b in batches]
         self.sends.append(ids)
         if "bad" in ids:
             raise errors.InvalidArgument("storage: INVALID_ARGUMENT: batch 'bad': too many captures")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -12,7 +13,9 @@ class Spool:
     """One file per PageBatch, `<seq>-<pages>.batch`, written whole (temp file, fsync, rename)
     so a crash leaves either the whole batch or nothing. Invariant: a file is removed only
     after storage acknowledged its batch; resending is safe (record ids make ingest
-    idempotent). `_files` mirrors the directory (path -> pages), so counting costs nothing."""
+    idempotent). `_files` mirrors the directory (path -> pages), so counting costs nothing;
+    `_since` holds, for the files written by this process, the earliest `fetched_at` of their
+    captures (the shipper sends a file's bytes unparsed when none can be suspect)."""
 
     def __init__(self, directory: str | Path, fsync: bool = True):
         self.dir = Path(directory)
@@ -22,12 +25,14 @@ class Spool:
             tmp.unlink()  # a write that never finished: its pages were never marked done
         self._files: dict[Path, int] = {p: int(p.stem.split("-")[1]) for p in sorted(self.dir.glob("*.batch"))}
         self._next = max((int(p.stem.split("-")[0]) for p in self._files), default=0) + 1
+        self._since: dict[Path, float] = {}
 
     def put(self, batch: storage_pb2.PageBatch) -> Path:
         seq = self._next
         self._next += 1
         final = self._write(seq, batch)
         self._files[final] = len(batch.captures)
+        self._since[final] = min((c.fetched_at for c in batch.captures), default=math.inf)
         return final
 
     def replace(self, path: Path, batch: storage_pb2.PageBatch) -> Path:
@@ -40,6 +45,8 @@ class Spool:
         if final != path:
             path.unlink(missing_ok=True)
         self._files = {(final if p == path else p): (len(batch.captures) if p == path else n) for p, n in self._files.items()}
+        self._since.pop(path, None)
+        self._since[final] = min((c.fetched_at for c in batch.captures), default=math.inf)
         return final
 
     def _write(self, seq: int, batch: storage_pb2.PageBatch) -> Path:
@@ -72,6 +79,7 @@ class Spool:
         dest = self.rejected_dir / path.name
         os.replace(path, dest)
         self._files.pop(path, None)
+        self._since.pop(path, None)
         return dest
 
     def keep_rejected(self, batch: storage_pb2.PageBatch, name: str) -> Path:
@@ -90,10 +98,25 @@ class Spool:
         b.ParseFromString(path.read_bytes())
         return b
 
+    @staticmethod
+    def read_bytes(path: Path) -> bytes:
+        """A spooled batch as it is on disk: a serialized PageBatch."""
+        return path.read_bytes()
+
+    def pages_in(self, path: Path) -> int:
+        """How many captures the spooled file holds (0 for a file not in the spool)."""
+        return self._files.get(path, 0)
+
+    def fetched_from(self, path: Path) -> float | None:
+        """The earliest fetched_at of the file's captures; None when not known (a file found on
+        disk at start, written by an earlier process)."""
+        return self._since.get(path)
+
     def remove(self, paths: list[Path]) -> None:
         for p in paths:
             p.unlink(missing_ok=True)
             self._files.pop(p, None)
+            self._since.pop(p, None)
 
     @property
     def last_seq(self) -> int:
