@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from pathlib import Path
 
@@ -54,6 +55,34 @@ def truth_urls(web: Web, seeds: list[str], max_depth: int, allow: list[str] | No
 
 def normal_hosts(web: Web) -> list[str]:
     return [s.host for s in web.topology.normal_sites]
+
+
+def refetches(lab: ServerThread, port: int) -> dict[str, list[tuple[float, str]]]:
+    """The page URLs the lab served more than once: URL -> [(seconds after the lab's first
+    request, the requesting agent's source address)] (what a "fetched twice" message shows)."""
+    log = [e for e in lab.server.log if e.path != "/robots.txt"]
+    t0 = min((e.t for e in lab.server.log), default=0.0)
+    by_url: dict[str, list[tuple[float, str]]] = collections.defaultdict(list)
+    for e, u in zip(log, fetched_urls(lab, port)):
+        by_url[u].append((round(e.t - t0, 3), e.client))
+    return {u: w for u, w in by_url.items() if len(w) > 1}
+
+
+def unfenced_refetches(lab: ServerThread, port: int, fenced: dict[str, float]) -> dict[str, list[tuple[float, str]]]:
+    """The refetches no fence explains. A fetch whose answer came after its agent's lease had
+    lapsed is dropped unstored and fetched again by the same agent (dispatcher: fenced_results):
+    such repeats, up to each agent's fenced_results, are by design. A URL fetched by two agents,
+    or by one more often than it fenced results, is returned. fenced: source address ->
+    fenced_results (`fenced_of`)."""
+    reps = refetches(lab, port)
+    by_agent = collections.Counter(a for w in reps.values() if len({a for _, a in w}) == 1 for _, a in w[1:])
+    return {u: w for u, w in reps.items()
+            if len({a for _, a in w}) > 1 or by_agent[w[0][1]] > fenced.get(w[0][1], 0)}
+
+
+def fenced_of(nodes) -> dict[str, float]:
+    """Each agent's fenced_results by its source address (for unfenced_refetches)."""
+    return {n.s.source_ip: n.status_counters()["fenced_results"] for n in nodes}
 
 
 def fetched_urls(lab: ServerThread, port: int) -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
+import select
 import sqlite3
 import subprocess
 import sys
@@ -56,6 +58,10 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
         assert p.returncode == 0 and "0 queued URLs handed over" in p.stdout
         agents = json.loads(manager("agents", "--json", consultant=cl.consultant).stdout)
         assert sorted(a["agent_id"] for a in agents) == ["cernet-harbin", "telecom-guangzhou"]
+        # It exits by itself, after its answer (it stops its loops and its server first): wait
+        # for that exit, or `down` below may find it still stopping (and stop it) on a loaded machine.
+        drained = next(p for p in cl.procs if p.name == "agent-unicom-beijing")
+        assert _exits(drained.pid, 60), "the drained agent did not exit by itself"
     finally:
         stopped = down(run)
     assert "web" in stopped and len(stopped) == 5, stopped  # the drained agent had exited by itself
@@ -85,6 +91,18 @@ def manager(*args: str, consultant: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", consultant,
                            "--ca", tls.ca, "--cert", tls.cert, "--key", tls.key, *args],
                           capture_output=True, text=True, timeout=180, cwd=REPO)
+
+
+def _exits(pid: int, timeout: float) -> bool:
+    """Wait for the process to exit (a pidfd turns readable then); False after timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
 
 
 def _stored(run: Path) -> list[tuple[str, str]]:

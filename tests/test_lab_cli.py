@@ -222,3 +222,48 @@ def test_cluster_configs_with_two_consultant_replicas_share_a_fresh_postgres_sch
     with pytest.raises(Exception, match="no replicas in kademlia mode"):
         write_configs(tmp_path, topo_mod.load(), "hash", ["unicom-beijing"], delay=0.1, concurrency=8, consultants=2,
                       mode="kademlia")
+
+
+def test_free_port_never_hands_out_a_port_twice(monkeypatch):
+    """The kernel may give a port just closed out again (0.2% of `lab up`'s 7-port batches): two
+    agents of one cluster got the same port, and both bound it. Here the kernel answers the same
+    port twice in a row: free_port must not hand it out again."""
+    from wancrawl import procs
+
+    answers = iter([61001, 61001, 61002])
+
+    class Sock:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, addr):
+            self.port = next(answers)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(procs, "_given", {})
+    monkeypatch.setattr(procs.socket, "socket", lambda *a, **k: Sock())
+    assert [procs.free_port(), procs.free_port()] == [61001, 61002]
+
+
+def test_a_server_cannot_bind_a_port_another_server_listens_on(run):
+    """grpc servers set SO_REUSEPORT by default: a second server on a taken port started and
+    shared its connections with the first. Ours refuse it (ConfigError: address in use)."""
+    from wancrawl import errors, grpcutil
+
+    async def go():
+        first, _, security = grpcutil.new_server()
+        port = grpcutil.bind(first, "127.0.0.1:0", security)
+        await first.start()
+        try:
+            second, _, security2 = grpcutil.new_server()
+            with pytest.raises(errors.ConfigError):
+                grpcutil.bind(second, f"127.0.0.1:{port}", security2)
+        finally:
+            await first.stop(0)
+
+    run(go())

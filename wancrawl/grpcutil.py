@@ -350,7 +350,9 @@ def new_server(tls: TlsSettings | None = None, *, name: str = "server",
     interceptors: list[grpc.aio.ServerInterceptor] = [ErrorInterceptor(security.rpc_errors)]
     if security.authorizer is not None:
         interceptors.insert(0, security.authorizer.interceptor())
-    server = grpc.aio.server(interceptors=interceptors, options=CHANNEL_OPTIONS)
+    # No SO_REUSEPORT (grpc's default on): a port another process listens on fails `bind`
+    # (address in use) instead of the two servers sharing its connections.
+    server = grpc.aio.server(interceptors=interceptors, options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     return server, health_servicer, security
@@ -369,10 +371,13 @@ async def mark_not_serving(health_servicer: health.aio.HealthServicer) -> None:
 def bind(server: grpc.aio.Server, listen: str, security: Security) -> int:
     """Bind `listen` (host:port, port 0 for any) with mutual TLS, or plaintext when `security`
     is insecure; return the port bound."""
-    if security.server_tls is None:
-        port = server.add_insecure_port(listen)
-    else:
-        port = server.add_secure_port(listen, security.server_tls.credentials())
+    try:
+        if security.server_tls is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, security.server_tls.credentials())
+    except RuntimeError:  # grpc >= 1.5x raises where older ones returned 0
+        port = 0
     if port == 0:
         raise errors.ConfigError(f"cannot listen on {listen!r} (address in use or invalid)")
     return port

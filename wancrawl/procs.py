@@ -36,10 +36,25 @@ class Proc:
     address: str = ""
 
 
+GIVEN_KEPT = 4096  # ports free_port remembers having handed out
+_given: dict[int, None] = {}  # those ports, oldest first
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nobody listens on now and that this process has not handed out lately. The caller
+    binds it later (a service it starts), and the kernel gives a port just closed out again at
+    random: two agents of one `lab up` were given the same port (0.2% of 7-port batches), both
+    bound it (grpc servers set SO_REUSEPORT), and one answered for both; its crawl never ended."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _given:
+            break
+    _given[port] = None
+    if len(_given) > GIVEN_KEPT:
+        del _given[next(iter(_given))]
+    return port
 
 
 def start(name: str, args: list[str], run: Path, *, cwd: Path | None = None) -> Proc:

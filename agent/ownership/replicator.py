@@ -176,12 +176,20 @@ class Replicator:
         """One round; answers the barriers waiting on it only if it ran to its end. A round cut
         short has not sent what they wait for: cancelled (the loop stops: a stop, a crash's last
         moments), they fail with Unavailable, so a push waiting on it fails and its sender keeps
-        the URLs; an error in the round leaves them to the next round."""
+        the URLs; an error in the round leaves them to the next round. A CancelledError while
+        this task is not being cancelled is such an error (raised as Unavailable)."""
         async with self._lock:
             waiters, self._waiters = self._waiters, []
             try:
                 await self._round()
             except asyncio.CancelledError:
+                if not _cancelling():
+                    # Not this task's cancellation: an awaited call was cancelled under the round
+                    # (grpc.aio raises CancelledError for a call it cancelled itself). An error of
+                    # the round: its waiters wait for the next one. Raised as CancelledError it
+                    # would end the loop (run catches Exception), and no push would be answered again.
+                    self._waiters[:0] = waiters
+                    raise errors.Unavailable("a call of the replication round was cancelled") from None
                 for w in waiters:
                     if not w.done():
                         w.set_exception(errors.Unavailable("replication stopped before this push reached the backups"))
@@ -350,3 +358,9 @@ class Replicator:
         self._need_full.update(hosts)
         self._dirty.update(hosts)
         self.waker.set()
+
+
+def _cancelling() -> bool:
+    """Is the running task being cancelled (a CancelledError it sees is its own)?"""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
