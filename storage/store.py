@@ -136,7 +136,8 @@ class Store:
         originals = self.index.originals(set(eligible)) if eligible else {}
         # The same URL's own past (issue 26): a 304 refers to the latest capture of its URL with the
         # digest the agent names; a 200 whose payload equals its URL's latest capture is a revisit
-        # of it whatever its size. Within the group, earlier captures count as indexed.
+        # of it whatever its size, when the agent flagged it a refetch (a first capture asks the
+        # index nothing). Within the group, earlier captures count as indexed.
         unchanged = [t[2] for t in todo if t[1].status == 200 and self._same_url_dedupable(t[1])]
         latest: dict[str, Ref] = {u: r for u, row in self.index.latest(unchanged).items()
                                   if (r := self._holder(row)) is not None} if unchanged else {}
@@ -210,8 +211,10 @@ class Store:
         return results
 
     def _same_url_dedupable(self, c: storage_pb2.Capture) -> bool:
-        """A 200 compared with its own URL's latest capture: dedup on and the body whole (no size floor)."""
-        return self.settings.ingest.dedup and not c.truncated
+        """A 200 compared with its own URL's latest capture: a refetch by the agent's flag, dedup on
+        and the body whole (no size floor). An unflagged capture is taken for a first one: only
+        the digest index (`_dedupable`, above dedup_min_bytes) can make it a revisit."""
+        return c.refetch and self.settings.ingest.dedup and not c.truncated
 
     def _holder(self, row: Row) -> Ref | None:
         """The capture holding the payload of `row`: itself, or the record a revisit refers to."""

@@ -83,11 +83,16 @@ def test_304_without_an_indexed_capture_is_stored_as_a_response(settings):
     store.close()
 
 
+def refetch(url: str, body: bytes, at: float):
+    """A capture the agent flags a refetch: its revisit schedule holds a previous capture of the URL."""
+    return dataclasses.replace(build_capture(fetch_result(url, body, at=at)), refetch=True)
+
+
 def test_unchanged_200_is_a_revisit_of_its_url_whatever_its_size(settings):
     store = Store(dataclasses.replace(settings, ingest=IngestSettings(fsync="os", dedup_min_bytes=1_000_000)))
     url, body = "http://a.example/small.html", b"<html><body>tiny page</body></html>"
     a = build_capture(fetch_result(url, body, at=1.0))
-    b = build_capture(fetch_result(url, body, at=2.0))
+    b = refetch(url, body, at=2.0)
     other = build_capture(fetch_result("http://a.example/other.html", body, at=3.0))
     store.ingest([make_batch([a])])
     res = store.ingest([make_batch([b, other])])[0]
@@ -98,9 +103,43 @@ def test_unchanged_200_is_a_revisit_of_its_url_whatever_its_size(settings):
     assert rec.rec_headers.get_header("WARC-Profile") == REVISIT_PROFILE
     assert store.index.get(other.record_id).record_type == "response"
     # A third unchanged fetch refers to the response holding the payload, not to the revisit.
-    c = build_capture(fetch_result(url, body, at=4.0))
+    c = refetch(url, body, at=4.0)
     store.ingest([make_batch([c])])
     assert store.index.get(c.record_id).refers_to == a.record_id
+    store.close()
+
+
+def test_only_flagged_refetches_ask_the_index_for_the_latest_capture(settings, monkeypatch):
+    """A first-time crawl pays for no same-URL lookup: the index's `latest` is asked only for the
+    200s the agent flagged a refetch (in one call per ingest group). The choice for an unflagged
+    capture: taken for a first one, so an unchanged refetch an agent did not flag (an older agent,
+    or a page fetched again after a kill before its "done" reached the backup) is a revisit only
+    through the digest index, above dedup_min_bytes; under it, a second response."""
+    store = Store(dataclasses.replace(settings, ingest=IngestSettings(fsync="os", dedup_min_bytes=1_000_000)))
+    asked: list[list[str]] = []
+    real = store.index.latest
+
+    def spy(urls):
+        urls = list(urls)
+        asked.append(urls)
+        return real(urls)
+
+    monkeypatch.setattr(store.index, "latest", spy)
+    first = [build_capture(fetch_result(f"http://a.example/{i}.html", b"<p>page %d</p>" % i, at=1.0)) for i in range(5)]
+    res = store.ingest([make_batch(first[:3]), make_batch(first[3:])])
+    assert [r.stored for r in res] == [3, 2] and asked == []  # a first-time crawl: no lookup
+    # Unflagged and unchanged, under dedup_min_bytes: a second response, still no lookup.
+    again = build_capture(fetch_result(first[0].url, b"<p>page 0</p>", at=2.0))
+    store.ingest([make_batch([again])])
+    assert asked == [] and store.index.get(again.record_id).record_type == "response"
+    # Flagged: one lookup for the group, of the flagged URLs only, and the unchanged one is a revisit.
+    r1, r2 = refetch(first[1].url, b"<p>page 1</p>", 3.0), refetch(first[2].url, b"<p>page 2 changed</p>", 3.0)
+    new = build_capture(fetch_result("http://a.example/new.html", b"<p>new</p>", at=3.0))
+    res = store.ingest([make_batch([r1, new]), make_batch([r2])])
+    assert len(asked) == 1 and sorted(asked[0]) == sorted([first[1].url, first[2].url])
+    assert store.index.get(r1.record_id).record_type == "revisit" and store.index.get(r1.record_id).refers_to == first[1].record_id
+    assert store.index.get(r2.record_id).record_type == "response"
+    assert store.index.get(new.record_id).record_type == "response"
     store.close()
 
 

@@ -67,6 +67,9 @@ class Capture:
     metadata: bytes  # gzip member holding the metadata record
     http_headers: bytes  # raw status line + headers, so storage can write a revisit instead
     raw_length: int  # uncompressed bytes of the three records
+    # A fetch again of a URL the agent holds a previous capture of (a revisit from its schedule):
+    # storage compares it with the URL's latest capture only then (docs/storage.md).
+    refetch: bool = False
 
 
 _B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"

@@ -24,47 +24,47 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19wancrawl/v1/storage.proto\x12\x0bwancrawl.v1\"\xb6\x02\n\x07\x43\x61pture\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nfetched_at\x18\x04 \x01(\x01\x12\x11\n\twarc_date\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x16\n\x0epayload_digest\x18\x08 \x01(\t\x12\x16\n\x0epayload_length\x18\t \x01(\x04\x12\n\n\x02ip\x18\n \x01(\t\x12\x11\n\ttruncated\x18\x0b \x01(\t\x12\x10\n\x08response\x18\x0c \x01(\x0c\x12\x0f\n\x07request\x18\r \x01(\x0c\x12\x10\n\x08metadata\x18\x0e \x01(\x0c\x12\x14\n\x0chttp_headers\x18\x0f \x01(\x0c\x12\x12\n\nraw_length\x18\x10 \x01(\x04\"E\n\tPageBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x08\x63\x61ptures\x18\x02 \x03(\x0b\x32\x14.wancrawl.v1.Capture\"y\n\tRejection\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\trecord_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12(\n\x04kind\x18\x05 \x01(\x0e\x32\x1a.wancrawl.v1.RejectionKind\"\x93\x01\n\tIngestAck\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0e\n\x06stored\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12(\n\x08rejected\x18\x05 \x03(\x0b\x32\x16.wancrawl.v1.Rejection\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\"H\n\nGetRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06has_at\x18\x02 \x01(\x08\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\trecord_id\x18\x04 \x01(\t\"\xb0\x02\n\x0b\x43\x61ptureInfo\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x15\n\rcanonical_url\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x12\n\nfetched_at\x18\x06 \x01(\x01\x12\x0e\n\x06status\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x08 \x01(\t\x12\x16\n\x0epayload_digest\x18\t \x01(\t\x12\x13\n\x0brecord_type\x18\n \x01(\t\x12\x11\n\trefers_to\x18\x0b \x01(\t\x12\x11\n\twarc_file\x18\x0c \x01(\t\x12\x0e\n\x06offset\x18\r \x01(\x04\x12\x0e\n\x06length\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\t\x12\n\n\x02ip\x18\x10 \x01(\t\"\\\n\x0bGetResponse\x12)\n\x07\x63\x61pture\x18\x01 \x01(\x0b\x32\x18.wancrawl.v1.CaptureInfo\x12\x14\n\x0chttp_headers\x18\x02 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\",\n\x0eHistoryRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"=\n\x0fHistoryResponse\x12*\n\x08\x63\x61ptures\x18\x01 \x03(\x0b\x32\x18.wancrawl.v1.CaptureInfo\"\x1d\n\rLookupRequest\x12\x0c\n\x04urls\x18\x01 \x03(\t\"&\n\x05\x46ound\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x10\n\x08statuses\x18\x02 \x03(\r\"3\n\x0eLookupResponse\x12!\n\x05\x66ound\x18\x01 \x03(\x0b\x32\x12.wancrawl.v1.Found\"0\n\x0cStatsRequest\x12\x0b\n\x03top\x18\x01 \x01(\r\x12\x13\n\x0bwriter_only\x18\x02 \x01(\x08\"9\n\x05\x43ount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05pages\x18\x02 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x03 \x01(\x04\"\xb2\x02\n\rStatsResponse\x12\r\n\x05pages\x18\x01 \x01(\x04\x12\x11\n\tresponses\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x11\n\traw_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x63ompression_ratio\x18\x06 \x01(\x01\x12\x12\n\nwarc_files\x18\x07 \x01(\x04\x12\r\n\x05hosts\x18\x08 \x01(\x04\x12\x0e\n\x06\x61gents\x18\t \x01(\x04\x12$\n\x08per_host\x18\n \x03(\x0b\x32\x12.wancrawl.v1.Count\x12%\n\tper_agent\x18\x0b \x03(\x0b\x32\x12.wancrawl.v1.Count\x12)\n\x06writer\x18\x0c \x01(\x0b\x32\x19.wancrawl.v1.WriterStatus\"\xcd\x01\n\x0cWriterStatus\x12\x11\n\twriter_id\x18\x01 \x01(\t\x12\x0c\n\x04sink\x18\x02 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x03 \x01(\x01\x12\r\n\x05pages\x18\x04 \x01(\x04\x12\x12\n\nduplicates\x18\x05 \x01(\x04\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\x12\x16\n\x0equeued_batches\x18\x07 \x01(\r\x12\x13\n\x0blag_seconds\x18\x08 \x01(\x01\x12\x1d\n\x15since_durable_seconds\x18\t \x01(\x01*J\n\rRejectionKind\x12\x1a\n\x16REJECTION_KIND_INVALID\x10\x00\x12\x1d\n\x19REJECTION_KIND_NOT_PLACED\x10\x01\x32\xc8\x02\n\x07Storage\x12:\n\x06Ingest\x12\x16.wancrawl.v1.PageBatch\x1a\x16.wancrawl.v1.IngestAck(\x01\x12\x38\n\x03Get\x12\x17.wancrawl.v1.GetRequest\x1a\x18.wancrawl.v1.GetResponse\x12>\n\x05Stats\x12\x19.wancrawl.v1.StatsRequest\x1a\x1a.wancrawl.v1.StatsResponse\x12\x41\n\x06Lookup\x12\x1a.wancrawl.v1.LookupRequest\x1a\x1b.wancrawl.v1.LookupResponse\x12\x44\n\x07History\x12\x1b.wancrawl.v1.HistoryRequest\x1a\x1c.wancrawl.v1.HistoryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19wancrawl/v1/storage.proto\x12\x0bwancrawl.v1\"\xc7\x02\n\x07\x43\x61pture\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x12\n\nfetched_at\x18\x04 \x01(\x01\x12\x11\n\twarc_date\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x16\n\x0epayload_digest\x18\x08 \x01(\t\x12\x16\n\x0epayload_length\x18\t \x01(\x04\x12\n\n\x02ip\x18\n \x01(\t\x12\x11\n\ttruncated\x18\x0b \x01(\t\x12\x10\n\x08response\x18\x0c \x01(\x0c\x12\x0f\n\x07request\x18\r \x01(\x0c\x12\x10\n\x08metadata\x18\x0e \x01(\x0c\x12\x14\n\x0chttp_headers\x18\x0f \x01(\x0c\x12\x12\n\nraw_length\x18\x10 \x01(\x04\x12\x0f\n\x07refetch\x18\x11 \x01(\x08\"E\n\tPageBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12&\n\x08\x63\x61ptures\x18\x02 \x03(\x0b\x32\x14.wancrawl.v1.Capture\"y\n\tRejection\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x11\n\trecord_id\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12(\n\x04kind\x18\x05 \x01(\x0e\x32\x1a.wancrawl.v1.RejectionKind\"\x93\x01\n\tIngestAck\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x12\x0e\n\x06stored\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x12\n\nduplicates\x18\x04 \x01(\x04\x12(\n\x08rejected\x18\x05 \x03(\x0b\x32\x16.wancrawl.v1.Rejection\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\"H\n\nGetRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06has_at\x18\x02 \x01(\x08\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x11\n\trecord_id\x18\x04 \x01(\t\"\xb0\x02\n\x0b\x43\x61ptureInfo\x12\x11\n\trecord_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x15\n\rcanonical_url\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12\x12\n\nfetched_at\x18\x06 \x01(\x01\x12\x0e\n\x06status\x18\x07 \x01(\r\x12\x14\n\x0c\x63ontent_type\x18\x08 \x01(\t\x12\x16\n\x0epayload_digest\x18\t \x01(\t\x12\x13\n\x0brecord_type\x18\n \x01(\t\x12\x11\n\trefers_to\x18\x0b \x01(\t\x12\x11\n\twarc_file\x18\x0c \x01(\t\x12\x0e\n\x06offset\x18\r \x01(\x04\x12\x0e\n\x06length\x18\x0e \x01(\x04\x12\x11\n\ttruncated\x18\x0f \x01(\t\x12\n\n\x02ip\x18\x10 \x01(\t\"\\\n\x0bGetResponse\x12)\n\x07\x63\x61pture\x18\x01 \x01(\x0b\x32\x18.wancrawl.v1.CaptureInfo\x12\x14\n\x0chttp_headers\x18\x02 \x01(\x0c\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\",\n\x0eHistoryRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"=\n\x0fHistoryResponse\x12*\n\x08\x63\x61ptures\x18\x01 \x03(\x0b\x32\x18.wancrawl.v1.CaptureInfo\"\x1d\n\rLookupRequest\x12\x0c\n\x04urls\x18\x01 \x03(\t\"&\n\x05\x46ound\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x10\n\x08statuses\x18\x02 \x03(\r\"3\n\x0eLookupResponse\x12!\n\x05\x66ound\x18\x01 \x03(\x0b\x32\x12.wancrawl.v1.Found\"0\n\x0cStatsRequest\x12\x0b\n\x03top\x18\x01 \x01(\r\x12\x13\n\x0bwriter_only\x18\x02 \x01(\x08\"9\n\x05\x43ount\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05pages\x18\x02 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x03 \x01(\x04\"\xb2\x02\n\rStatsResponse\x12\r\n\x05pages\x18\x01 \x01(\x04\x12\x11\n\tresponses\x18\x02 \x01(\x04\x12\x10\n\x08revisits\x18\x03 \x01(\x04\x12\x11\n\traw_bytes\x18\x04 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x63ompression_ratio\x18\x06 \x01(\x01\x12\x12\n\nwarc_files\x18\x07 \x01(\x04\x12\r\n\x05hosts\x18\x08 \x01(\x04\x12\x0e\n\x06\x61gents\x18\t \x01(\x04\x12$\n\x08per_host\x18\n \x03(\x0b\x32\x12.wancrawl.v1.Count\x12%\n\tper_agent\x18\x0b \x03(\x0b\x32\x12.wancrawl.v1.Count\x12)\n\x06writer\x18\x0c \x01(\x0b\x32\x19.wancrawl.v1.WriterStatus\"\xcd\x01\n\x0cWriterStatus\x12\x11\n\twriter_id\x18\x01 \x01(\t\x12\x0c\n\x04sink\x18\x02 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x03 \x01(\x01\x12\r\n\x05pages\x18\x04 \x01(\x04\x12\x12\n\nduplicates\x18\x05 \x01(\x04\x12\x15\n\rbytes_written\x18\x06 \x01(\x04\x12\x16\n\x0equeued_batches\x18\x07 \x01(\r\x12\x13\n\x0blag_seconds\x18\x08 \x01(\x01\x12\x1d\n\x15since_durable_seconds\x18\t \x01(\x01*J\n\rRejectionKind\x12\x1a\n\x16REJECTION_KIND_INVALID\x10\x00\x12\x1d\n\x19REJECTION_KIND_NOT_PLACED\x10\x01\x32\xc8\x02\n\x07Storage\x12:\n\x06Ingest\x12\x16.wancrawl.v1.PageBatch\x1a\x16.wancrawl.v1.IngestAck(\x01\x12\x38\n\x03Get\x12\x17.wancrawl.v1.GetRequest\x1a\x18.wancrawl.v1.GetResponse\x12>\n\x05Stats\x12\x19.wancrawl.v1.StatsRequest\x1a\x1a.wancrawl.v1.StatsResponse\x12\x41\n\x06Lookup\x12\x1a.wancrawl.v1.LookupRequest\x1a\x1b.wancrawl.v1.LookupResponse\x12\x44\n\x07History\x12\x1b.wancrawl.v1.HistoryRequest\x1a\x1c.wancrawl.v1.HistoryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wancrawl.v1.storage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REJECTIONKIND']._serialized_start=2033
-  _globals['_REJECTIONKIND']._serialized_end=2107
+  _globals['_REJECTIONKIND']._serialized_start=2050
+  _globals['_REJECTIONKIND']._serialized_end=2124
   _globals['_CAPTURE']._serialized_start=43
-  _globals['_CAPTURE']._serialized_end=353
-  _globals['_PAGEBATCH']._serialized_start=355
-  _globals['_PAGEBATCH']._serialized_end=424
-  _globals['_REJECTION']._serialized_start=426
-  _globals['_REJECTION']._serialized_end=547
-  _globals['_INGESTACK']._serialized_start=550
-  _globals['_INGESTACK']._serialized_end=697
-  _globals['_GETREQUEST']._serialized_start=699
-  _globals['_GETREQUEST']._serialized_end=771
-  _globals['_CAPTUREINFO']._serialized_start=774
-  _globals['_CAPTUREINFO']._serialized_end=1078
-  _globals['_GETRESPONSE']._serialized_start=1080
-  _globals['_GETRESPONSE']._serialized_end=1172
-  _globals['_HISTORYREQUEST']._serialized_start=1174
-  _globals['_HISTORYREQUEST']._serialized_end=1218
-  _globals['_HISTORYRESPONSE']._serialized_start=1220
-  _globals['_HISTORYRESPONSE']._serialized_end=1281
-  _globals['_LOOKUPREQUEST']._serialized_start=1283
-  _globals['_LOOKUPREQUEST']._serialized_end=1312
-  _globals['_FOUND']._serialized_start=1314
-  _globals['_FOUND']._serialized_end=1352
-  _globals['_LOOKUPRESPONSE']._serialized_start=1354
-  _globals['_LOOKUPRESPONSE']._serialized_end=1405
-  _globals['_STATSREQUEST']._serialized_start=1407
-  _globals['_STATSREQUEST']._serialized_end=1455
-  _globals['_COUNT']._serialized_start=1457
-  _globals['_COUNT']._serialized_end=1514
-  _globals['_STATSRESPONSE']._serialized_start=1517
-  _globals['_STATSRESPONSE']._serialized_end=1823
-  _globals['_WRITERSTATUS']._serialized_start=1826
-  _globals['_WRITERSTATUS']._serialized_end=2031
-  _globals['_STORAGE']._serialized_start=2110
-  _globals['_STORAGE']._serialized_end=2438
+  _globals['_CAPTURE']._serialized_end=370
+  _globals['_PAGEBATCH']._serialized_start=372
+  _globals['_PAGEBATCH']._serialized_end=441
+  _globals['_REJECTION']._serialized_start=443
+  _globals['_REJECTION']._serialized_end=564
+  _globals['_INGESTACK']._serialized_start=567
+  _globals['_INGESTACK']._serialized_end=714
+  _globals['_GETREQUEST']._serialized_start=716
+  _globals['_GETREQUEST']._serialized_end=788
+  _globals['_CAPTUREINFO']._serialized_start=791
+  _globals['_CAPTUREINFO']._serialized_end=1095
+  _globals['_GETRESPONSE']._serialized_start=1097
+  _globals['_GETRESPONSE']._serialized_end=1189
+  _globals['_HISTORYREQUEST']._serialized_start=1191
+  _globals['_HISTORYREQUEST']._serialized_end=1235
+  _globals['_HISTORYRESPONSE']._serialized_start=1237
+  _globals['_HISTORYRESPONSE']._serialized_end=1298
+  _globals['_LOOKUPREQUEST']._serialized_start=1300
+  _globals['_LOOKUPREQUEST']._serialized_end=1329
+  _globals['_FOUND']._serialized_start=1331
+  _globals['_FOUND']._serialized_end=1369
+  _globals['_LOOKUPRESPONSE']._serialized_start=1371
+  _globals['_LOOKUPRESPONSE']._serialized_end=1422
+  _globals['_STATSREQUEST']._serialized_start=1424
+  _globals['_STATSREQUEST']._serialized_end=1472
+  _globals['_COUNT']._serialized_start=1474
+  _globals['_COUNT']._serialized_end=1531
+  _globals['_STATSRESPONSE']._serialized_start=1534
+  _globals['_STATSRESPONSE']._serialized_end=1840
+  _globals['_WRITERSTATUS']._serialized_start=1843
+  _globals['_WRITERSTATUS']._serialized_end=2048
+  _globals['_STORAGE']._serialized_start=2127
+  _globals['_STORAGE']._serialized_end=2455
 # @@protoc_insertion_point(module_scope)

@@ -15,7 +15,7 @@ REJECTION_KIND_INVALID: RejectionKind
 REJECTION_KIND_NOT_PLACED: RejectionKind
 
 class Capture(_message.Message):
-    __slots__ = ("record_id", "url", "agent_id", "fetched_at", "warc_date", "status", "content_type", "payload_digest", "payload_length", "ip", "truncated", "response", "request", "metadata", "http_headers", "raw_length")
+    __slots__ = ("record_id", "url", "agent_id", "fetched_at", "warc_date", "status", "content_type", "payload_digest", "payload_length", "ip", "truncated", "response", "request", "metadata", "http_headers", "raw_length", "refetch")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class Capture(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     HTTP_HEADERS_FIELD_NUMBER: _ClassVar[int]
     RAW_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    REFETCH_FIELD_NUMBER: _ClassVar[int]
     record_id: str
     url: str
     agent_id: str
@@ -48,7 +49,8 @@ class Capture(_message.Message):
     metadata: bytes
     http_headers: bytes
     raw_length: int
-    def __init__(self, record_id: _Optional[str] = ..., url: _Optional[str] = ..., agent_id: _Optional[str] = ..., fetched_at: _Optional[float] = ..., warc_date: _Optional[str] = ..., status: _Optional[int] = ..., content_type: _Optional[str] = ..., payload_digest: _Optional[str] = ..., payload_length: _Optional[int] = ..., ip: _Optional[str] = ..., truncated: _Optional[str] = ..., response: _Optional[bytes] = ..., request: _Optional[bytes] = ..., metadata: _Optional[bytes] = ..., http_headers: _Optional[bytes] = ..., raw_length: _Optional[int] = ...) -> None: ...
+    refetch: bool
+    def __init__(self, record_id: _Optional[str] = ..., url: _Optional[str] = ..., agent_id: _Optional[str] = ..., fetched_at: _Optional[float] = ..., warc_date: _Optional[str] = ..., status: _Optional[int] = ..., content_type: _Optional[str] = ..., payload_digest: _Optional[str] = ..., payload_length: _Optional[int] = ..., ip: _Optional[str] = ..., truncated: _Optional[str] = ..., response: _Optional[bytes] = ..., request: _Optional[bytes] = ..., metadata: _Optional[bytes] = ..., http_headers: _Optional[bytes] = ..., raw_length: _Optional[int] = ..., refetch: _Optional[bool] = ...) -> None: ...
 
 class PageBatch(_message.Message):
     __slots__ = ("batch_id", "captures")
