@@ -493,9 +493,15 @@ class Dispatcher:
     async def _fetch_page(self, item: Item, ip: str) -> None:
         host = item.host  # its slot was taken by _start
         if (item.revisit is None and self.stored_check is not None and item.url in self.stored_check
-                and await self.stored_check.stored(item.url)):
+                and (stored := await self.stored_check.stored(item.url))):
             # The owner it was promoted from stored it before its "done" reached the replica.
-            self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=self.frontier.has_work(host))
+            now = self.clock()
+            if self.s.revisit.enabled and 200 <= stored < 300 and not self.frontier.scheduled(host, item.url):
+                # ... and maybe before its schedule entry did: the URL enters this agent's schedule
+                # as fetched now (no digest or validators known here: its first revisit asks
+                # unconditionally, and storage compares it with the URL's latest capture).
+                item.visit = Visit(now, stored)
+            self.scheduler.finished(host, ip, now, 0, None, has_work=self.frontier.has_work(host))
             self.finish(item, None)
             return
         rv = item.revisit
@@ -610,6 +616,8 @@ class Dispatcher:
             digest = rv.digest
             if cap is not None and rv.digest:
                 cap = dataclasses.replace(cap, payload_digest=rv.digest)
+        if rv is not None and cap is not None and rv.last > 0:
+            cap = dataclasses.replace(cap, refetch=True)  # storage compares it with the URL's latest capture
         item.visit = Visit(resp.started_at or self.clock(), resp.status, digest, etag, modified, len(resp.body))
         if rv is not None:
             self.counters["revisits"] += 1

@@ -37,7 +37,7 @@ class StoredCheck:
         self.transient = transient
         self.max_watched = max_watched
         self._watched: set[str] = set()
-        self._asked: dict[str, asyncio.Future[bool]] = {}  # waiting for the next Lookup call
+        self._asked: dict[str, asyncio.Future[int]] = {}  # waiting for the next Lookup call
         self._flush: asyncio.Task | None = None
         self.counters = {"stored_checks": 0, "refetches_avoided": 0, "stored_check_errors": 0, "stored_check_unwatched": 0}
 
@@ -55,11 +55,12 @@ class StoredCheck:
     def __len__(self) -> int:
         return len(self._watched)
 
-    async def stored(self, url: str) -> bool:
-        """True if storage holds a capture that completed `url` (do not fetch it). The URL is no
-        longer watched either way: a retry later fetches it."""
+    async def stored(self, url: str) -> int:
+        """The status of a capture storage holds that completed `url` (do not fetch it; a 2xx if
+        it holds one, the revisit schedule wants it), 0 when none. The URL is no longer watched
+        either way: a retry later fetches it."""
         if url not in self._watched:
-            return False
+            return 0
         self._watched.discard(url)
         fut = self._asked[url] = asyncio.get_running_loop().create_future()
         if self._flush is None:
@@ -78,7 +79,8 @@ class StoredCheck:
             self.counters["stored_check_errors"] += 1
             found = {}
         for url, fut in asked.items():
-            done = any(s not in self.transient for s in found.get(url, ()))
-            self.counters["refetches_avoided"] += done
+            done = [s for s in found.get(url, ()) if s not in self.transient]
+            status = max((s for s in done if 200 <= s < 300), default=min(done, default=0))
+            self.counters["refetches_avoided"] += bool(status)
             if not fut.done():
-                fut.set_result(done)
+                fut.set_result(status)

@@ -855,6 +855,11 @@ class Frontier:
         """The URL's revisit entry, or None (tests and the bench read it)."""
         return self._rv_get(host, url)
 
+    def scheduled(self, host: str, url: str) -> bool:
+        """Whether the URL is in the revisit schedule (a sitemap hint alone is not)."""
+        e = self._rv_get(host, url)
+        return e is not None and math.isfinite(e.due)
+
     def export_schedule(self, host: str) -> list[Entry]:
         """The host's whole revisit schedule (hints included), by due; one range scan."""
         self.flush()
