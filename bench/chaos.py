@@ -166,10 +166,20 @@ ROLLING_DOWN_S = 3.0    # ... started again this long after each kill (a supervi
 SCENARIO_DELAY = {"consultant-rolling": 0.2}
 # Storage at scale (issue 27): two storage writers over SeaweedFS and one PostgreSQL index.
 STORAGE_SCENARIOS = ("storage-writer-kill", "object-store-down")
-SCENARIOS = SCENARIOS + STORAGE_SCENARIOS
-AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup")  # the ones with a victim
+# Continuous crawling (issue 26; docs/continuous.md): the kill and drain faults on a crawl with
+# revisits on, over a lab web whose pages change. The crawl never ends by itself: the harness
+# ends it once every truth URL was requested, the victim is gone, the replicas are current and
+# REVISIT_ROUNDS intervals more have passed; then it reads each live agent's schedule.
+REVISIT_SCENARIOS = ("revisit-kill", "revisit-drain")
+REVISIT_FAULT = {"revisit-kill": "kill", "revisit-drain": "drain"}
+REVISIT_INTERVAL_S = 20.0     # [revisit] policy fixed: every page due again this long after its capture
+REVISIT_ROUNDS = 2.0          # intervals the crawl goes on after the takeover (revisits by the new owners)
+REVISIT_CHANGE_RATIO = 0.5    # the lab web's [web] change_ratio (hourly pages change every ~minute at time scale 60)
+REVISIT_SLACK_S = 1.0         # two captures of a URL less than interval - this apart are stored twice (WARC-Date: 1 s)
+SCENARIOS = SCENARIOS + STORAGE_SCENARIOS + REVISIT_SCENARIOS
+AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup") + REVISIT_SCENARIOS  # the ones with a victim
 # Victims that stay gone: not expected running at the end, their requests are no recovery.
-GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup")
+GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup") + REVISIT_SCENARIOS
 # Four agents: seed 002's scheme B (one agent per ISP, three cities) plus a second China Telecom
 # agent, so the victim's hosts have a same-ISP agent to fail over to.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou", "telecom-beijing")
@@ -246,6 +256,45 @@ def compare(truth: Collection[str], captures: Iterable[tuple[str, str]], request
         outside_truth=sum(1 for u in records if u not in truth),
         lost_urls=lost,
     )
+
+
+def twice_within(truth: Collection[str], captures: Iterable[tuple[str, float]], gap: float) -> int:
+    """Truth URLs with two captures (any record type) less than `gap` seconds apart: "stored twice"
+    on a crawl with revisits, where a revisit stores a URL again by design but never sooner than
+    the schedule's minimum interval (`captures`: (canonical URL, fetch time) per index row; the
+    same reading serves the request log's fetches)."""
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for url, t in captures:
+        times[url].append(t)
+    n = 0
+    for url in set(truth):
+        ts = sorted(times.get(url, ()))
+        if any(b - a < gap for a, b in zip(ts, ts[1:])):
+            n += 1
+    return n
+
+
+@dataclass
+class ScheduleCheck:
+    """The revisit schedules of the live agents at the end, against the truth."""
+    truth: int
+    scheduled: int                 # truth URLs in some live agent's schedule
+    unscheduled: int               # truth URLs in no live agent's schedule: dropped out
+    not_at_owner: int              # truth URLs not in the schedule of their host's owner
+    rows: int                      # schedule rows over the live agents (a URL twice counts twice)
+    unscheduled_urls: list[str] = field(default_factory=list)
+
+
+def schedule_check(truth: Collection[str], schedules: dict[str, set[str]], owners: dict[str, str]) -> ScheduleCheck:
+    """`schedules`: live agent -> the URLs it has scheduled (a capture of its own or inherited);
+    `owners`: host -> its owner now."""
+    truth = set(truth)
+    anywhere = set().union(*schedules.values()) if schedules else set()
+    missing = sorted(truth - anywhere)
+    at_owner = sum(1 for u in truth if u in schedules.get(owners.get(host_of_canonical(u), ""), ()))
+    return ScheduleCheck(truth=len(truth), scheduled=len(truth) - len(missing), unscheduled=len(missing),
+                         not_at_owner=len(truth) - at_owner, rows=sum(len(v) for v in schedules.values()),
+                         unscheduled_urls=missing)
 
 
 @dataclass
@@ -455,6 +504,7 @@ class Row:
     joined: str = ""                      # join: the agent that joined
     handover: HandoverCost | None = None  # join, flap: HandOver bytes per host moved against held
     flap: FlapFigure | None = None        # flap: the victim's fetches of hosts it had lost
+    schedule: ScheduleCheck | None = None  # revisit-*: the live agents' revisit schedules at the end
 
 
 class LogTail:
@@ -835,7 +885,88 @@ def agent_tables(name: str, args: argparse.Namespace) -> str:
     agent_tables): kill-owner-and-backup sets replication.backups (r) when the agent knows it."""
     if name == "kill-owner-and-backup" and agent_backups_known():
         return f"[replication]\nbackups = {args.backups}\n"
+    if name in REVISIT_SCENARIOS:
+        return revisit_table(REVISIT_INTERVAL_S)
     return ""
+
+
+def revisit_table(interval: float) -> str:
+    """Revisits on, the fixed policy, every page due again `interval` s after its capture (the
+    policy's bounds set to it, so no revisit comes sooner)."""
+    return (f"[revisit]\nenabled = true\npolicy = \"fixed\"\ninterval = {interval:g}\n"
+            f"min_interval = {interval:g}\nmax_interval = {interval:g}\n")
+
+
+def changing_topology(given: str | None, path: Path) -> str:
+    """A topology file at `path`: `given`'s (or the default world) with a changing lab web
+    (`[web] change_ratio`, docs/lab.md "A web that changes")."""
+    text = Path(given).read_text() if given else ""
+    if "[web]" in text:
+        raise ValueError(f"{given} has a [web] table: the revisit scenarios write their own")
+    path.write_text(text + f"\n[web]\nchange_ratio = {REVISIT_CHANGE_RATIO:g}\n")
+    return str(path)
+
+
+def read_schedule(data_dir: str | Path) -> set[str]:
+    """The URLs an agent's frontier has in its revisit schedule (rows with a capture; a sitemap
+    hint for a URL never fetched has none), read-only from its SQLite file while it runs."""
+    import sqlite3
+
+    path = Path(data_dir) / "frontier.sqlite"
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        return {u for (u,) in conn.execute("SELECT url FROM revisit WHERE last > 0")}
+    finally:
+        conn.close()
+
+
+def wait_revisit_rounds(cl: cluster.Cluster, name: str, victim: str, tail: LogTail, truth: set[str],
+                        seen: set[str], deadline: float, notes: list[str]) -> bool:
+    """A revisit scenario's end (the crawl never ends by itself): every truth URL requested, the
+    victim gone from the consultant's list, every live agent's replicas current, then
+    REVISIT_ROUNDS intervals more, so the new owners revisit what they took. False at the deadline."""
+    if not _wait_progress(tail, truth, cl.web_port, 1.0, deadline, seen):
+        notes.append(f"TIMEOUT: {len(seen)} of {len(truth)} truth URLs requested")
+        return False
+    if REVISIT_FAULT[name] == "kill":
+        gone = asyncio.run(_wait_gone(cl, victim, max(0.1, deadline - time.monotonic())))
+        if gone is None:
+            notes.append(f"TIMEOUT: {victim} still listed alive")
+            return False
+    synced, unsynced, _ = asyncio.run(_wait_replicas(cl, max(0.1, min(KILL2_SYNC_S, deadline - time.monotonic()))))
+    if synced is None:
+        notes.append(f"replicas not current ({unsynced} hosts) before the revisit rounds")
+    rounds = REVISIT_ROUNDS * REVISIT_INTERVAL_S
+    if time.monotonic() + rounds > deadline:
+        notes.append(f"TIMEOUT: no time left for {REVISIT_ROUNDS:g} revisit rounds")
+        return False
+    time.sleep(rounds)  # the scenario's definition: this long of revisiting after the takeover
+    return True
+
+
+def revisit_notes(row: Row, requests: list[tuple[float, str, str, str]], truth: set[str],
+                  victim_hosts: set[str] | None, fault_t: float | None, victim_source: str) -> str:
+    """The schedule check and the revisits the victim's hosts got from their new owners."""
+    sc = row.schedule
+    out = ("schedule not read" if sc is None else
+           f"schedule: {sc.scheduled} of {sc.truth} truth URLs scheduled by a live agent, {sc.unscheduled} dropped out"
+           + (f" ({', '.join(sc.unscheduled_urls[:5])})" if sc.unscheduled_urls else "")
+           + f", {sc.not_at_owner} not at their host's owner, {sc.rows} rows")
+    if fault_t is not None and victim_hosts:
+        before = {u for t, _c, _h, u in requests if t < fault_t and u in truth and host_of_canonical(u) in victim_hosts}
+        again = {u for t, c, _h, u in requests if t >= fault_t and c != victim_source and u in before}
+        out += f"; of the victim's {len(before)} URLs fetched before the fault, {len(again)} revisited by their new owners"
+    pages = collections.Counter(u for _t, _c, _h, u in requests if u in truth)
+    out += f"; {sum(pages.values()) - len(pages)} revisits of truth URLs in all"
+    return out
+
+
+def snapshot_schedules(cl: cluster.Cluster, truth: set[str], truth_hosts: list[str]) -> ScheduleCheck:
+    """Every live agent's revisit schedule and the hosts' owners now, against the truth."""
+    live = asyncio.run(_live_agents(cl))
+    schedules = {a: read_schedule(cluster.agent_config(cl.run_dir, a)["data_dir"]) for a in live}
+    owners = asyncio.run(_owners(cl, truth_hosts))
+    return schedule_check(truth, schedules, owners)
 
 
 def balance_lab(args: argparse.Namespace) -> dict[str, str]:
@@ -956,6 +1087,7 @@ def _fault(name: str, cl: cluster.Cluster, victim: str, notes: list[str],
     for the end: the restart after the outage, the drain's exit, kill2's second kill, flap's
     resume)."""
     run = cl.run_dir
+    name = REVISIT_FAULT.get(name, name)  # revisit-kill is kill, revisit-drain is drain, with revisits on
     if name == "kill2":
         cluster.kill(run, f"agent-{victim}")
         t = time.time()
@@ -1099,7 +1231,10 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
     victim = args.victim if name in AGENT_FAULTS else ""
     row.victim = victim
     try:
-        cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=args.topology, seed=args.seed,
+        topology_path = args.topology
+        if name in REVISIT_SCENARIOS:
+            topology_path = changing_topology(args.topology, base / f"{name}-topology.toml")
+        cl = cluster.up(run, strategy=args.strategy, groups=args.groups, topology_path=topology_path, seed=args.seed,
                         time_scale=args.time_scale, zero_latency=args.zero_latency,
                         delay=max(args.delay, SCENARIO_DELAY.get(name, 0.0)),
                         concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
@@ -1140,8 +1275,13 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                 row.joined = ctx.joined
                 if name == "kill-owner-and-backup":
                     row.victim2 = ctx.second_victim
-            row.finished = asyncio.run(wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
-            if not row.finished:
+            if name in REVISIT_SCENARIOS:
+                row.finished = fault_t is not None and wait_revisit_rounds(cl, name, victim, tail, truth, seen, deadline, row.notes)
+                if row.finished:
+                    row.schedule = snapshot_schedules(cl, truth, ctx.truth_hosts)
+            else:
+                row.finished = asyncio.run(wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
+            if not row.finished and name not in REVISIT_SCENARIOS:
                 row.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
             if ctx.rolling is not None:
                 ctx.rolling.stop()
@@ -1204,6 +1344,15 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         requests = [(t, c, h, u) for t, c, h, u in urls if u is not None]
         captures = [(u, t) for u, t, fetched in read_captures(run) if fetched <= t_end]
         row.metrics = compare(truth, captures, [r[3] for r in requests])
+        if name in REVISIT_SCENARIOS:
+            # A revisit stores (and requests) a URL again by design: only two closer together
+            # than the schedule's minimum interval allows count (docs/chaos.md, "Revisits").
+            gap = REVISIT_INTERVAL_S - REVISIT_SLACK_S
+            row.metrics.stored_twice = twice_within(truth, ((u, f) for u, _t, f in read_captures(run) if f <= t_end), gap)
+            row.metrics.fetched_twice = twice_within(
+                truth, ((u, t) for t, _c, _h, u in requests if urlsplit(u).path != "/robots.txt"), gap)
+            row.notes.append(revisit_notes(row, requests, truth, candidates, fault_t,
+                                           cl.agent_sources.get(victim, "")))
         pages = [t for t, _, _, u in requests if urlsplit(u).path != "/robots.txt"]
         if pages and seeded_at is not None:
             row.last_fetch_s = max(pages) - seeded_at

@@ -78,7 +78,7 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
 def test_scenarios_run_in_the_documented_order():
     assert chaos.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
                                "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
-                               "consultant-replica", "consultant-rolling") + chaos.STORAGE_SCENARIOS
+                               "consultant-replica", "consultant-rolling") + chaos.STORAGE_SCENARIOS + chaos.REVISIT_SCENARIOS
     assert chaos.STORAGE_SCENARIOS == ("storage-writer-kill", "object-store-down")
 
 
@@ -130,7 +130,8 @@ def test_only_kill_owner_and_backup_sets_the_replication_factor():
         assert tomllib.loads(tables) == {"replication": {"backups": 2}}
     else:  # an agent without the setting refuses the key: none is written
         assert tables == ""
-    assert all(chaos.agent_tables(n, args) == "" for n in chaos.SCENARIOS if n != "kill-owner-and-backup")
+    assert all(chaos.agent_tables(n, args) == "" for n in chaos.SCENARIOS
+               if n != "kill-owner-and-backup" and n not in chaos.REVISIT_SCENARIOS)
 
 
 def test_two_kills_recovery_merges_per_host():
@@ -226,3 +227,38 @@ def test_replica_notes_sum_the_agents_counters_since_the_fault():
     note = chaos.replica_notes(before, after)
     assert "7 consultant calls failed over, 1 unanswered by every replica, 0 fence refusals, 1 leases run out or forgotten" in note
     assert chaos.fault_share("consultant-rolling", None) == 0.05 and set(chaos.REPLICA_SCENARIOS) <= set(chaos.CONSULTANT_ONLY)
+
+
+def test_with_revisits_only_captures_closer_than_the_interval_are_stored_twice():
+    # A/ revisited every 20 s by design; A/1 captured twice 3 s apart (a refetch no schedule
+    # allows); B/ captured once; a URL outside truth twice at once does not count.
+    captures = [(f"{A}/", 0.0), (f"{A}/", 20.0), (f"{A}/", 41.0),
+                (f"{A}/1", 30.0), (f"{A}/1", 5.0), (f"{A}/1", 2.0),
+                (f"{B}/", 7.0), ("http://c.lab:8080/x", 1.0), ("http://c.lab:8080/x", 1.0)]
+    assert chaos.twice_within(TRUTH, captures, 19.0) == 1
+    assert chaos.twice_within(TRUTH, captures, 21.0) == 2   # A/'s 20 s revisit is now too close
+    assert chaos.twice_within(TRUTH, captures, 0.5) == 0
+
+
+def test_schedule_check_counts_urls_dropped_out_and_not_at_their_owner():
+    schedules = {"x": {f"{A}/", f"{A}/1", f"{B}/"}, "y": {f"{B}/1", f"{A}/"}}
+    owners = {"a.lab": "x", "b.lab": "x"}
+    sc = chaos.schedule_check(TRUTH, schedules, owners)
+    assert (sc.truth, sc.scheduled, sc.unscheduled, sc.rows) == (5, 4, 1, 5)
+    assert sc.unscheduled_urls == [f"{A}/2"]
+    assert sc.not_at_owner == 2   # A/2 nowhere, B/1 at y while x owns b.lab
+    assert chaos.schedule_check(TRUTH, {}, {}).unscheduled == 5
+
+
+def test_revisit_scenarios_turn_revisits_on_over_a_changing_web(tmp_path):
+    import tomllib
+
+    args = chaos.argparse.Namespace(backups=2)
+    for name in chaos.REVISIT_SCENARIOS:
+        table = tomllib.loads(chaos.agent_tables(name, args))["revisit"]
+        assert table["enabled"] and table["policy"] == "fixed"
+        assert table["interval"] == table["min_interval"] == chaos.REVISIT_INTERVAL_S
+    assert chaos.agent_tables("kill", args) == ""
+    path = chaos.changing_topology(None, tmp_path / "t.toml")
+    from lab import topology
+    assert topology.load(path).spec.web.change_ratio == chaos.REVISIT_CHANGE_RATIO
