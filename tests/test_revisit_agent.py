@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import signal
 import sqlite3
 
@@ -17,6 +18,14 @@ from test_agent_budgets import until
 
 REVISIT = {"revisit__enabled": True, "revisit__interval": 0.6, "revisit__min_interval": 0.2, "revisit__max_interval": 5.0,
            "scope__max_depth": -1}
+
+
+@contextlib.contextmanager
+def _changing_lab():
+    """The changing web served on loopback: (server thread, web, normal hosts, a seed per site)."""
+    with ServerThread(_changing_web(), zero_latency=True) as lab:
+        web = lab.web
+        yield lab, web, normal_hosts(web), [web.url(s, "/") for s in web.topology.normal_sites]
 
 
 def _changing_web(**kw):
@@ -157,11 +166,7 @@ def test_a_dead_owners_schedule_goes_on_from_its_replica(run, tmp_path):
     survivor (the chaos table's counting: none drops out)."""
     from test_agent_replication import CONSULTANT, _keys, _until as until_sync, crash
 
-    web = _changing_web()
-    with ServerThread(web, zero_latency=True) as lab:
-        web = lab.web
-        hosts = normal_hosts(web)
-        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+    with _changing_lab() as (lab, web, hosts, seeds):
 
         async def go():
             keys = {**_keys(hosts), **REVISIT, "revisit__interval": 30.0, "revisit__max_interval": 60.0}
@@ -202,11 +207,7 @@ def test_pages_a_dead_owner_stored_before_its_replicas_heard_of_them_stay_schedu
 
     from agent_helpers import wait_idle
 
-    web = _changing_web()
-    with ServerThread(web, zero_latency=True) as lab:
-        web = lab.web
-        hosts = normal_hosts(web)
-        seeds = [web.url(s, "/") for s in web.topology.normal_sites]
+    with _changing_lab() as (lab, web, hosts, seeds):
 
         async def go():
             keys = {**_keys(hosts), **REVISIT, "revisit__interval": 300.0, "revisit__max_interval": 600.0,
