@@ -12,6 +12,8 @@ entry. Three policies (docs/continuous.md):
   r = -log((n - X + 0.5) / (n + 0.5)) per mean interval); the revisit frequencies of one host
   maximise its pages' summed freshness under a budget of revisits per host per day
   (`optimal_frequencies`, the Lagrange condition of their TODS 2003 paper, solved by bisection).
+  `estimate_rate_irregular` is their estimator for irregular visit intervals (built and tested,
+  not used by the planner: a schedule row keeps only the sums, docs/continuous.md).
 """
 
 from __future__ import annotations
@@ -127,6 +129,45 @@ def estimate_rate(visits: int, changes: int, span: float, prior: float = 0.0) ->
     x = min(changes, visits)
     r = -math.log((visits - x + 0.5) / (visits + 0.5))
     return r / (span / visits)
+
+
+def estimate_rate_irregular(intervals: Sequence[tuple[float, bool]]) -> float:
+    """Changes per second of a Poisson page visited at irregular intervals: `intervals` holds
+    (seconds since the previous visit, whether this visit found the page changed). Cho and
+    Garcia-Molina's maximum-likelihood estimator for irregular access (TODS 2003, "Estimating
+    frequency of change", section 5): the rate r solving
+
+        sum over changed intervals t of  t / (exp(r t) - 1)  =  sum over unchanged intervals of t
+
+    (the left side falls from +inf to 0 as r grows, so the root is unique; found by bisection on
+    log r). No change seen: 0. Every interval changed: no finite root (the likelihood grows with
+    r); then the bias-reduced estimator over the mean interval (`estimate_rate`, n = X) bounds it.
+    `estimate_rate` is this estimator's special case for equal intervals, bias-corrected."""
+    changed = [t for t, c in intervals if c and t > 0]
+    unchanged = sum(t for t, c in intervals if not c and t > 0)
+    if not changed:
+        return 0.0
+    if unchanged <= 0:
+        n = len(changed)
+        return estimate_rate(n, n, sum(changed))
+
+    def excess(r: float) -> float:  # left side minus right side: decreasing in r
+        return sum(t / math.expm1(min(r * t, 700.0)) for t in changed) - unchanged
+
+    lo, hi = 1e-12, 1.0 / min(changed)
+    while excess(hi) > 0:
+        hi *= 2.0
+    while excess(lo) < 0 and lo > 1e-300:
+        lo /= 1e3
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    return math.sqrt(lo * hi)
 
 
 def freshness(rate: float, freq: float) -> float:
