@@ -46,6 +46,14 @@ def route(*agents):
     ((B, C), False, "b", False, Action("drop_replica")),           # no longer its backup
     ((B, C, A), False, "b", False, Action("drop_replica")),        # third in the list: not the first backup
     ((A,), False, None, True, Action("fetch")),                    # alone: nobody to ask
+    # A move (balance or operator pin, join) took the host off b as b died: c owns it and b is
+    # gone. Nobody promotes (the host has a live owner): the replica goes to c (issue 23).
+    ((C, A), False, "b", False, Action("hand_replica", (C,))),
+    ((C, A), False, "b", True, Action("hand_replica", (C,))),
+    ((C, D), False, "b", False, Action("hand_replica", (C,))),     # even from outside the list
+    ((C, A), True, "b", False, Action("hand_out", (C,))),          # owned state here goes first
+    ((C, A, B), False, "b", False, Action("keep")),                # b moved down but lives: c claims from b
+    ((C, B, D), False, "b", False, Action("drop_replica")),        # b lives, this agent is out of the list
 ])
 def test_settle_action_follows_the_rules(agents, holds, replica_of, settling, want):
     assert settle_action("a", route(*agents), holds=holds, replica_of=replica_of, settling=settling) == want
@@ -55,9 +63,47 @@ def test_settle_action_follows_the_rules(agents, holds, replica_of, settling, wa
     ((B, C, A), Action("keep")),            # second backup with r = 2: keeps the owner's replica
     ((B, C, D, A), Action("drop_replica")),  # third backup: beyond r
     ((A, D), Action("promote")),            # owner and first backup dead: the second backup takes over
+    ((C, B, A), Action("keep")),            # moved to c while b lives (it answers c's claim)
+    # b dead: c (its first backup, promoting, or the agent a move pinned it to) owns it; the
+    # second backup's replica goes to c (c merges it with what it promoted, or takes it whole).
+    ((C, A, D), Action("hand_replica", (C,))),
+    ((C, D, A), Action("hand_replica", (C,))),
+    ((C, D), Action("hand_replica", (C,))),
 ])
 def test_settle_action_with_two_backups(agents, want):
     assert settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=2) == want
+
+
+def test_settle_action_never_leaves_a_dead_owners_replica_unclaimed():
+    """Against the invariant, for every small preference list: a replica whose owner is not in
+    the list is promoted here (this agent owns the host) or handed to the owner; never kept or
+    dropped (that was the lost URL of docs/balance.md's chaos kill run)."""
+    import itertools
+    pool = [A, B, C, D]
+    for n in range(1, 4):
+        for agents in itertools.permutations(pool, n):
+            ids = [x[0] for x in agents]
+            for backups in (1, 2):
+                got = settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=backups)
+                if "b" in ids:
+                    assert got.kind in ("keep", "drop_replica", "claim"), (agents, got)
+                elif ids[0] == "a":
+                    assert got == Action("promote"), (agents, got)
+                else:
+                    assert got == Action("hand_replica", (agents[0],)), (agents, got)
+
+
+def test_replica_store_drops_a_replica_only_if_it_is_still_the_named_owners(tmp_path):
+    """With r = 2 the second backup hands a dead owner's replica on while the first backup,
+    promoting, replaces it by its own: the drop after the handover must spare the new one."""
+    rs = ReplicaStore(tmp_path / "r")
+    rs.apply("b", [_msg("h.lab", reset=True, adds=[(1, "http://h.lab/1", 1)], sender="b"),
+                   _msg("g.lab", reset=True, adds=[(1, "http://g.lab/1", 1)], sender="b")])
+    rs.apply("c", [_msg("h.lab", reset=True, adds=[(5, "http://h.lab/5", 1)], sender="c")])  # c promoted h
+    assert rs.drop(["h.lab", "g.lab"], owner="b") == 1
+    assert rs.hosts() == {"h.lab": "c"} and [i.url for i in rs.export("h.lab").queue] == ["http://h.lab/5"]
+    assert rs.drop(["h.lab"]) == 1 and len(rs) == 0, "without an owner: unconditional, as before"
+    rs.close()
 
 
 # -- the gate -----------------------------------------------------------------------------------

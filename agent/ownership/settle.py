@@ -9,6 +9,14 @@ host changes with a new epoch, and the agents settle it here in the same three m
   after this agent stopped fetching it and committed what was in flight;
 * promote: a host this agent owns now and holds a replica of, whose replica's owner is not in
   the preference list any more (dead), becomes owned state here;
+* hand the replica: a host another agent owns now, whose replica here is of an owner no longer in
+  the preference list, goes to the owner as a HandOver built from the replica (marked as a
+  replica, merged by the receiver like a promotion). This closes the race of a move (a balance
+  or operator override, a join) that took the host off its owner in the moment the owner died:
+  the new owner's claim to the dead agent is never answered, and no backup promotes (the host
+  has a live owner). With r = 2 it also sends a dead owner's second backup's replica to the
+  first backup that promoted its own (redundant, harmless: the receiver's merge keeps what it
+  has and drops what either copy says the dead owner fetched);
 * claim: a host this agent owns now but whose state may be elsewhere (a replica's owner still
   alive, URLs of a host new here shortly after an epoch change, or every host after this agent
   registered again) is held (not fetched) while the others are asked to hand it over.
@@ -35,6 +43,7 @@ from agent.placement.kademlia.overlay import ViewChanges
 from agent.placement.membership import Membership
 from agent.placement.port import HostRoute
 from agent.state.commit import Durable
+from agent.state.frontier import Item
 from agent.state.storable import Unstorable
 from agent.waker import Waker
 from wancrawl import errors, xorspace
@@ -49,8 +58,9 @@ CLAIM_BATCH = 5_000  # hosts per Claim RPC (well under gRPC's 4 MB and the recei
 
 @dataclass(frozen=True)
 class Action:
-    kind: str                    # "fetch", "promote", "claim", "hand_out", "drop_replica", "keep"
-    peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out: the new owner
+    # "fetch", "promote", "claim", "hand_out", "hand_replica", "drop_replica", "keep"
+    kind: str
+    peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out, hand_replica: the new owner
 
 
 def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool,
@@ -62,11 +72,16 @@ def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: st
     another agent (shortly after an epoch change, or after this agent registered again);
     backups: r, how many agents after the owner keep a replica."""
     owner = route.agents[0]
+    ids = [a[0] for a in route.agents]
     others = tuple(a for a in route.agents if a[0] != self_id)
     if owner[0] != self_id:
         if holds:
             return Action("hand_out", (owner,))
-        if replica_of is not None and self_id not in (a[0] for a in route.agents[:1 + backups]):
+        if replica_of is not None and replica_of not in ids:
+            # Its owner is gone and another agent owns the host now: nobody promotes this
+            # replica, so it goes to the owner (the only copy of what the dead owner queued).
+            return Action("hand_replica", (owner,))
+        if replica_of is not None and self_id not in ids[:1 + backups]:
             return Action("drop_replica")
         return Action("keep")
     if replica_of is not None:
@@ -128,6 +143,7 @@ class Ownership:
         self._deadline: dict[str, float] = {}     # held host -> released after this anyway
         self._new: set[str] = set()               # held, not yet looked at
         self._moving: set[str] = set()            # being handed out now
+        self._moving_replicas: set[str] = set()   # replicas of dead owners being handed to the owner now
         self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
         self._claim_backoff: dict[str, float] = {}  # agent id -> no claim to it before
         # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
@@ -136,7 +152,7 @@ class Ownership:
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
-            "replicas_dropped": 0, "claims_timed_out": 0, "promotions_refused": 0,
+            "replicas_dropped": 0, "replicas_handed_out": 0, "claims_timed_out": 0, "promotions_refused": 0,
             "reconcile_full": 0, "reconcile_ranged": 0, "reconcile_hosts_read": 0,
         }
 
@@ -260,6 +276,7 @@ class Ownership:
         held, rep = self._candidates(claim_all)
         routes = await self.directory.routes(sorted(set(held) | set(rep)))
         out: dict[Peer, list[str]] = {}
+        give: dict[Peer, list[str]] = {}
         drop: list[str] = []
         now = self.clock()
         for h, r in routes.items():
@@ -267,6 +284,8 @@ class Ownership:
                               settling=claim_all, backups=self.backups)
             if a.kind == "hand_out":
                 out.setdefault(a.peers[0], []).append(h)
+            elif a.kind == "hand_replica":
+                give.setdefault(a.peers[0], []).append(h)
             elif a.kind == "drop_replica":
                 drop.append(h)
             elif a.kind in ("promote", "claim"):
@@ -276,6 +295,8 @@ class Ownership:
             self.counters["replicas_dropped"] += self.replicas.drop(drop)
         for peer, hosts in out.items():
             await self.hand_out(peer, hosts)
+        for peer, hosts in give.items():
+            await self.hand_replicas(peer, {h: rep[h] for h in hosts})
 
     async def settle(self) -> None:
         """Decide the held hosts: promote replicas of dead owners, claim the others."""
@@ -284,15 +305,19 @@ class Ownership:
         promote: list[str] = []
         fetch: list[str] = []
         out: dict[Peer, list[str]] = {}
+        give: dict[Peer, dict[str, str]] = {}
         for h in new:
             r = routes.get(h)
             if r is None:
                 self._new.add(h)  # placement cannot answer now: next step
                 continue
-            a = settle_action(self.self_id, r, holds=self.ledger.holds(h),
-                              replica_of=self.replicas.owner(h) if self.replicas is not None else None, settling=True,
+            replica_of = self.replicas.owner(h) if self.replicas is not None else None
+            a = settle_action(self.self_id, r, holds=self.ledger.holds(h), replica_of=replica_of, settling=True,
                               backups=self.backups)
-            if a.kind == "promote":
+            if a.kind == "hand_replica" and replica_of is not None:
+                give.setdefault(a.peers[0], {})[h] = replica_of
+                fetch.append(h)  # nothing of it is owned here: nothing to hold
+            elif a.kind == "promote":
                 promote.append(h)
             elif a.kind == "claim":
                 self._waiting[h] = {p[0] for p in a.peers}
@@ -310,6 +335,8 @@ class Ownership:
         for peer, hs in out.items():
             await self.hand_out(peer, hs)
             self._release(hs)
+        for peer, reps in give.items():
+            await self.hand_replicas(peer, reps)
         await self._claim()
 
     def promote(self, hosts: list[str]) -> None:
@@ -432,6 +459,57 @@ class Ownership:
             # good would keep this agent from ever being idle).
             self._moving.difference_update(hosts)
             self.gate.release(hosts)
+
+    async def hand_replicas(self, peer: Peer, owners: dict[str, str]) -> list[str]:
+        """Hand replicas of dead owners (host -> that owner) to the host's owner now, an agent
+        other than this one (settle_action's `hand_replica`): the move that took the host off
+        its owner came as the owner died, so no backup promotes and the owner's own handover
+        never comes. Sent as a HandOver marked `replica_of` (merged by the receiver like a
+        promotion: its storage check of what the dead owner may have stored, its reconcile);
+        unshipped entries deferred by the grace, as a promotion here would. A replica is
+        dropped after the receiver answered, and only if it is still the dead owner's (with
+        r = 2 the backup that promoted may have replaced it by its own meanwhile). A host the
+        receiver refuses goes to its owner as plain URLs (pushes: its seen set decides), as a
+        refused handover does. Returns the hosts handed (taken or pushed)."""
+        if self.replicas is None:
+            return []
+        owners = {h: o for h, o in owners.items() if h not in self._moving_replicas and self.replicas.owner(h) == o}
+        if not owners:
+            return []
+        moving = list(owners)
+        self._moving_replicas.update(moving)
+        try:
+            defer = self.clock() + self.unshipped_grace
+            states = [self.replicas.export(h, defer_unshipped=defer) for h in owners]
+            try:
+                resp = await self.handoff.send(peer[1], states, replica_of=owners)
+            except errors.WancrawlError as exc:
+                self.handoff.counters["handover_failures"] += 1
+                log.warning("handover of %d replicas of dead owners to %s failed: %s", len(owners), peer[0], exc)
+                return []
+            refused = {n.host: n.reason for n in resp.refused}
+            if refused:
+                host, why = next(iter(refused.items()))
+                log.warning("%s refused %d replicas of dead owners (%s: %s); their URLs go to it as pushes",
+                            peer[0], len(refused), host, why)
+                if self.handoff.reroute is None:
+                    owners = {h: o for h, o in owners.items() if h not in refused}  # kept: decided again later
+                else:
+                    for st in states:
+                        if st.host in refused:
+                            self.handoff.reroute([Item(i.url, st.host, i.depth, i.via) for i in st.queue])
+            gone = 0
+            for o in set(owners.values()):
+                gone += self.replicas.drop([h for h, x in owners.items() if x == o], owner=o)
+            taken = [h for h in owners if h not in refused]
+            self.counters["replicas_handed_out"] += len(taken)
+            self.counters["replicas_dropped"] += gone
+            if taken:
+                log.info("handed the replicas of %d hosts of dead owners to %s (%s)", len(taken), peer[0],
+                         ", ".join(taken[:3]))
+            return list(owners)
+        finally:
+            self._moving_replicas.difference_update(moving)
 
     async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
         """Claim RPC: the claimer says it owns hosts at `epoch`. Hand over those this agent holds
