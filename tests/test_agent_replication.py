@@ -651,3 +651,50 @@ def test_the_owner_and_its_first_backup_dying_at_once_lose_nothing_with_two_back
         stored, victims_stored = run(go())
     assert victims_stored >= 10
     _check_no_loss_few_repeats(truth, stored, victims_stored)
+
+
+def test_a_host_moved_off_its_owner_as_it_dies_goes_on_from_the_replica(run, tmp_path):
+    """Issue 23's lost URL (docs/balance.md, "On by default?"): a host is pinned away from its
+    owner (an operator's override here; the balancer writes the same) a moment after the owner
+    was killed, before its lease ran out. The new owner's claim to the dead agent is never
+    answered, and no backup promotes (the host has a live owner): the dead owner's backup hands
+    its replica to the new owner (settle_action's `hand_replica`). Four agents and r = 2, so the
+    new owner is not one of the host's backups. Checked against the lab's truth: nothing lost."""
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
+
+        async def go():
+            async with cluster(tmp_path, lab, 4, agent_keys={**_keys(hosts), "replication.backups": 2},
+                               consultant_keys=CONSULTANT) as (cs, client, agents, stores):
+                await seed(agents[0].node, seeds)
+                owner = agents[1].node
+                await _until(lambda: owner.status_counters()["pages"] >= 10)
+                await _until(lambda: all(a.node.replicator.gauges()["replica_unsynced"] == 0 for a in agents), 20)
+                # The owner's last moments made deterministic, as in _crawl_with_crashes.
+                await owner.dispatcher.stop()
+                owner.commit_log.commit(force=True)
+                await _until(lambda: owner.spool.pages == 0, 10)
+                await owner.replicator.round()
+                # The host with most left to fetch, and the agent outside its preference list.
+                routes = await owner.directory.routes(owner.ledger.owned_hosts())
+                mine = [h for h, r in routes.items() if r.agents[0][0] == owner.id and len(r.agents) == 3]
+                host = max(mine, key=owner.ledger.queued)
+                queued = {i.url for i in owner.ledger.export(host).queue}
+                assert len(queued) >= 3, "the victim still has pages of the host to fetch"
+                listed = {a[0] for a in routes[host].agents}
+                new = next(a for a in agents if a.node.id not in listed)
+                backups = [a for a in agents if a.node.id in listed and a.node is not owner]
+                assert all(b.node.replicas.owner(host) == owner.id for b in backups), "the replicas are current"
+                await crash(agents[1])
+                await client.set_override(host, new.node.id)  # the owner's lease has not run out yet
+                rest = [a.node for a in agents if a.node is not owner]
+                await _until(lambda: owner.id not in {a.agent_id for a in cs.service.directory.records}, 20)
+                await wait_idle(rest, timeout=120)
+                return stored_urls(stores), queued, [n.status_counters() for n in rest], new.node.status_counters()
+
+        stored, queued, counters, new = run(go())
+    got = {canonicalize(u) for u in stored}
+    lost = truth - got
+    assert not lost, (f"lost {len(lost)} (of them {len(lost & {canonicalize(u) for u in queued})} queued at the dead "
+                      f"owner): {sorted(lost)[:5]}")
+    assert sum(c["replicas_handed_out"] for c in counters) > 0 and new["replicas_handed_in"] > 0, \
+        "the new owner took the host from the dead owner's backup"

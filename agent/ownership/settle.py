@@ -511,6 +511,29 @@ class Ownership:
         finally:
             self._moving_replicas.difference_update(moving)
 
+    async def superseded(self, sender: str, owners: dict[str, str]) -> None:
+        """The host's owner now (`sender`, checked by the peer guard) replicates hosts whose
+        replica here is another agent's (host -> that agent): the host moved. That agent hands
+        the host over itself if it lives; if it died as the host moved (a balance or operator
+        override a moment after a crash, before its lease ran out), this replica is all that is
+        left of what it queued, and the new owner's first replication would erase it. So it is
+        handed to the new owner first (hand_replicas: merged like a promotion, dropped here only
+        if still that agent's). Redundant when the old owner lives (the merge keeps what the
+        receiver has). Raises Unavailable while a replica is not handed yet (the handover
+        failed, or one is under way): the owner's replication is refused and retried."""
+        routes = await self.directory.routes(sorted(owners))
+        by_peer: dict[Peer, dict[str, str]] = {}
+        for h, old in owners.items():
+            r = routes.get(h)
+            if r is not None and r.agents and r.agents[0][0] == sender:
+                by_peer.setdefault(r.agents[0], {})[h] = old
+        for peer, reps in by_peer.items():
+            await self.hand_replicas(peer, reps)
+        if self.replicas is not None:
+            left = [h for peers in by_peer.values() for h, old in peers.items() if self.replicas.owner(h) == old]
+            if left:
+                raise errors.Unavailable(f"the replica of {left[0]} ({owners[left[0]]}'s) is not handed to {sender} yet")
+
     async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
         """Claim RPC: the claimer says it owns hosts at `epoch`. Hand over those this agent holds
         and, by a route at least that new, the claimer owns; refuse the others."""
