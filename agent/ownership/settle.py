@@ -146,6 +146,7 @@ class Ownership:
         self._moving_replicas: set[str] = set()   # replicas of dead owners being handed to the owner now
         self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
         self._claim_backoff: dict[str, float] = {}  # agent id -> no claim to it before
+        self._claiming: dict[str, asyncio.Task] = {}  # agent id -> its claim under way
         # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
         # own handover of the host is still taken for a settle window (a drain promotes first).
         self._promoted: dict[str, tuple[str, float]] = {}
@@ -381,15 +382,30 @@ class Ownership:
         if not by_peer:
             return
         epoch = self.directory.epoch
-        results = await asyncio.gather(*(self._claim_from(a, hosts, epoch) for a, hosts in by_peer.items()))
+        # Each peer's claim runs beside this loop, one at a time per peer: a claim to an agent
+        # that is stopped (SIGSTOP, a partition) hangs until the RPC's deadline (minutes), and
+        # meanwhile this loop must go on settling epochs (a promotion when that agent's lease
+        # runs out). A host settled meanwhile (promoted, released) ignores the late answer.
+        for a, hosts in by_peer.items():
+            t = self._claiming.get(a)
+            if t is None or t.done():
+                self._claiming[a] = asyncio.create_task(self._claim_one(a, hosts, epoch), name=f"claim {a}")
+
+    async def _claim_one(self, agent_id: str, hosts: list[str], epoch: int) -> None:
+        try:
+            _, answered = await self._claim_from(agent_id, hosts, epoch)
+            self._claimed_by(agent_id, answered)
+        except Exception:
+            log.exception("claim from %s failed", agent_id)
+
+    def _claimed_by(self, agent_id: str, answered: list[str]) -> None:
         done: list[str] = []
-        for agent_id, answered in results:
-            for h in answered:
-                w = self._waiting.get(h)
-                if w is not None:
-                    w.discard(agent_id)
-                    if not w:
-                        done.append(h)
+        for h in answered:
+            w = self._waiting.get(h)
+            if w is not None:
+                w.discard(agent_id)
+                if not w:
+                    done.append(h)
         if done:
             if self.replicas is not None:
                 # The owner's handover superseded what this agent had as its backup.
