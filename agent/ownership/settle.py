@@ -81,6 +81,12 @@ def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: st
             # Its owner is gone and another agent owns the host now: nobody promotes this
             # replica, so it goes to the owner (the only copy of what the dead owner queued).
             return Action("hand_replica", (owner,))
+        if replica_of is not None and replica_of != owner[0]:
+            # The host moves away from its owner, which is still listed: it hands the host over
+            # and then tells its backups to drop their copies. Until then this copy stays, even
+            # off the list (a pin can push a second backup out of it): if that owner dies before
+            # its handover, this may be the only replica left (the rule above hands it on).
+            return Action("keep")
         if replica_of is not None and self_id not in ids[:1 + backups]:
             return Action("drop_replica")
         return Action("keep")
