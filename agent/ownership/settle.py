@@ -459,7 +459,11 @@ class Ownership:
             await self.durable(hosts)
             states = [self.ledger.export(h) for h in hosts]
             try:
-                resp = await self.handoff.send(peer[1], states)
+                # A host promoted here within the settle window goes on marked as the dead
+                # owner's replica: the receiver watches its queue at storage as this agent did
+                # (a balance move right after a promotion refetched the dead owner's last pages).
+                marks = {h: p for h in hosts if (p := self.promoted_from(h)) is not None}
+                resp = await self.handoff.send(peer[1], states, replica_of=marks)
             except errors.WancrawlError as exc:
                 self.handoff.counters["handover_failures"] += 1
                 log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
