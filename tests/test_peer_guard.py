@@ -226,7 +226,7 @@ def test_a_host_its_owner_refuses_leaves_as_plain_urls_and_is_not_left_held(tmp_
         node.commit_log.commit(force=True)
         assert node.ledger.holds(H)
 
-        async def refuse(address, states):
+        async def refuse(address, states, replica_of=None):
             return agent_pb2.HandOverResponse(refused=[agent_pb2.HostNote(host=st.host, reason="not now") for st in states])
 
         node.handoff.send = refuse  # type: ignore[method-assign]
