@@ -142,7 +142,8 @@ class AgentNode:
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
-                               admit=lambda sender, hosts: self.guard.handover(sender, hosts), reroute=self.routing.route)
+                               admit=lambda sender, hosts: self.guard.handover(sender, hosts), reroute=self.routing.route,
+                               may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
         self.replicator = Replicator(
             self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
             shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,

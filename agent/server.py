@@ -96,6 +96,13 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 if refused:
                     host, why = next(iter(refused.items()))
                     raise FailedPrecondition(f"Replicate: {len(refused)} hosts refused ({host}: {why})")
+                # A replica of another agent that this message would replace goes to the
+                # sender (the host's owner now) first: that agent may have died as the host
+                # moved off it (docs/replication.md, "A move at a death").
+                superseded = {m.host: old for m in batch.items
+                              if not m.drop and (old := node.replicas.owner(m.host)) not in (None, sender)}
+                if superseded:
+                    await node.ownership.superseded(sender, superseded)
                 applied += node.replicas.apply(sender, batch.items)
         return agent_pb2.ReplicateResponse(applied=applied)
 

@@ -111,6 +111,8 @@ def hand_over(m: agent_pb2.HandOverRequest) -> None:
     sender("sender_id", m.sender_id)
     checks.epoch("epoch", m.epoch)
     host_state("host", m.host)
+    if m.replica_of:
+        sender("replica_of", m.replica_of)
 
 
 def replicate(m: agent_pb2.ReplicateRequest, prefix: str = "") -> None:

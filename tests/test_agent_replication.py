@@ -46,6 +46,17 @@ def route(*agents):
     ((B, C), False, "b", False, Action("drop_replica")),           # no longer its backup
     ((B, C, A), False, "b", False, Action("drop_replica")),        # third in the list: not the first backup
     ((A,), False, None, True, Action("fetch")),                    # alone: nobody to ask
+    # A move (balance or operator pin, join) took the host off b as b died: c owns it and b is
+    # gone. Nobody promotes (the host has a live owner): the replica goes to c (issue 23).
+    ((C, A), False, "b", False, Action("hand_replica", (C,))),
+    ((C, A), False, "b", True, Action("hand_replica", (C,))),
+    ((C, D), False, "b", False, Action("hand_replica", (C,))),     # even from outside the list
+    ((C, A), True, "b", False, Action("hand_out", (C,))),          # owned state here goes first
+    ((C, A, B), False, "b", False, Action("keep")),                # b moved down but lives: c claims from b
+    ((B, C, D), False, "b", False, Action("drop_replica")),        # b owns it, this agent is out of the list
+    # b lives but the host moves away from it, pushing this agent out of the list: the copy stays
+    # until b's handover (then b's drop) or b's death (then hand_replica): a pin at a double kill.
+    ((C, B, D), False, "b", False, Action("keep")),
 ])
 def test_settle_action_follows_the_rules(agents, holds, replica_of, settling, want):
     assert settle_action("a", route(*agents), holds=holds, replica_of=replica_of, settling=settling) == want
@@ -55,9 +66,49 @@ def test_settle_action_follows_the_rules(agents, holds, replica_of, settling, wa
     ((B, C, A), Action("keep")),            # second backup with r = 2: keeps the owner's replica
     ((B, C, D, A), Action("drop_replica")),  # third backup: beyond r
     ((A, D), Action("promote")),            # owner and first backup dead: the second backup takes over
+    ((C, B, A), Action("keep")),            # moved to c while b lives (it answers c's claim)
+    # b dead: c (its first backup, promoting, or the agent a move pinned it to) owns it; the
+    # second backup's replica goes to c (c merges it with what it promoted, or takes it whole).
+    ((C, A, D), Action("hand_replica", (C,))),
+    ((C, D, A), Action("hand_replica", (C,))),
+    ((C, D), Action("hand_replica", (C,))),
 ])
 def test_settle_action_with_two_backups(agents, want):
     assert settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=2) == want
+
+
+def test_settle_action_never_leaves_a_dead_owners_replica_unclaimed():
+    """Against the invariant, for every small preference list: a replica whose owner is not in
+    the list is promoted here (this agent owns the host) or handed to the owner; never kept or
+    dropped (that was the lost URL of docs/balance.md's chaos kill run)."""
+    import itertools
+    pool = [A, B, C, D]
+    for n in range(1, 4):
+        for agents in itertools.permutations(pool, n):
+            ids = [x[0] for x in agents]
+            for backups in (1, 2):
+                got = settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=backups)
+                if "b" in ids and ids[0] != "b":
+                    assert got.kind in ("keep", "claim"), (agents, got)  # moving off b: kept until b hands over
+                elif "b" in ids:
+                    assert got.kind in ("keep", "drop_replica"), (agents, got)
+                elif ids[0] == "a":
+                    assert got == Action("promote"), (agents, got)
+                else:
+                    assert got == Action("hand_replica", (agents[0],)), (agents, got)
+
+
+def test_replica_store_drops_a_replica_only_if_it_is_still_the_named_owners(tmp_path):
+    """With r = 2 the second backup hands a dead owner's replica on while the first backup,
+    promoting, replaces it by its own: the drop after the handover must spare the new one."""
+    rs = ReplicaStore(tmp_path / "r")
+    rs.apply("b", [_msg("h.lab", reset=True, adds=[(1, "http://h.lab/1", 1)], sender="b"),
+                   _msg("g.lab", reset=True, adds=[(1, "http://g.lab/1", 1)], sender="b")])
+    rs.apply("c", [_msg("h.lab", reset=True, adds=[(5, "http://h.lab/5", 1)], sender="c")])  # c promoted h
+    assert rs.drop(["h.lab", "g.lab"], owner="b") == 1
+    assert rs.hosts() == {"h.lab": "c"} and [i.url for i in rs.export("h.lab").queue] == ["http://h.lab/5"]
+    assert rs.drop(["h.lab"]) == 1 and len(rs) == 0, "without an owner: unconditional, as before"
+    rs.close()
 
 
 # -- the gate -----------------------------------------------------------------------------------
@@ -658,3 +709,69 @@ def test_the_owner_and_its_first_backup_dying_at_once_lose_nothing_with_two_back
         stored, victims_stored = run(go())
     assert victims_stored >= 10
     _check_no_loss_few_repeats(truth, stored, victims_stored)
+
+
+@pytest.mark.parametrize("alive_at_pin", [False, True])
+def test_a_host_moved_off_its_owner_as_it_dies_goes_on_from_the_replica(run, tmp_path, alive_at_pin):
+    """Issue 23's lost URL (docs/balance.md, "On by default?"): a host is pinned away from its
+    owner (an operator's override here; the balancer writes the same) a moment after the owner
+    was killed, before its lease ran out. The new owner's claim to the dead agent is never
+    answered, and no backup promotes (the host has a live owner): the dead owner's backup hands
+    its replica to the new owner (settle_action's `hand_replica`). Four agents and r = 2, so the
+    new owner is not one of the host's backups. Checked against the lab's truth: nothing lost.
+    alive_at_pin: the pin comes first, the owner learns it and runs a replication round of the
+    host, and dies before its handover (its ownership loop stopped here): its backups must not
+    have dropped their copies in that round."""
+    with lab_site(seed=5, pages_max=40) as (lab, web, hosts, seeds, truth):
+
+        async def go():
+            async with cluster(tmp_path, lab, 4, agent_keys={**_keys(hosts), "replication.backups": 2},
+                               consultant_keys=CONSULTANT) as (cs, client, agents, stores):
+                await seed(agents[0].node, seeds)
+                owner = agents[1].node
+                await _until(lambda: owner.status_counters()["pages"] >= 10)
+                await _until(lambda: all(a.node.replicator.gauges()["replica_unsynced"] == 0 for a in agents), 20)
+                # The owner's last moments made deterministic, as in _crawl_with_crashes.
+                await owner.dispatcher.stop()
+                owner.commit_log.commit(force=True)
+                await _until(lambda: owner.spool.pages == 0, 10)
+                await owner.replicator.round()
+                # The host with most left to fetch, and the agent outside its preference list.
+                routes = await owner.directory.routes(owner.ledger.owned_hosts())
+                mine = [h for h, r in routes.items() if r.agents[0][0] == owner.id and len(r.agents) == 3]
+                host = max(mine, key=owner.ledger.queued)
+                queued = {i.url for i in owner.ledger.export(host).queue}
+                assert len(queued) >= 3, "the victim still has pages of the host to fetch"
+                listed = {a[0] for a in routes[host].agents}
+                new = next(a for a in agents if a.node.id not in listed)
+                backups = [a for a in agents if a.node.id in listed and a.node is not owner]
+                assert all(b.node.replicas.owner(host) == owner.id for b in backups), "the replicas are current"
+                if alive_at_pin:
+                    loop = next(t for t in owner.tasks if t.get_name() == "ownership")
+                    loop.cancel()  # it never hands the host over
+                    await asyncio.gather(loop, return_exceptions=True)
+                    epoch = await client.set_override(host, new.node.id)
+                    await _until(lambda: owner.directory.epoch >= epoch, 10)
+                    owner.directory.forget(host)  # its next look-up is of the new epoch
+                    owner.replicator.sync([host])  # a change of the host while its handover waits
+                    await owner.replicator.round()
+                    await crash(agents[1])
+                else:
+                    await crash(agents[1])
+                    await client.set_override(host, new.node.id)  # the owner's lease has not run out yet
+                rest = [a.node for a in agents if a.node is not owner]
+                await _until(lambda: owner.id not in {a.agent_id for a in cs.service.directory.records}, 20)
+                await wait_idle(rest, timeout=120)
+                return stored_urls(stores), queued, [n.status_counters() for n in rest], new.node.status_counters()
+
+        stored, queued, counters, new = run(go())
+    got = collections.Counter(canonicalize(u) for u in stored)
+    lost = truth - set(got)
+    assert not lost, (f"lost {len(lost)} (of them {len(lost & {canonicalize(u) for u in queued})} queued at the dead "
+                      f"owner): {sorted(lost)[:5]}")
+    # Without the dead owner's history the new owner crawls the host again from what reaches it:
+    # every page the dead owner stored that it finds again is stored twice.
+    twice = sorted(u for u, n in got.items() if n > 1)
+    assert not twice, f"{len(twice)} stored twice: {twice[:5]}"
+    assert sum(c.get("replicas_handed_out", 0) for c in counters) > 0 and new.get("replicas_handed_in", 0) > 0, \
+        "the new owner took the host from the dead owner's backup"

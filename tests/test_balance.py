@@ -368,3 +368,15 @@ def test_a_heartbeat_with_a_bad_heavy_host_is_refused_naming_it():
     nan = consultant_pb2.HeartbeatRequest(agent_id="a", load=common_pb2.LoadReport(work_area=float("nan")))
     with pytest.raises(InvalidArgument, match="load.work_area"):
         validate.heartbeat(nan)
+
+
+def test_balancing_is_on_by_default_in_consultant_mode_and_off_in_kademlia_mode():
+    """Issue 23's decision (docs/balance.md, "On by default?"): the consultant's balancer is on
+    by default since chaos runs with it on lose nothing; the Kademlia mode's stays off (too few
+    delegations in its chaos runs to call it equally safe)."""
+    from agent.settings import KademliaSettings
+    from consultant.settings import BalanceSettings, load_settings
+
+    assert BalanceSettings().enabled is True
+    assert load_settings(None, {}).balance.enabled is True
+    assert KademliaSettings().balance is False

@@ -43,6 +43,11 @@ HANDOVER = [
     ((B, A), "c", True, "c", None, False),      # this agent does not own the host
     ((B, A), "b", True, None, None, False),     # the owner handing its own host to a backup
     ((A, B), "a", True, None, None, False),     # from itself
+    # Issue 23: b moved the host to this agent as b died; after b's death (epoch change, so
+    # settling) c, b's backup, hands b's replica over (HandOver marked replica_of): c is in the list.
+    ((A, C, D), "c", True, None, None, True),
+    ((A, C, D), "c", False, None, None, False),  # ... not long after the settle window
+    ((A, C), "d", True, None, None, False),      # a stranger claiming to carry a dead owner's replica
 ]
 
 
@@ -221,7 +226,7 @@ def test_a_host_its_owner_refuses_leaves_as_plain_urls_and_is_not_left_held(tmp_
         node.commit_log.commit(force=True)
         assert node.ledger.holds(H)
 
-        async def refuse(address, states):
+        async def refuse(address, states, replica_of=None):
             return agent_pb2.HandOverResponse(refused=[agent_pb2.HostNote(host=st.host, reason="not now") for st in states])
 
         node.handoff.send = refuse  # type: ignore[method-assign]

@@ -24,6 +24,9 @@ STREAM_URLS = 200_000
 Admit = Callable[[str, list[str]], Awaitable[dict[str, str]]]
 # URLs to send on their way as if found here (the routing service's `route`).
 Reroute = Callable[[list[Item]], None]
+# URLs a dead owner may have stored in its last moments: checked at storage before they are
+# fetched here (Ownership's `may_be_stored`, agent/crawl/refetch.py).
+MayBeStored = Callable[[list[str]], None]
 
 
 @dataclass
@@ -40,7 +43,8 @@ class HandOff:
     (a failed handover loses nothing: the host is simply still ours)."""
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
-                 durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None):
+                 durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
+                 may_be_stored: MayBeStored | None = None):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -48,9 +52,10 @@ class HandOff:
         self.durable = durable  # returns after the next group commit
         self.admit = admit      # None: every host taken (a test without placement rules)
         self.reroute = reroute  # None: a refused host stays here whole
+        self.may_be_stored = may_be_stored
         self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
                                            "handover_bytes_out": 0, "handover_dropped_done": 0,
-                                           "handover_refused_out": 0}
+                                           "handover_refused_out": 0, "replicas_handed_in": 0}
 
     async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
         """host -> (agent id, address) of the next agent of its preference list other than this
@@ -120,13 +125,18 @@ class HandOff:
                     self.ledger.drop(h)
         return [st for st in states if st.host not in refused]
 
-    async def send(self, address: str, states: list[HostState]) -> agent_pb2.HandOverResponse:
+    async def send(self, address: str, states: list[HostState],
+                   replica_of: dict[str, str] | None = None) -> agent_pb2.HandOverResponse:
+        """Stream the states; `replica_of` (host -> dead owner) marks states read from this
+        agent's replicas (Ownership.hand_replicas), which the receiver merges like a promotion."""
         epoch = self.directory.epoch
+        marks = replica_of or {}
 
         async def parts() -> AsyncIterator[agent_pb2.HandOverRequest]:
             for st in states:
                 for p in st.parts():
-                    m = agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto())
+                    m = agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto(),
+                                                  replica_of=marks.get(st.host, ""))
                     self.counters["handover_bytes_out"] += m.ByteSize()
                     yield m
 
@@ -140,8 +150,12 @@ class HandOff:
         queued = seen = 0
         sender = ""
         # Hosts this agent held something of before: their state is reconciled with the
-        # sender's (the previous owner's) once all of its parts are in.
+        # sender's (the previous owner's) once all of its parts are in. A replica of a dead
+        # owner (replica_of set) is always reconciled, and its queue checked at storage before
+        # it is fetched, exactly as a promotion here would do (Ownership.promote).
         theirs: dict[str, tuple[set[str], set[int]]] = {}
+        from_replica: list[str] = []
+        replica_urls: list[str] = []
         async for req in parts:
             sender = req.sender_id
             self.directory.saw_epoch(req.epoch)
@@ -156,9 +170,13 @@ class HandOff:
                 if why is not None:
                     refused[h] = why
                     continue
-            if first and self.ledger.holds(h):
+            if first and (self.ledger.holds(h) or req.replica_of):
                 theirs[h] = (set(), set())
+            if first and req.replica_of:
+                from_replica.append(h)
             st = HostState.from_proto(req.host, first=first)
+            if req.replica_of:
+                replica_urls += [i.url for i in st.queue]
             hosts.add(h)
             if h in theirs:
                 theirs[h][0].update(i.url for i in st.queue)
@@ -170,6 +188,12 @@ class HandOff:
         for h, (q_urls, fps) in theirs.items():
             dropped += self.ledger.reconcile(h, q_urls, fps)
         self.counters["handover_dropped_done"] += dropped
+        if replica_urls and self.may_be_stored is not None:
+            self.may_be_stored(replica_urls)
+        if from_replica:
+            self.counters["replicas_handed_in"] += len(from_replica)
+            log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(from_replica), sender or "?",
+                     ", ".join(from_replica[:3]))
         if hosts:
             log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
                      len(hosts), sender or "?", queued, seen, len(theirs), dropped)

@@ -142,14 +142,16 @@ class ReplicaStore:
         self.seen.drop_host(host)
         self._owner.pop(host, None)
 
-    def drop(self, hosts: Iterable[str]) -> int:
-        """Forget replicas (promoted, or this agent is no longer their backup)."""
+    def drop(self, hosts: Iterable[str], owner: str | None = None) -> int:
+        """Forget replicas (promoted, handed to the host's owner, or this agent is no longer
+        their backup). With `owner`, only the replicas that are still that agent's: another
+        owner may have replaced one meanwhile (a promoting backup replicating to this one)."""
         n = 0
         db = self._db
         db.execute("BEGIN")
         try:
             for h in hosts:
-                if h in self._owner:
+                if h in self._owner and (owner is None or self._owner[h] == owner):
                     self._forget(h)
                     n += 1
             db.execute("COMMIT")

@@ -260,6 +260,12 @@ class Replicator:
                 self._dirty.add(h)  # placement cannot answer now: next round
                 continue
             mine = r.agents[0][0] == self.self_id
+            if not mine and h in self._synced and self.ledger.holds(h):
+                # Not this agent's any more but not handed out yet (its handover waits for the
+                # fetches in flight and a commit): its backups keep their copies, untouched,
+                # until it is handed (`forget` then drops them). Dropped now, a crash of this
+                # agent before its handover would leave the new owner no replica (issue 23).
+                continue
             want = set(r.agents[1:1 + self.backups]) if mine else set()
             synced = self._synced.pop(h, set())
             for old in synced - want:

@@ -9,6 +9,14 @@ host changes with a new epoch, and the agents settle it here in the same three m
   after this agent stopped fetching it and committed what was in flight;
 * promote: a host this agent owns now and holds a replica of, whose replica's owner is not in
   the preference list any more (dead), becomes owned state here;
+* hand the replica: a host another agent owns now, whose replica here is of an owner no longer in
+  the preference list, goes to the owner as a HandOver built from the replica (marked as a
+  replica, merged by the receiver like a promotion). This closes the race of a move (a balance
+  or operator override, a join) that took the host off its owner in the moment the owner died:
+  the new owner's claim to the dead agent is never answered, and no backup promotes (the host
+  has a live owner). With r = 2 it also sends a dead owner's second backup's replica to the
+  first backup that promoted its own (redundant, harmless: the receiver's merge keeps what it
+  has and drops what either copy says the dead owner fetched);
 * claim: a host this agent owns now but whose state may be elsewhere (a replica's owner still
   alive, URLs of a host new here shortly after an epoch change, or every host after this agent
   registered again) is held (not fetched) while the others are asked to hand it over.
@@ -35,6 +43,7 @@ from agent.placement.kademlia.overlay import ViewChanges
 from agent.placement.membership import Membership
 from agent.placement.port import HostRoute
 from agent.state.commit import Durable
+from agent.state.frontier import Item
 from agent.state.storable import Unstorable
 from agent.waker import Waker
 from wancrawl import errors, xorspace
@@ -49,8 +58,9 @@ CLAIM_BATCH = 5_000  # hosts per Claim RPC (well under gRPC's 4 MB and the recei
 
 @dataclass(frozen=True)
 class Action:
-    kind: str                    # "fetch", "promote", "claim", "hand_out", "drop_replica", "keep"
-    peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out: the new owner
+    # "fetch", "promote", "claim", "hand_out", "hand_replica", "drop_replica", "keep"
+    kind: str
+    peers: tuple[Peer, ...] = ()  # claim: who to ask; hand_out, hand_replica: the new owner
 
 
 def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool,
@@ -62,11 +72,22 @@ def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: st
     another agent (shortly after an epoch change, or after this agent registered again);
     backups: r, how many agents after the owner keep a replica."""
     owner = route.agents[0]
+    ids = [a[0] for a in route.agents]
     others = tuple(a for a in route.agents if a[0] != self_id)
     if owner[0] != self_id:
         if holds:
             return Action("hand_out", (owner,))
-        if replica_of is not None and self_id not in (a[0] for a in route.agents[:1 + backups]):
+        if replica_of is not None and replica_of not in ids:
+            # Its owner is gone and another agent owns the host now: nobody promotes this
+            # replica, so it goes to the owner (the only copy of what the dead owner queued).
+            return Action("hand_replica", (owner,))
+        if replica_of is not None and replica_of != owner[0]:
+            # The host moves away from its owner, which is still listed: it hands the host over
+            # and then tells its backups to drop their copies. Until then this copy stays, even
+            # off the list (a pin can push a second backup out of it): if that owner dies before
+            # its handover, this may be the only replica left (the rule above hands it on).
+            return Action("keep")
+        if replica_of is not None and self_id not in ids[:1 + backups]:
             return Action("drop_replica")
         return Action("keep")
     if replica_of is not None:
@@ -128,15 +149,17 @@ class Ownership:
         self._deadline: dict[str, float] = {}     # held host -> released after this anyway
         self._new: set[str] = set()               # held, not yet looked at
         self._moving: set[str] = set()            # being handed out now
+        self._moving_replicas: set[str] = set()   # replicas of dead owners being handed to the owner now
         self._addresses: dict[str, str] = {}      # agent id -> address, from the routes seen
         self._claim_backoff: dict[str, float] = {}  # agent id -> no claim to it before
+        self._claiming: dict[str, asyncio.Task] = {}  # agent id -> its claim under way
         # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
         # own handover of the host is still taken for a settle window (a drain promotes first).
         self._promoted: dict[str, tuple[str, float]] = {}
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
-            "replicas_dropped": 0, "claims_timed_out": 0, "promotions_refused": 0,
+            "replicas_dropped": 0, "replicas_handed_out": 0, "replicas_superseded_unhanded": 0, "claims_timed_out": 0, "promotions_refused": 0,
             "reconcile_full": 0, "reconcile_ranged": 0, "reconcile_hosts_read": 0,
         }
 
@@ -260,6 +283,7 @@ class Ownership:
         held, rep = self._candidates(claim_all)
         routes = await self.directory.routes(sorted(set(held) | set(rep)))
         out: dict[Peer, list[str]] = {}
+        give: dict[Peer, list[str]] = {}
         drop: list[str] = []
         now = self.clock()
         for h, r in routes.items():
@@ -267,6 +291,8 @@ class Ownership:
                               settling=claim_all, backups=self.backups)
             if a.kind == "hand_out":
                 out.setdefault(a.peers[0], []).append(h)
+            elif a.kind == "hand_replica":
+                give.setdefault(a.peers[0], []).append(h)
             elif a.kind == "drop_replica":
                 drop.append(h)
             elif a.kind in ("promote", "claim"):
@@ -276,6 +302,8 @@ class Ownership:
             self.counters["replicas_dropped"] += self.replicas.drop(drop)
         for peer, hosts in out.items():
             await self.hand_out(peer, hosts)
+        for peer, hosts in give.items():
+            await self.hand_replicas(peer, {h: rep[h] for h in hosts})
 
     async def settle(self) -> None:
         """Decide the held hosts: promote replicas of dead owners, claim the others."""
@@ -284,15 +312,19 @@ class Ownership:
         promote: list[str] = []
         fetch: list[str] = []
         out: dict[Peer, list[str]] = {}
+        give: dict[Peer, dict[str, str]] = {}
         for h in new:
             r = routes.get(h)
             if r is None:
                 self._new.add(h)  # placement cannot answer now: next step
                 continue
-            a = settle_action(self.self_id, r, holds=self.ledger.holds(h),
-                              replica_of=self.replicas.owner(h) if self.replicas is not None else None, settling=True,
+            replica_of = self.replicas.owner(h) if self.replicas is not None else None
+            a = settle_action(self.self_id, r, holds=self.ledger.holds(h), replica_of=replica_of, settling=True,
                               backups=self.backups)
-            if a.kind == "promote":
+            if a.kind == "hand_replica" and replica_of is not None:
+                give.setdefault(a.peers[0], {})[h] = replica_of
+                fetch.append(h)  # nothing of it is owned here: nothing to hold
+            elif a.kind == "promote":
                 promote.append(h)
             elif a.kind == "claim":
                 self._waiting[h] = {p[0] for p in a.peers}
@@ -310,6 +342,8 @@ class Ownership:
         for peer, hs in out.items():
             await self.hand_out(peer, hs)
             self._release(hs)
+        for peer, reps in give.items():
+            await self.hand_replicas(peer, reps)
         await self._claim()
 
     def promote(self, hosts: list[str]) -> None:
@@ -354,15 +388,30 @@ class Ownership:
         if not by_peer:
             return
         epoch = self.directory.epoch
-        results = await asyncio.gather(*(self._claim_from(a, hosts, epoch) for a, hosts in by_peer.items()))
+        # Each peer's claim runs beside this loop, one at a time per peer: a claim to an agent
+        # that is stopped (SIGSTOP, a partition) hangs until the RPC's deadline (minutes), and
+        # meanwhile this loop must go on settling epochs (a promotion when that agent's lease
+        # runs out). A host settled meanwhile (promoted, released) ignores the late answer.
+        for a, hosts in by_peer.items():
+            t = self._claiming.get(a)
+            if t is None or t.done():
+                self._claiming[a] = asyncio.create_task(self._claim_one(a, hosts, epoch), name=f"claim {a}")
+
+    async def _claim_one(self, agent_id: str, hosts: list[str], epoch: int) -> None:
+        try:
+            _, answered = await self._claim_from(agent_id, hosts, epoch)
+            self._claimed_by(agent_id, answered)
+        except Exception:
+            log.exception("claim from %s failed", agent_id)
+
+    def _claimed_by(self, agent_id: str, answered: list[str]) -> None:
         done: list[str] = []
-        for agent_id, answered in results:
-            for h in answered:
-                w = self._waiting.get(h)
-                if w is not None:
-                    w.discard(agent_id)
-                    if not w:
-                        done.append(h)
+        for h in answered:
+            w = self._waiting.get(h)
+            if w is not None:
+                w.discard(agent_id)
+                if not w:
+                    done.append(h)
         if done:
             if self.replicas is not None:
                 # The owner's handover superseded what this agent had as its backup.
@@ -410,7 +459,11 @@ class Ownership:
             await self.durable(hosts)
             states = [self.ledger.export(h) for h in hosts]
             try:
-                resp = await self.handoff.send(peer[1], states)
+                # A host promoted here within the settle window goes on marked as the dead
+                # owner's replica: the receiver watches its queue at storage as this agent did
+                # (a balance move right after a promotion refetched the dead owner's last pages).
+                marks = {h: p for h in hosts if (p := self.promoted_from(h)) is not None}
+                resp = await self.handoff.send(peer[1], states, replica_of=marks)
             except errors.WancrawlError as exc:
                 self.handoff.counters["handover_failures"] += 1
                 log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
@@ -432,6 +485,84 @@ class Ownership:
             # good would keep this agent from ever being idle).
             self._moving.difference_update(hosts)
             self.gate.release(hosts)
+
+    async def hand_replicas(self, peer: Peer, owners: dict[str, str]) -> list[str]:
+        """Hand replicas of dead owners (host -> that owner) to the host's owner now, an agent
+        other than this one (settle_action's `hand_replica`): the move that took the host off
+        its owner came as the owner died, so no backup promotes and the owner's own handover
+        never comes. Sent as a HandOver marked `replica_of` (merged by the receiver like a
+        promotion: its storage check of what the dead owner may have stored, its reconcile);
+        unshipped entries deferred by the grace, as a promotion here would. A replica is
+        dropped after the receiver answered, and only if it is still the dead owner's (with
+        r = 2 the backup that promoted may have replaced it by its own meanwhile). A host the
+        receiver refuses goes to its owner as plain URLs (pushes: its seen set decides), as a
+        refused handover does. Returns the hosts handed (taken or pushed)."""
+        if self.replicas is None:
+            return []
+        owners = {h: o for h, o in owners.items() if h not in self._moving_replicas and self.replicas.owner(h) == o}
+        if not owners:
+            return []
+        moving = list(owners)
+        self._moving_replicas.update(moving)
+        try:
+            defer = self.clock() + self.unshipped_grace
+            states = [self.replicas.export(h, defer_unshipped=defer) for h in owners]
+            try:
+                resp = await self.handoff.send(peer[1], states, replica_of=owners)
+            except errors.WancrawlError as exc:
+                self.handoff.counters["handover_failures"] += 1
+                log.warning("handover of %d replicas of dead owners to %s failed: %s", len(owners), peer[0], exc)
+                return []
+            refused = {n.host: n.reason for n in resp.refused}
+            if refused:
+                host, why = next(iter(refused.items()))
+                log.warning("%s refused %d replicas of dead owners (%s: %s); their URLs go to it as pushes",
+                            peer[0], len(refused), host, why)
+                if self.handoff.reroute is None:
+                    owners = {h: o for h, o in owners.items() if h not in refused}  # kept: decided again later
+                else:
+                    for st in states:
+                        if st.host in refused:
+                            self.handoff.reroute([Item(i.url, st.host, i.depth, i.via) for i in st.queue])
+            gone = 0
+            for o in set(owners.values()):
+                gone += self.replicas.drop([h for h, x in owners.items() if x == o], owner=o)
+            taken = [h for h in owners if h not in refused]
+            self.counters["replicas_handed_out"] += len(taken)
+            self.counters["replicas_dropped"] += gone
+            if taken:
+                log.info("handed the replicas of %d hosts of dead owners to %s (%s)", len(taken), peer[0],
+                         ", ".join(taken[:3]))
+            return list(owners)
+        finally:
+            self._moving_replicas.difference_update(moving)
+
+    async def superseded(self, sender: str, owners: dict[str, str]) -> None:
+        """The host's owner now (`sender`, checked by the peer guard) replicates hosts whose
+        replica here is another agent's (host -> that agent): the host moved. That agent hands
+        the host over itself if it lives; if it died as the host moved (a balance or operator
+        override a moment after a crash, before its lease ran out), this replica is all that is
+        left of what it queued, and the new owner's first replication would erase it. So it is
+        handed to the new owner first (hand_replicas: merged like a promotion, dropped here only
+        if still that agent's). Redundant when the old owner lives (the merge keeps what the
+        receiver has). A replica not handed (a failed handover) is replaced anyway, counted."""
+        routes = await self.directory.routes(sorted(owners))
+        by_peer: dict[Peer, dict[str, str]] = {}
+        for h, old in owners.items():
+            r = routes.get(h)
+            if r is not None and r.agents and r.agents[0][0] == sender:
+                by_peer.setdefault(r.agents[0], {})[h] = old
+        for peer, reps in by_peer.items():
+            await self.hand_replicas(peer, reps)
+        if self.replicas is not None:
+            left = [h for h, old in owners.items() if self.replicas.owner(h) == old]
+            if left:
+                # Not handed (the handover failed, or placement named another owner): the
+                # owner's replication is applied anyway; refusing it stalled every host's
+                # replication to this backup (tests/test_agent_replication.py two failures).
+                self.counters["replicas_superseded_unhanded"] += len(left)
+                log.warning("%d replicas of other owners replaced by %s's before they were handed to it (%s)",
+                            len(left), sender, left[0])
 
     async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
         """Claim RPC: the claimer says it owns hosts at `epoch`. Hand over those this agent holds

@@ -295,14 +295,16 @@ class RevisitEntry(_message.Message):
     def __init__(self, url: _Optional[str] = ..., due: _Optional[float] = ..., interval: _Optional[float] = ..., last: _Optional[float] = ..., digest: _Optional[str] = ..., etag: _Optional[str] = ..., modified: _Optional[str] = ..., length: _Optional[int] = ..., visits: _Optional[int] = ..., changes: _Optional[int] = ..., span: _Optional[float] = ..., depth: _Optional[int] = ..., lastmod: _Optional[float] = ..., changefreq: _Optional[float] = ...) -> None: ...
 
 class HandOverRequest(_message.Message):
-    __slots__ = ("sender_id", "epoch", "host")
+    __slots__ = ("sender_id", "epoch", "host", "replica_of")
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_OF_FIELD_NUMBER: _ClassVar[int]
     sender_id: str
     epoch: int
     host: HostState
-    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[_Union[HostState, _Mapping]] = ...) -> None: ...
+    replica_of: str
+    def __init__(self, sender_id: _Optional[str] = ..., epoch: _Optional[int] = ..., host: _Optional[_Union[HostState, _Mapping]] = ..., replica_of: _Optional[str] = ...) -> None: ...
 
 class HandOverResponse(_message.Message):
     __slots__ = ("hosts", "queued", "seen", "refused")
