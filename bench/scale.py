@@ -24,6 +24,7 @@ the first, peak RSS under 1 GB, no stall over 100 ms. The last line:
 
     nice -n 5 .venv/bin/python bench/scale.py [--pages 1000000] [--slice 100000] [--agents 1,2]
         [--sites-per-block 40] [--page-kb 4,16] [--concurrency 64] [--per-host 8] [--stop-after S] [--keep]
+        [--profile-slices DIR]
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                                   data_dir=data, consultant=cons_addr, storage=stor_addr, replication=False)
             cfg.write_text("loop_lag_interval = 0.01\n" + cfg.read_text())
             log = tmp / f"agent{k}.log"
-            p = at.spawn([sys.executable, "-m", "agent.cli", "run", "--config", secure(cfg, "agent", aid)], log, at.CRAWLER_CORE)
+            run = ["-m", "agent.cli"] if not args.profile_slices else \
+                [str(ROOT / "bench" / "parts" / "slice_profile.py"), str(Path(args.profile_slices).resolve() / aid), "agent.cli"]
+            p = at.spawn([sys.executable, *run, "run", "--config", secure(cfg, "agent", aid)], log, at.CRAWLER_CORE)
             procs.append(p)
             agents.append((aid, p, f"127.0.0.1:{aport}", log, data))
         for aid, p, addr, log, _ in agents:
@@ -170,6 +173,9 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                       "queued": sum(st.get("frontier", 0) for st in sts), "seen": sum(st.get("seen", 0) for st in sts),
                       "lag": lag, "busy": busy, "stalls": stalls}
                 slices.append(sl)
+                if args.profile_slices:  # the profile of this slice (bench/parts/slice_profile.py)
+                    for pid in pids:
+                        os.kill(pid, signal.SIGUSR2)
                 print(f"{sl['end']:>9,.0f} {sl['cpu_ms']:>11.3f} {sl['rate']:>8.0f} {sl['rss']:>11.0f} {sl['frontier_mb']:>11.1f} "
                       f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
                       + (f"  (--stop-after {args.stop_after:.0f} s)" if out_of_time else ""), flush=True)
@@ -235,6 +241,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each crawl may take")
     ap.add_argument("--stop-after", type=float, default=0.0,
                     help="end each crawl after this many seconds, reported as far as it got (0: run to --pages)")
+    ap.add_argument("--profile-slices", metavar="DIR",
+                    help="run the agents under cProfile, a profile per slice: DIR/<agent>/slice-N.prof "
+                         "(bench/parts/slice_profile.py --compare; the profiler inflates the CPU figures)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, data dirs, WARCs)")
     args = ap.parse_args()
     args.slice = args.slice or max(1, args.pages // 10)
