@@ -145,7 +145,7 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
         mark_pages, mark_cpu, mark_t = 0.0, c0, t0
         pages, idle_since, lag, busy, stalls = 0.0, None, 0.0, 0.0, 0.0
         print(f"{'slice':>9} {'CPU ms/page':>11} {'pages/s':>8} {'peak RSS MB':>11} {'frontier MB':>11} {'seen MB':>8} "
-              f"{'queued':>9} {'seen URLs':>10} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6}", flush=True)
+              f"{'queued':>9} {'seen URLs':>10} {'new/page':>8} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6}", flush=True)
         while True:
             for aid, p, _, log, _ in agents:
                 if p.poll() is not None:
@@ -172,12 +172,15 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                       "seen_mb": sum(disk_mb(a[4], "seen.sqlite") for a in agents),
                       "queued": sum(st.get("frontier", 0) for st in sts), "seen": sum(st.get("seen", 0) for st in sts),
                       "lag": lag, "busy": busy, "stalls": stalls}
+                # URLs discovered per page in this slice: each costs scope checks, routing, a seen-set
+                # insert and a frontier add, so a slice that finds more costs more per page.
+                sl["new"] = (sl["seen"] - (slices[-1]["seen"] if slices else 0)) / n
                 slices.append(sl)
                 if args.profile_slices:  # the profile of this slice (bench/parts/slice_profile.py)
                     for pid in pids:
-                        os.kill(pid, signal.SIGUSR2)
+                        os.kill(pid, signal.SIGRTMIN + 3)
                 print(f"{sl['end']:>9,.0f} {sl['cpu_ms']:>11.3f} {sl['rate']:>8.0f} {sl['rss']:>11.0f} {sl['frontier_mb']:>11.1f} "
-                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
+                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {sl['new']:>8.2f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
                       + (f"  (--stop-after {args.stop_after:.0f} s)" if out_of_time else ""), flush=True)
                 mark_pages, mark_cpu, mark_t = pages, cpu, now
             if pages >= args.pages or out_of_time:

@@ -57,21 +57,25 @@ def test_flushed_survives_a_crash_and_unflushed_does_not(tmp_path):
 
 
 def _merged(db) -> set[tuple[str, int]]:
-    """(host, fingerprint) in seen_fps, decoded independently of agent/state/seen.py: each chunk a
-    packed run of little-endian signed 64-bit ints, sorted, within [lo, the next chunk's lo)."""
-    out = set()
-    chunks: dict[str, list[tuple[int, list[int]]]] = {}
-    for host, lo, blob in db.execute("SELECT host, lo, fps FROM seen_fps JOIN hosts USING (hid)"):
-        run = [int.from_bytes(blob[i:i + 8], "little", signed=True) for i in range(0, len(blob), 8)]
-        assert run == sorted(set(run)) and all(fp >= lo for fp in run)
-        chunks.setdefault(host, []).append((lo, run))
-        out |= {(host, fp) for fp in run}
-    for runs in chunks.values():
-        runs.sort()
-        assert runs[0][0] == -(1 << 63)
-        for (_, run), (nxt, _) in zip(runs, runs[1:]):
-            assert not run or run[-1] < nxt
-    return out
+    """(host, fingerprint) in seen_runs, decoded independently of agent/state/sieve.py: each chunk
+    n (int32), n host ids (int32), their counts (int32), then the fingerprints (int64), little-endian;
+    chunk (khid, kfp) holds the pairs from its key up to the next chunk's key, in order."""
+    names = dict(db.execute("SELECT hid, host FROM hosts"))
+    chunks = []
+    for khid, kfp, blob in db.execute("SELECT khid, kfp, data FROM seen_runs"):
+        n = int.from_bytes(blob[:4], "little")
+        ints = [int.from_bytes(blob[4 + 4 * i:8 + 4 * i], "little", signed=True) for i in range(2 * n)]
+        fps = [int.from_bytes(blob[i:i + 8], "little", signed=True) for i in range(4 + 8 * n, len(blob), 8)]
+        pairs = [(h, fp) for h, c in zip(ints[:n], ints[n:]) for fp in [None] * c]
+        pairs = [(h, fp) for (h, _), fp in zip(pairs, fps)]
+        assert len(pairs) == len(fps) and pairs == sorted(set(pairs))
+        chunks.append(((khid, kfp), pairs))
+    chunks.sort()
+    if chunks:
+        assert chunks[0][0] == (0, -(1 << 63))
+    for (key, pairs), (nxt, _) in zip(chunks, chunks[1:] + [((1 << 62, 0), [])]):
+        assert all(key <= p < nxt for p in pairs)
+    return {(names[h], fp) for _, pairs in chunks for h, fp in pairs}
 
 
 def _on_disk(path) -> set[tuple[str, int]]:
@@ -94,7 +98,7 @@ def test_log_merges_in_steps_and_a_crash_mid_merge_loses_nothing(tmp_path, monke
 
     monkeypatch.setattr(seen_mod, "_SLICE_LOG_ROWS", 40)  # many slices
     monkeypatch.setattr(seen_mod, "_LOAD_ROWS", 25)    # several load steps
-    monkeypatch.setattr(seen_mod, "_CHUNK", 4)         # hosts in several chunks
+    monkeypatch.setattr(seen_mod.sieve, "CHUNK", 4)    # many chunks
     monkeypatch.setattr(seen_mod, "_STEP_FPS", 16)     # a slice in several steps
     monkeypatch.setattr(seen_mod, "_STEP_SECONDS", 0)  # one step per flush
     path = tmp_path / "s.db"
@@ -235,9 +239,10 @@ def test_matches_a_reference_set_through_merges_crashes_and_handovers(tmp_path_f
     that merges, chunk splits and crashes mid-merge happen within a few dozen operations."""
     import agent.state.seen as seen_mod
 
-    saved = {k: getattr(seen_mod, k) for k in ("_CHUNK", "_STEP_FPS", "_SLICE_LOG_ROWS", "_LOAD_ROWS", "_STEP_SECONDS")}
-    for k, v in {"_CHUNK": 4, "_STEP_FPS": 5, "_SLICE_LOG_ROWS": 7, "_LOAD_ROWS": 6, "_STEP_SECONDS": 0}.items():
+    saved = {k: getattr(seen_mod, k) for k in ("_STEP_FPS", "_SLICE_LOG_ROWS", "_LOAD_ROWS", "_STEP_SECONDS")}
+    for k, v in {"_STEP_FPS": 5, "_SLICE_LOG_ROWS": 7, "_LOAD_ROWS": 6, "_STEP_SECONDS": 0}.items():
         setattr(seen_mod, k, v)
+    chunk, seen_mod.sieve.CHUNK = seen_mod.sieve.CHUNK, 4
     try:
         path = tmp_path_factory.mktemp("s") / "s.db"
         s = SeenSet(path, merge_rows=20)
@@ -292,3 +297,4 @@ def test_matches_a_reference_set_through_merges_crashes_and_handovers(tmp_path_f
     finally:
         for k, v in saved.items():
             setattr(seen_mod, k, v)
+        seen_mod.sieve.CHUNK = chunk

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.state import sieve
 from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import Unstorable, text_ok
 from wancrawl.xorspace import host_prefix
@@ -22,16 +23,13 @@ from wancrawl.xorspace import host_prefix
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE, hkey INTEGER NOT NULL DEFAULT 0);
 """
-# The fingerprints on disk (schema 2), packed: 8 bytes a URL plus a row per chunk, not an SQLite
-# row per URL (31 bytes a URL with the index and page slack; BUbiNG's sieve keeps sorted runs of
-# 64-bit fingerprints the same way):
-#   seen_fps: a host's merged fingerprints in chunks, each a sorted run of little-endian signed
-#     64-bit ints; chunk (hid, lo) holds the host's fingerprints in [lo, next chunk's lo), the
-#     host's first chunk has lo = -2**63. A chunk grown past 2 * _CHUNK is split in runs of _CHUNK.
+# The fingerprints on disk (schema 2), packed: about 8 bytes a URL, not an SQLite row per URL
+# (31 bytes a URL with its index and page slack):
+#   seen_runs: every (hid, fp) pair in one sorted sequence cut in chunks of packed blobs
+#     (agent/state/sieve.py; BUbiNG's sieve is the model).
 #   seen_log: one row per flush (group commit): the host ids (int32) and fingerprints (int64) of
 #     the URLs recorded since the last flush, as two packed arrays of the same length.
-_SEEN_SCHEMA = """
-CREATE TABLE IF NOT EXISTS seen_fps (hid INTEGER NOT NULL, lo INTEGER NOT NULL, fps BLOB NOT NULL, PRIMARY KEY (hid, lo));
+_SEEN_SCHEMA = sieve.SCHEMA + """;
 CREATE TABLE IF NOT EXISTS seen_log (id INTEGER PRIMARY KEY, hids BLOB NOT NULL, fps BLOB NOT NULL);
 """
 
@@ -42,7 +40,7 @@ CREATE TABLE IF NOT EXISTS seen_log (id INTEGER PRIMARY KEY, hids BLOB NOT NULL,
 #     A new database gets the column from _SCHEMA and only the index and the bump here.
 #     Invariant: every row of `hosts` has hkey = host_prefix(host).
 #   2 (issue 24): the fingerprints packed (_SEEN_SCHEMA) instead of a row per URL: the old
-#     `seen (hid, fp)` rows become seen_fps chunks, the old row logs (seen_log, seen_merging) one
+#     `seen (hid, fp)` rows become seen_runs chunks, the old row logs (seen_log, seen_merging) one
 #     packed log row each, in the new seen_log (merged later as any log).
 SCHEMA_VERSION = 2
 _KEY_SQL = IndexSql(
@@ -59,21 +57,18 @@ _KEY_SQL = IndexSql(
 _BUCKET = 1024
 _MIN_LEVEL = 4
 
-# The log's merge into seen_fps, in steps (_MergeCycle): the set-aside log's entries are read
+# The log's merge into seen_runs, in steps (_MergeCycle): the set-aside log's entries are read
 # _LOAD_ROWS at a time into slices of hid ranges of about _SLICE_LOG_ROWS entries each; then a
-# slice's entries, sorted, go into their chunks, a step rewriting at most about _STEP_FPS
-# fingerprints (or _STEP_CHUNKS chunks), so even a host with millions of URLs is merged a chunk
-# at a time; each flush does steps for about _STEP_SECONDS, and more if the merge would not end
-# before the new log fills up (steps spread in proportion to the rows flushed).
-_CHUNK = 4096
+# slice's entries, sorted, go into their chunks, a step rewriting at most about _STEP_FPS pairs
+# (a few chunks), so even a host with millions of URLs is merged a chunk at a time; each flush
+# does steps for about _STEP_SECONDS, and more if the merge would not end before the new log
+# fills up (steps spread in proportion to the rows flushed).
 _SLICE_LOG_ROWS = 5_000
 _LOAD_ROWS = 5_000
 _STEP_FPS = 65_536
-_STEP_CHUNKS = 512
 _STEP_SECONDS = 0.02
-_FIRST_LO = -(1 << 63)
-_I8 = np.dtype("<i8")
-_I4 = np.dtype("<i4")
+_I8 = sieve.I8
+_I4 = sieve.I4
 
 
 def fingerprint(url: str) -> int:
@@ -111,54 +106,21 @@ def _pack_log(rows: list[tuple[int, int]]) -> tuple[bytes, bytes]:
     return a[:, 0].astype(_I4).tobytes(), a[:, 1].astype(_I8).tobytes()
 
 
-def _write_chunk(db: sqlite3.Connection, hid: int, lo: int, run: np.ndarray) -> int:
-    """Store a host's sorted run from lo on, split in runs of _CHUNK if it has more than 2 * _CHUNK
-    (the first keeps lo, the others start at their first fingerprint). Returns the chunks written."""
-    if len(run) <= 2 * _CHUNK:
-        db.execute("INSERT OR REPLACE INTO seen_fps VALUES (?, ?, ?)", (hid, lo, run.astype(_I8).tobytes()))
-        return 1
-    parts = [run[k:k + _CHUNK] for k in range(0, len(run), _CHUNK)]
-    if len(parts[-1]) < _CHUNK // 2:  # no small tail: it joins the run before
-        parts[-2:] = [np.concatenate(parts[-2:])]
-    db.executemany("INSERT OR REPLACE INTO seen_fps VALUES (?, ?, ?)",
-                   [(hid, lo if k == 0 else int(p[0]), p.astype(_I8).tobytes()) for k, p in enumerate(parts)])
-    return len(parts)
-
-
-def _merge_host(db: sqlite3.Connection, hid: int, new: np.ndarray, budget: int) -> tuple[int, int]:
-    """Merge a host's sorted new fingerprints into its chunks, chunk by chunk, until about `budget`
-    fingerprints were rewritten. Returns (how many of `new` are merged, fingerprints rewritten)."""
-    los = [lo for (lo,) in db.execute("SELECT lo FROM seen_fps WHERE hid=? ORDER BY lo", (hid,))]
-    if not los:
-        _write_chunk(db, hid, _FIRST_LO, np.unique(new))
-        return len(new), len(new)
-    los_a = np.array(los, dtype=np.int64)
-    done = written = chunks = 0
-    while done < len(new) and written < budget and chunks < _STEP_CHUNKS:
-        j = int(np.searchsorted(los_a, new[done], "right")) - 1
-        end = len(new) if j + 1 == len(los) else done + int(np.searchsorted(new[done:], los_a[j + 1], "left"))
-        row = db.execute("SELECT fps FROM seen_fps WHERE hid=? AND lo=?", (hid, los[j])).fetchone()
-        run = np.union1d(np.frombuffer(row[0], dtype=_I8), new[done:end])
-        chunks += _write_chunk(db, hid, los[j], run)
-        written += len(run)
-        done = end
-    return done, written
-
-
 class _MergeCycle:
-    """The set-aside log `seen_merging` into seen_fps, a short transaction per step: first its
+    """The set-aside log `seen_merging` into seen_runs, a short transaction per step: first its
     entries are read, _LOAD_ROWS at a time, into one bucket per slice of host ids (`slices` equal
     hid ranges of 1..max_hid); then a slice at a time, sorted by (hid, fp), into the hosts' chunks,
     a step rewriting at most about _STEP_FPS fingerprints; then the table is dropped.
 
     Invariants: log rows with id <= `loaded` are in `hids`/`fps` (12 bytes an entry: host ids are
     handed out from 1 up, one per host ever held, far below 2^31) or, for slices before `next`
-    and the first `pos` entries of slice `next`, in seen_fps. Nothing is deleted before every
-    slice is in seen_fps: a crash redoes the cycle from the start, and a merge is a set union, so
+    and the first `pos` entries of slice `next`, in seen_runs. Nothing is deleted before every
+    slice is in seen_runs: a crash redoes the cycle from the start, and a merge is a set union, so
     an entry merged twice is the same."""
 
-    def __init__(self, db: sqlite3.Connection, slices: int, max_hid: int, on_disk: int, rows: int):
+    def __init__(self, db: sqlite3.Connection, runs: sieve.Runs, slices: int, max_hid: int, on_disk: int, rows: int):
         self.db = db
+        self.runs = runs
         self.unloaded = rows  # entries of seen_merging not read yet
         self.slices = slices
         self.width = max(1, -(-max(max_hid, 1) // slices))
@@ -169,7 +131,7 @@ class _MergeCycle:
         self.next = 0
         self.cur: tuple[np.ndarray, np.ndarray] | None = None  # slice `next`, sorted by (hid, fp)
         self.pos = 0
-        self.rewrite_left = on_disk  # fingerprints of seen_fps still to be rewritten (an estimate)
+        self.rewrite_left = on_disk  # fingerprints of seen_runs still to be rewritten (an estimate)
 
     def step(self) -> bool:
         """One step; True once the cycle is over (the table dropped)."""
@@ -205,14 +167,14 @@ class _MergeCycle:
             self.cur, self.pos = (h[order], f[order]), 0
             self.hids[self.next], self.fps[self.next] = [], []
         h, f = self.cur
-        written = 0
-        with _atomic(db):
-            while self.pos < len(h) and written < _STEP_FPS:
-                hid = int(h[self.pos])
-                end = int(np.searchsorted(h, hid, "right"))
-                done, w = _merge_host(db, hid, f[self.pos:end], _STEP_FPS - written)
-                self.pos += done
-                written += w
+        try:
+            with _atomic(db):
+                pos, written = self.runs.merge(h, f, self.pos, _STEP_FPS)
+        except BaseException:
+            self.runs.rollback()
+            raise
+        self.runs.commit()
+        self.pos = pos
         self.rewrite_left = max(0, self.rewrite_left - written)
         if self.pos >= len(h):
             self.cur = None
@@ -230,11 +192,12 @@ class SeenSet:
 
     Memory: the signed 64-bit fingerprints in sorted `array('q')` buckets under linear hashing
     (about 8.4 bytes per URL at any size), grown one bucket split at a time (no rehash stall).
-    Disk: `seen_fps`, each host's fingerprints as packed sorted runs of at most 2 * _CHUNK, so a
-    handover reads or deletes one key range (about 8 bytes per URL), plus an append-only
+    Disk: `seen_runs`, every (host id, fingerprint) pair in one sorted sequence cut in packed
+    chunks (agent/state/sieve.py), so a handover reads or rewrites one key range (about 8 bytes
+    per URL), plus an append-only
     `seen_log` of one packed row per flush (12 bytes per URL); once the log holds merge_rows
-    fingerprints it is set aside as `seen_merging` and merged into seen_fps a short step per flush
-    (_MergeCycle). A flushed fingerprint is in seen_fps, `seen_merging` or `seen_log`; an
+    fingerprints it is set aside as `seen_merging` and merged into seen_runs a short step per flush
+    (_MergeCycle). A flushed fingerprint is in seen_runs, `seen_merging` or `seen_log`; an
     unflushed one only in memory.
     """
 
@@ -269,13 +232,14 @@ class SeenSet:
         self._log_rows = self._db.execute("SELECT coalesce(sum(length(fps)), 0) / 8 FROM seen_log").fetchone()[0]
         # A log set aside for merging when the process stopped: its cycle starts again (below).
         merging = self._db.execute("SELECT 1 FROM sqlite_master WHERE name='seen_merging'").fetchone() is not None
-        runs = [np.frombuffer(b, dtype=_I8) for (b,) in self._db.execute("SELECT fps FROM seen_fps")]
+        self._runs = sieve.Runs(self._db)
+        runs = list(self._runs.every())
         runs += [np.frombuffer(b, dtype=_I8) for (b,) in self._db.execute("SELECT fps FROM seen_log")]
         if merging:
             runs += [np.frombuffer(b, dtype=_I8) for (b,) in self._db.execute("SELECT fps FROM seen_merging")]
         every = np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
         del runs
-        if len(every) > 1:  # a fingerprint in the log and in seen_fps too (a merge cut short) once
+        if len(every) > 1:  # a fingerprint in the log and in seen_runs too (a merge cut short) once
             every = every[np.concatenate(([True], every[1:] != every[:-1]))]
         # Invariants: 2**_level + _split buckets (0 <= _split < 2**_level); every fingerprint in
         # memory sits, once, in bucket _bucket_of(fp, _level, _split), each bucket sorted
@@ -332,16 +296,7 @@ class SeenSet:
                 if stmt.strip():
                     db.execute(stmt)
             if "seen" in tables:
-                # Host by host (the rows come clustered by host), one host's run in memory at a time.
-                hid, run = 0, array("q")
-                for h, fp in db.execute("SELECT hid, fp FROM seen ORDER BY hid, fp"):
-                    if h != hid and run:
-                        _write_chunk(db, hid, _FIRST_LO, np.array(run, dtype=np.int64))
-                        run = array("q")
-                    hid = h
-                    run.append(fp)
-                if run:
-                    _write_chunk(db, hid, _FIRST_LO, np.array(run, dtype=np.int64))
+                sieve.Runs(db).write_sorted(db.execute("SELECT hid, fp FROM seen ORDER BY hid, fp"))
                 db.execute("DROP TABLE seen")
                 for t in old_logs:
                     rows = db.execute(f"SELECT hid, fp FROM {t} ORDER BY rowid").fetchall()
@@ -410,8 +365,8 @@ class SeenSet:
     def disk_parts(self) -> str:
         """What the database holds, for benches: chunks and fingerprints merged, fingerprints logged."""
         db = self._db
-        chunks, merged = db.execute("SELECT count(*), coalesce(sum(length(fps)), 0) / 8 FROM seen_fps").fetchone()
-        return f"{merged:,} in {chunks:,} chunks, {self._log_rows:,} in the log" + (", a merge under way" if self._cycle else "")
+        chunks, size = db.execute("SELECT count(*), coalesce(sum(length(data)), 0) FROM seen_runs").fetchone()
+        return f"{size / 1e6:.1f} MB in {chunks:,} chunks, {self._log_rows:,} in the log" + (", a merge under way" if self._cycle else "")
 
     def _host_id(self, host: str) -> int:
         hid = self._hid.get(host)
@@ -516,7 +471,7 @@ class SeenSet:
 
     def _merge_work(self, flushed: int = 0) -> None:
         """Once the log holds merge_rows fingerprints it is set aside (renamed `seen_merging`, O(1)) and a
-        fresh log begins; the set-aside rows then go into seen_fps a step per flush (_MergeCycle).
+        fresh log begins; the set-aside rows then go into seen_runs a step per flush (_MergeCycle).
         The one big sorted merge this replaces held the event loop for seconds (4.7 s at 1M rows)."""
         if self._cycle is None and self._log_rows >= self.merge_rows:
             self._rotate()
@@ -545,7 +500,7 @@ class SeenSet:
 
     def _new_cycle(self, rows: int) -> _MergeCycle:
         slices = max(1, -(-rows // _SLICE_LOG_ROWS))
-        return _MergeCycle(self._db, slices, self._next_hid - 1, max(self._n - rows, 0), rows)
+        return _MergeCycle(self._db, self._runs, slices, self._next_hid - 1, max(self._n - rows, 0), rows)
 
     def merge(self) -> None:
         """Everything into the host-clustered table now (handover reads one key range): the cycle
@@ -568,8 +523,7 @@ class SeenSet:
             return []
         if self._log_rows or self._cycle is not None:
             self.merge()
-        fps = [fp for (b,) in self._db.execute("SELECT fps FROM seen_fps WHERE hid=?", (hid,))
-               for fp in np.frombuffer(b, dtype=_I8).tolist()]
+        fps = self._runs.host(hid)
         return fps + [fp for h, fp in self._pending if h == hid]
 
     def import_host(self, host: str, fps: Iterable[int]) -> int:
@@ -635,9 +589,14 @@ class SeenSet:
         self._pending = [r for r in self._pending if r[0] != hid]
         self._new_hosts = [r for r in self._new_hosts if r[0] != hid]
         db = self._db
-        with _atomic(db):
-            db.execute("DELETE FROM seen_fps WHERE hid=?", (hid,))
-            db.execute("DELETE FROM hosts WHERE hid=?", (hid,))
+        try:
+            with _atomic(db):
+                self._runs.drop(hid)
+                db.execute("DELETE FROM hosts WHERE hid=?", (hid,))
+        except BaseException:
+            self._runs.rollback()
+            raise
+        self._runs.commit()
         del self._hid[host]
         return len(fps)
 

@@ -1,4 +1,4 @@
-"""Run a module's main under cProfile, one profile per slice: each SIGUSR2 writes the stats since the
+"""Run a module's main under cProfile, one profile per slice: each SIGRTMIN+3 writes the stats since the
 last one to DIR/slice-N.prof and starts afresh (bench/scale.py --profile-slices sends it at every
 slice's end). Compare two slices with `python bench/parts/slice_profile.py --compare A.prof B.prof
 --pages-a N --pages-b M`: each function's own CPU per page in both, largest differences first.
@@ -28,7 +28,7 @@ def run(out: Path, module: str, argv: list[str]) -> None:
         prof.clear()
         prof.enable()
 
-    signal.signal(signal.SIGUSR2, dump)
+    signal.signal(signal.SIGRTMIN + 3, dump)
     sys.argv = [module] + argv
     prof.enable()
     try:
