@@ -66,7 +66,7 @@ def make_world(tmp: Path, args) -> tuple[lab_topology.Topology, dict, int]:
     port = free_port()
     lo, hi = (float(x) for x in args.page_kb.split(","))
     blocks = 9  # the default topology's ISP x city blocks
-    per_site = max(10, -(-int(args.pages * 1.25) // (blocks * args.sites_per_block)))
+    per_site = max(10, -(-int(args.pages * args.web_factor) // (blocks * args.sites_per_block)))
     topo_file = tmp / "topology.toml"
     topo_file.write_text(f"[sites]\nport = {port}\nper_block = {args.sites_per_block}\n\n"
                          f"[web]\npages_min = {per_site}\npages_max = {per_site}\npage_kb_min = {lo}\npage_kb_max = {hi}\n")
@@ -236,6 +236,9 @@ def main() -> int:
     ap.add_argument("--slice", type=int, default=0, help="pages per slice (default: a tenth of --pages)")
     ap.add_argument("--agents", default="1,2", help="agent counts, one crawl each (default 1,2)")
     ap.add_argument("--sites-per-block", type=int, default=40, help="sites in each of the lab's 9 blocks")
+    ap.add_argument("--web-factor", type=float, default=1.25,
+                    help="the web's pages per page crawled (default 1.25: most of it is discovered early, so "
+                         "later slices find few new URLs; 20 keeps discovery going the whole run)")
     ap.add_argument("--page-kb", default="4,16", help="page size range, KB (lab web.page_kb_min,max)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--per-host", type=int, default=8)
