@@ -227,7 +227,28 @@ def report(r: dict) -> float:
           f"longest wall-clock lag {r['lag'] * 1000:.0f} ms (busy or not scheduled)")
     print(f"  on disk at the end: frontier {s[-1]['frontier_mb']:.1f} MB, seen set {s[-1]['seen_mb']:.1f} MB "
           f"({s[-1]['seen_mb'] * 1e6 / max(s[-1]['seen'], 1):.1f} bytes per seen URL)")
+    fit = discovery_fit(s)
+    if fit:
+        a, b = fit
+        print(f"  least-squares fit over the slices: CPU ms/page = {a:.3f} + {b * 1000:.1f} us x new URLs/page; "
+              f"without the new URLs' part, last/first {(last - b * s[-1]['new']) / (first - b * s[0]['new']):.3f} "
+              f"(new URLs/page: first slice {s[0]['new']:.2f}, last {s[-1]['new']:.2f})")
     return ratio
+
+
+def discovery_fit(s: list[dict]) -> tuple[float, float] | None:
+    """CPU ms/page = a + b x new URLs/page over the slices (weighted by pages), or None when the
+    slices do not differ in discovery. A slice that finds more URLs pays for each: scope, routing,
+    seen set, frontier; a web only 1.25 x --pages is mostly found in the first slices."""
+    w = [sl["end"] - (s[k - 1]["end"] if k else 0) for k, sl in enumerate(s)]
+    x, y = [sl["new"] for sl in s], [sl["cpu_ms"] for sl in s]
+    sw = sum(w)
+    mx, my = sum(wi * xi for wi, xi in zip(w, x)) / sw, sum(wi * yi for wi, yi in zip(w, y)) / sw
+    vx = sum(wi * (xi - mx) ** 2 for wi, xi in zip(w, x))
+    if len(s) < 3 or vx < 1e-9 * sw:
+        return None
+    b = sum(wi * (xi - mx) * (yi - my) for wi, xi, yi in zip(w, x, y)) / vx
+    return my - b * mx, b
 
 
 def main() -> int:
