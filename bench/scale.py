@@ -24,6 +24,7 @@ the first, peak RSS under 1 GB, no stall over 100 ms. The last line:
 
     nice -n 5 .venv/bin/python bench/scale.py [--pages 1000000] [--slice 100000] [--agents 1,2]
         [--sites-per-block 40] [--page-kb 4,16] [--concurrency 64] [--per-host 8] [--stop-after S] [--keep]
+        [--profile-slices DIR]
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def make_world(tmp: Path, args) -> tuple[lab_topology.Topology, dict, int]:
     port = free_port()
     lo, hi = (float(x) for x in args.page_kb.split(","))
     blocks = 9  # the default topology's ISP x city blocks
-    per_site = max(10, -(-int(args.pages * 1.25) // (blocks * args.sites_per_block)))
+    per_site = max(10, -(-int(args.pages * args.web_factor) // (blocks * args.sites_per_block)))
     topo_file = tmp / "topology.toml"
     topo_file.write_text(f"[sites]\nport = {port}\nper_block = {args.sites_per_block}\n\n"
                          f"[web]\npages_min = {per_site}\npages_max = {per_site}\npage_kb_min = {lo}\npage_kb_max = {hi}\n")
@@ -122,7 +123,9 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                                   data_dir=data, consultant=cons_addr, storage=stor_addr, replication=False)
             cfg.write_text("loop_lag_interval = 0.01\n" + cfg.read_text())
             log = tmp / f"agent{k}.log"
-            p = at.spawn([sys.executable, "-m", "agent.cli", "run", "--config", secure(cfg, "agent", aid)], log, at.CRAWLER_CORE)
+            run = ["-m", "agent.cli"] if not args.profile_slices else \
+                [str(ROOT / "bench" / "parts" / "slice_profile.py"), str(Path(args.profile_slices).resolve() / aid), "agent.cli"]
+            p = at.spawn([sys.executable, *run, "run", "--config", secure(cfg, "agent", aid)], log, at.CRAWLER_CORE)
             procs.append(p)
             agents.append((aid, p, f"127.0.0.1:{aport}", log, data))
         for aid, p, addr, log, _ in agents:
@@ -142,7 +145,7 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
         mark_pages, mark_cpu, mark_t = 0.0, c0, t0
         pages, idle_since, lag, busy, stalls = 0.0, None, 0.0, 0.0, 0.0
         print(f"{'slice':>9} {'CPU ms/page':>11} {'pages/s':>8} {'peak RSS MB':>11} {'frontier MB':>11} {'seen MB':>8} "
-              f"{'queued':>9} {'seen URLs':>10} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6}", flush=True)
+              f"{'queued':>9} {'seen URLs':>10} {'new/page':>8} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6}", flush=True)
         while True:
             for aid, p, _, log, _ in agents:
                 if p.poll() is not None:
@@ -169,9 +172,15 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                       "seen_mb": sum(disk_mb(a[4], "seen.sqlite") for a in agents),
                       "queued": sum(st.get("frontier", 0) for st in sts), "seen": sum(st.get("seen", 0) for st in sts),
                       "lag": lag, "busy": busy, "stalls": stalls}
+                # URLs discovered per page in this slice: each costs scope checks, routing, a seen-set
+                # insert and a frontier add, so a slice that finds more costs more per page.
+                sl["new"] = (sl["seen"] - (slices[-1]["seen"] if slices else 0)) / n
                 slices.append(sl)
+                if args.profile_slices:  # the profile of this slice (bench/parts/slice_profile.py)
+                    for pid in pids:
+                        os.kill(pid, signal.SIGRTMIN + 3)
                 print(f"{sl['end']:>9,.0f} {sl['cpu_ms']:>11.3f} {sl['rate']:>8.0f} {sl['rss']:>11.0f} {sl['frontier_mb']:>11.1f} "
-                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
+                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {sl['new']:>8.2f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
                       + (f"  (--stop-after {args.stop_after:.0f} s)" if out_of_time else ""), flush=True)
                 mark_pages, mark_cpu, mark_t = pages, cpu, now
             if pages >= args.pages or out_of_time:
@@ -218,7 +227,28 @@ def report(r: dict) -> float:
           f"longest wall-clock lag {r['lag'] * 1000:.0f} ms (busy or not scheduled)")
     print(f"  on disk at the end: frontier {s[-1]['frontier_mb']:.1f} MB, seen set {s[-1]['seen_mb']:.1f} MB "
           f"({s[-1]['seen_mb'] * 1e6 / max(s[-1]['seen'], 1):.1f} bytes per seen URL)")
+    fit = discovery_fit(s)
+    if fit:
+        a, b = fit
+        print(f"  least-squares fit over the slices: CPU ms/page = {a:.3f} + {b * 1000:.1f} us x new URLs/page; "
+              f"without the new URLs' part, last/first {(last - b * s[-1]['new']) / (first - b * s[0]['new']):.3f} "
+              f"(new URLs/page: first slice {s[0]['new']:.2f}, last {s[-1]['new']:.2f})")
     return ratio
+
+
+def discovery_fit(s: list[dict]) -> tuple[float, float] | None:
+    """CPU ms/page = a + b x new URLs/page over the slices (weighted by pages), or None when the
+    slices do not differ in discovery. A slice that finds more URLs pays for each: scope, routing,
+    seen set, frontier; a web only 1.25 x --pages is mostly found in the first slices."""
+    w = [sl["end"] - (s[k - 1]["end"] if k else 0) for k, sl in enumerate(s)]
+    x, y = [sl["new"] for sl in s], [sl["cpu_ms"] for sl in s]
+    sw = sum(w)
+    mx, my = sum(wi * xi for wi, xi in zip(w, x)) / sw, sum(wi * yi for wi, yi in zip(w, y)) / sw
+    vx = sum(wi * (xi - mx) ** 2 for wi, xi in zip(w, x))
+    if len(s) < 3 or vx < 1e-9 * sw:
+        return None
+    b = sum(wi * (xi - mx) * (yi - my) for wi, xi, yi in zip(w, x, y)) / vx
+    return my - b * mx, b
 
 
 def main() -> int:
@@ -227,6 +257,9 @@ def main() -> int:
     ap.add_argument("--slice", type=int, default=0, help="pages per slice (default: a tenth of --pages)")
     ap.add_argument("--agents", default="1,2", help="agent counts, one crawl each (default 1,2)")
     ap.add_argument("--sites-per-block", type=int, default=40, help="sites in each of the lab's 9 blocks")
+    ap.add_argument("--web-factor", type=float, default=1.25,
+                    help="the web's pages per page crawled (default 1.25: most of it is discovered early, so "
+                         "later slices find few new URLs; 20 keeps discovery going the whole run)")
     ap.add_argument("--page-kb", default="4,16", help="page size range, KB (lab web.page_kb_min,max)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--per-host", type=int, default=8)
@@ -235,6 +268,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each crawl may take")
     ap.add_argument("--stop-after", type=float, default=0.0,
                     help="end each crawl after this many seconds, reported as far as it got (0: run to --pages)")
+    ap.add_argument("--profile-slices", metavar="DIR",
+                    help="run the agents under cProfile, a profile per slice: DIR/<agent>/slice-N.prof "
+                         "(bench/parts/slice_profile.py --compare; the profiler inflates the CPU figures)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, data dirs, WARCs)")
     args = ap.parse_args()
     args.slice = args.slice or max(1, args.pages // 10)

@@ -217,7 +217,7 @@ def test_an_old_seen_set_is_migrated_and_answers(tmp_path):
             assert sorted(s.hosts_moving(me, n)) == brute(held, me, n)
     s.close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2  # 1 (hkey), 2 since issue 24 (packed fingerprints)
     assert db.execute("SELECT count(*) FROM hosts WHERE hkey = 0").fetchone()[0] == 0
     plan = " ".join(str(r) for r in db.execute("EXPLAIN QUERY PLAN SELECT host FROM hosts WHERE hkey BETWEEN 1 AND 2"))
     assert "hosts_hkey" in plan

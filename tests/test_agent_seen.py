@@ -56,12 +56,39 @@ def test_flushed_survives_a_crash_and_unflushed_does_not(tmp_path):
     assert len(SeenSet(tmp_path / "s.db")) == 8
 
 
+def _merged(db) -> set[tuple[str, int]]:
+    """(host, fingerprint) in seen_runs, decoded independently of agent/state/sieve.py: each chunk
+    n (int32), n host ids (int32), their counts (int32), then the fingerprints (int64), little-endian;
+    chunk (khid, kfp) holds the pairs from its key up to the next chunk's key, in order."""
+    names = dict(db.execute("SELECT hid, host FROM hosts"))
+    chunks = []
+    for khid, kfp, blob in db.execute("SELECT khid, kfp, data FROM seen_runs"):
+        n = int.from_bytes(blob[:4], "little")
+        ints = [int.from_bytes(blob[4 + 4 * i:8 + 4 * i], "little", signed=True) for i in range(2 * n)]
+        fps = [int.from_bytes(blob[i:i + 8], "little", signed=True) for i in range(4 + 8 * n, len(blob), 8)]
+        pairs = [(h, fp) for h, c in zip(ints[:n], ints[n:]) for fp in [None] * c]
+        pairs = [(h, fp) for (h, _), fp in zip(pairs, fps)]
+        assert len(pairs) == len(fps) and pairs == sorted(set(pairs))
+        chunks.append(((khid, kfp), pairs))
+    chunks.sort()
+    if chunks:
+        assert chunks[0][0] == (0, -(1 << 63))
+    for (key, pairs), (nxt, _) in zip(chunks, chunks[1:] + [((1 << 62, 0), [])]):
+        assert all(key <= p < nxt for p in pairs)
+    return {(names[h], fp) for _, pairs in chunks for h, fp in pairs}
+
+
 def _on_disk(path) -> set[tuple[str, int]]:
     import sqlite3
 
     db = sqlite3.connect(str(path))
-    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'seen%'")]
-    rows = {(h, fp) for t in tables for h, fp in db.execute(f"SELECT host, fp FROM {t} JOIN hosts USING (hid)")}
+    rows = _merged(db)
+    for t in [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE name IN ('seen_log', 'seen_merging')")]:
+        for hb, fb in db.execute(f"SELECT hids, fps FROM {t}"):
+            hids = [int.from_bytes(hb[i:i + 4], "little", signed=True) for i in range(0, len(hb), 4)]
+            fps = [int.from_bytes(fb[i:i + 8], "little", signed=True) for i in range(0, len(fb), 8)]
+            names = dict(db.execute("SELECT hid, host FROM hosts"))
+            rows |= {(names[h], fp) for h, fp in zip(hids, fps)}
     db.close()
     return rows
 
@@ -69,16 +96,18 @@ def _on_disk(path) -> set[tuple[str, int]]:
 def test_log_merges_in_steps_and_a_crash_mid_merge_loses_nothing(tmp_path, monkeypatch):
     import agent.state.seen as seen_mod
 
-    monkeypatch.setattr(seen_mod, "_SLICE_ROWS", 40)   # many slices
+    monkeypatch.setattr(seen_mod, "_SLICE_LOG_ROWS", 40)  # many slices
     monkeypatch.setattr(seen_mod, "_LOAD_ROWS", 25)    # several load steps
+    monkeypatch.setattr(seen_mod.sieve, "CHUNK", 4)    # many chunks
+    monkeypatch.setattr(seen_mod, "_STEP_FPS", 16)     # a slice in several steps
     monkeypatch.setattr(seen_mod, "_STEP_SECONDS", 0)  # one step per flush
     path = tmp_path / "s.db"
-    s = SeenSet(path, merge_rows=100)
+    s = SeenSet(path, merge_rows=200)
     urls = {f"h{h}": _urls(f"h{h}", 30) for h in range(8)}
     for h, us in urls.items():
         s.add_new(h, us)
-    s.flush()  # 240 rows >= merge_rows: set aside, one load step
-    assert s._cycle is not None and s._cycle.slices > 2
+        s.flush()  # a log row per flush; the 7th (210 rows >= merge_rows) sets the log aside
+    assert s._cycle is not None and s._cycle.slices > 2 and s._cycle.last >= 7
     want = {(h, fingerprint(u)) for h, us in urls.items() for u in us}
     steps = 0
     while s._cycle is not None and s._cycle.next < 2:
@@ -93,7 +122,9 @@ def test_log_merges_in_steps_and_a_crash_mid_merge_loses_nothing(tmp_path, monke
         t.flush()
     db_tables = {r[0] for r in t._db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'seen%'")}
     assert "seen_merging" not in db_tables
-    assert {(h, fp) for h, fp in t._db.execute("SELECT host, fp FROM seen JOIN hosts USING (hid)")} == want
+    assert _on_disk(path) == want
+    t.merge()  # the newer log too
+    assert _merged(t._db) == want
     assert sorted(t.export_host("h3")) == sorted(fingerprint(u) for u in urls["h3"])
     t.close()
 
@@ -101,7 +132,7 @@ def test_log_merges_in_steps_and_a_crash_mid_merge_loses_nothing(tmp_path, monke
 def test_handover_mid_merge_moves_the_whole_host(tmp_path, monkeypatch):
     import agent.state.seen as seen_mod
 
-    monkeypatch.setattr(seen_mod, "_SLICE_ROWS", 40)
+    monkeypatch.setattr(seen_mod, "_SLICE_LOG_ROWS", 40)
     monkeypatch.setattr(seen_mod, "_STEP_SECONDS", 0)
     s = SeenSet(tmp_path / "s.db", merge_rows=50)
     s.add_new("a", _urls("a", 60))
@@ -197,3 +228,73 @@ def test_growth_takes_no_long_step(tmp_path):
     s.add_new("h", [f"http://h/{i}" for i in range(50_000)])
     assert len(s) == 50_000 and len(moved) > 500
     assert max(moved) <= 4 * 64  # one bucket, never the set
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "add", "add", "flush", "crash", "drop", "merge", "reopen"]),
+                          st.integers(0, 5), st.integers(1, 40)), min_size=10, max_size=60))
+def test_matches_a_reference_set_through_merges_crashes_and_handovers(tmp_path_factory, ops):
+    """The set against a plain Python dict of sets: every answer of add_new, membership, len, and
+    what is on disk (decoded by _on_disk, not by the set), with tiny chunks, steps and logs so
+    that merges, chunk splits and crashes mid-merge happen within a few dozen operations."""
+    import agent.state.seen as seen_mod
+
+    saved = {k: getattr(seen_mod, k) for k in ("_STEP_FPS", "_SLICE_LOG_ROWS", "_LOAD_ROWS", "_STEP_SECONDS")}
+    for k, v in {"_STEP_FPS": 5, "_SLICE_LOG_ROWS": 7, "_LOAD_ROWS": 6, "_STEP_SECONDS": 0}.items():
+        setattr(seen_mod, k, v)
+    chunk, seen_mod.sieve.CHUNK = seen_mod.sieve.CHUNK, 4
+    try:
+        path = tmp_path_factory.mktemp("s") / "s.db"
+        s = SeenSet(path, merge_rows=20)
+        durable: dict[str, set[str]] = {}
+        recent: dict[str, set[str]] = {}  # recorded since the last flush
+        rng = random.Random(len(ops))
+        for op, h, k in ops:
+            host = f"h{h}"
+            if op == "add":
+                urls = [f"http://{host}/{rng.randrange(60)}" for _ in range(k)]
+                got = s.add_new(host, urls)
+                for u, new in zip(urls, got):
+                    held = u in durable.get(host, set()) or u in recent.get(host, set())
+                    assert new == (not held)
+                    recent.setdefault(host, set()).add(u)
+            elif op == "flush":
+                s.flush()
+                for x, us in recent.items():
+                    durable.setdefault(x, set()).update(us)
+                recent = {}
+            elif op in ("crash", "reopen"):
+                if op == "reopen":
+                    s.close()
+                    for x, us in recent.items():
+                        durable.setdefault(x, set()).update(us)
+                s._db.close() if op == "crash" else None
+                recent = {}
+                s = SeenSet(path, merge_rows=20)
+            elif op == "drop":
+                n = len(durable.get(host, set()) | recent.get(host, set()))
+                assert s.drop_host(host) == n
+                durable.pop(host, None)
+                recent.pop(host, None)
+            elif op == "merge":
+                s.merge()
+            every = {(x, u) for d in (durable, recent) for x, us in d.items() for u in us}
+            assert len(s) == len(every)
+            assert all(u in s for _, u in every)
+            assert not any(f"http://h{x}/{i}" in s for x in range(6) for i in range(60)
+                           if (f"h{x}", f"http://h{x}/{i}") not in every)
+        s.flush()
+        for x, us in recent.items():
+            durable.setdefault(x, set()).update(us)
+        assert _on_disk(path) == {(x, fingerprint(u)) for x, us in durable.items() for u in us}
+        s.merge()
+        for x, us in durable.items():
+            assert sorted(s.export_host(x)) == sorted(fingerprint(u) for u in us)
+        s.close()
+        db = __import__("sqlite3").connect(str(path))
+        assert _merged(db) == {(x, fingerprint(u)) for x, us in durable.items() for u in us}
+        db.close()
+    finally:
+        for k, v in saved.items():
+            setattr(seen_mod, k, v)
+        seen_mod.sieve.CHUNK = chunk
