@@ -370,13 +370,12 @@ def test_a_heartbeat_with_a_bad_heavy_host_is_refused_naming_it():
         validate.heartbeat(nan)
 
 
-def test_balancing_is_on_by_default_in_consultant_mode_and_off_in_kademlia_mode():
-    """Issue 23's decision (docs/balance.md, "On by default?"): the consultant's balancer is on
-    by default since chaos runs with it on lose nothing; the Kademlia mode's stays off (too few
-    delegations in its chaos runs to call it equally safe)."""
+def test_balancing_is_off_by_default_in_both_modes():
+    """Issue 23's decision (docs/balance.md, "On by default?"): off by default until the
+    duplicates seen with it on in one full chaos run (consultant-rolling 2.4%) are explained."""
     from agent.settings import KademliaSettings
     from consultant.settings import BalanceSettings, load_settings
 
-    assert BalanceSettings().enabled is True
-    assert load_settings(None, {}).balance.enabled is True
+    assert BalanceSettings().enabled is False
+    assert load_settings(None, {}).balance.enabled is False
     assert KademliaSettings().balance is False
