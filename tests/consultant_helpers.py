@@ -13,8 +13,8 @@ from wancrawl.v1 import common_pb2
 
 def settings_for(tmp_path: Path, **keys) -> ConsultantSettings:
     """Settings as the CLI would build them: keys (`a__b` for `a.b`), strategy tables included.
-    The balancer is off unless a test turns it on (`balance__enabled=True`), whatever the default,
-    and its moves would make the other tests' placements depend on load reports."""
+    The balancer is off unless a test turns it on (`balance__enabled=True`), whatever the default:
+    its moves would make the other tests' placements depend on load reports."""
     over = {"listen": "127.0.0.1:0", "state_url": f"sqlite:///{tmp_path / 'state.db'}", "dns.system_dns": False,
             "balance.enabled": False}
     over.update({k.replace("__", "."): v for k, v in keys.items()})
