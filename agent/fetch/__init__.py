@@ -1,6 +1,6 @@
 """fetch: HTTP fetching behind the Fetcher port: the contract and its settings (base.py), the
-address guard, the backends by name (aiohttp, httpx; tests/test_agent_fetch.py runs one contract
-over both) and create_fetcher for the agent's config. The bottom room. Imports only wancrawl."""
+address guard, the backends by name (aiohttp, httpx, lean; tests/test_agent_fetch.py runs one
+contract over all three) and create_fetcher for the agent's config. The bottom room. Imports only wancrawl."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from agent.fetch.base import (
 )
 from agent.fetch.guard import AddressGuard
 from agent.fetch.httpx_fetcher import HttpxFetcher
+from agent.fetch.lean_fetcher import LeanFetcher
 from wancrawl.errors import ConfigError
 
-FETCHERS: dict[str, type] = {"aiohttp": AiohttpFetcher, "httpx": HttpxFetcher}
+FETCHERS: dict[str, type] = {"aiohttp": AiohttpFetcher, "httpx": HttpxFetcher, "lean": LeanFetcher}
 # Chosen by bench/parts/agent_fetch.py (figures in docs/agent-fetching.md).
 DEFAULT_FETCHER = "aiohttp"
 
