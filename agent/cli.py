@@ -27,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--lat", type=float, help="location: latitude")
     r.add_argument("--lon", type=float, help="location: longitude")
     r.add_argument("--asn", type=int, help="location: AS number")
-    r.add_argument("--fetcher", help="aiohttp or httpx")
+    r.add_argument("--fetcher", help="lean (the default), aiohttp or httpx")
     r.add_argument("--concurrency", type=int)
     r.add_argument("--delay", type=float, help="politeness delay per host (s)")
     r.add_argument("--allow-network", action="append", help="CIDR fetches may reach although private (repeat)")

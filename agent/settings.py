@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
 from wancrawl.config import load
 from wancrawl.errors import ConfigError, InvalidArgument
@@ -377,7 +378,7 @@ class AgentSettings:
     # and loop_busy_max (the loop thread's own CPU), counters loop_stalls and loop_late (over
     # 0.1 s; wancrawl/looplag.py). Off by default: a 10 ms timer costs the agent ~1% CPU.
     loop_lag_interval: float = 0.0
-    fetcher: str = "aiohttp"          # aiohttp or httpx (docs/agent-fetching.md)
+    fetcher: str = DEFAULT_FETCHER    # lean, aiohttp or httpx (docs/agent-fetching.md)
     sort_query: bool = False          # canonicalisation: sort query parameters
     log_level: str = "INFO"
     location: LocationSettings = field(default_factory=LocationSettings)

@@ -72,6 +72,7 @@ from wancrawl import pki  # noqa: E402
 from wancrawl.grpcutil import TlsSettings, check_health, set_default_client_tls  # noqa: E402
 from wancrawl.urls import canonicalize  # noqa: E402
 from agent.client import AgentClient  # noqa: E402
+from agent.fetch import DEFAULT_FETCHER, FETCHERS  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
@@ -237,6 +238,7 @@ hosts_file = "{world['hosts_file']}"
 system_dns = false
 concurrency = {args.concurrency}
 log_level = "WARNING"
+fetcher = "{args.fetcher}"
 
 [fetch]
 allow_networks = ["127.0.0.0/8"]
@@ -611,6 +613,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="agent runs per replication setting, alternating off/on "
                     "(the overhead compares the medians)")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--fetcher", default=DEFAULT_FETCHER, choices=sorted(FETCHERS),
+                    help="the agents' fetcher backend (agent/fetch; default: the agent's default)")
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--pages-limit", type=int, default=0, help="stop each crawler after this many pages (0: crawl it all)")
     ap.add_argument("--skip-scrapy", action="store_true")
@@ -629,6 +633,7 @@ def main() -> int:
                     "(the profiler inflates the agent's CPU: figures from such a run are not the measurement)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, WARCs)")
     args = ap.parse_args()
+    print(f"agent fetcher: {args.fetcher}", flush=True)
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     if len(os.sched_getaffinity(0)) < 2:

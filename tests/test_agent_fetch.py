@@ -588,3 +588,119 @@ def test_aiohttp_parser_failing_mid_body_ends_the_body():
         assert h.should_close
 
     asyncio.run(go())
+
+
+# --- connection reuse: what a pooled connection must and must not carry (issue 24's lean backend) ---
+
+REUSE = {
+    "/ok": LIARS["/ok"],
+    # Announces the page, sends the prefix and stalls with the connection open: a read timeout
+    # cuts it; the rest of the body would arrive on the connection if it were reused.
+    "/stall": Reply(_head(_cl(N)) + PREFIX),
+    "/big": Reply(_head(_cl(4 * MiB)) + b"x" * (4 * MiB)),  # over the cap, connection kept open
+    # Answers and closes without saying so: the pooled connection is dead when next used.
+    "/ok-then-close": Reply(_head(_cl(N)) + PAGE, close=True),
+    # Reads the request and closes without a byte: a reused connection looks like this.
+    "/drop": Reply(b"", close=True),
+    # Some bytes of a head, then close: not a stale connection, no retry.
+    "/half-head": Reply(b"HTTP/1.1 200 OK\r\nContent-Le", close=True),
+    "/connection-close": Reply(_head(_cl(N), b"Connection: close") + PAGE),  # the server keeps it open anyway
+    "/no-length": Reply(_head() + PAGE, close=True),  # a body read until the server closes
+    "/continue": Reply(b"HTTP/1.1 100 Continue\r\n\r\n" + _head(_cl(N)) + PAGE),
+    "/chunked-ok": Reply(_head(CHUNKED) + _chunk(PREFIX) + _chunk(REST) + b"0\r\n\r\n"),
+    "/gzip": Reply(_head(_cl(len(gzip.compress(PAGE))), b"Content-Encoding: gzip") + gzip.compress(PAGE)),
+}
+
+
+@pytest.fixture
+def reuse():
+    with HostileServer(REUSE) as srv:
+        yield srv
+
+
+def _fetch_paths(backend, srv, paths, **kw):
+    return run_fetches(backend, liar_settings(**kw), [liar_req(srv, p) for p in paths], in_order=True)
+
+
+@pytest.mark.timeout(60)
+def test_no_bytes_of_a_cut_body_reach_the_next_response(reuse, backend):
+    stall, ok1, big, ok2 = _fetch_paths(backend, reuse, ["/stall", "/ok", "/big", "/ok"], read_timeout=0.5, max_body_bytes=MiB)
+    assert (stall.status, stall.truncated, stall.body) == (200, "time", PREFIX), stall.error_detail
+    assert (big.status, big.truncated, len(big.body)) == (200, "length", MiB)
+    for r in (ok1, ok2):
+        assert r.ok and r.body == PAGE and r.raw_length == N, (r.error, r.truncated, r.error_detail)
+    # A connection whose body was cut is never reused: each cut sends the next request on a new one.
+    assert [c.requests for c in reuse.conns] == [["/stall"], ["/ok", "/big"], ["/ok"]]
+
+
+@pytest.mark.timeout(60)
+def test_a_pooled_connection_the_server_closed(reuse, backend):
+    a, b = _fetch_paths(backend, reuse, ["/ok-then-close", "/ok"])
+    assert a.ok and a.body == PAGE
+    assert b.ok and b.body == PAGE, (b.error, b.error_detail)
+    assert [c.requests for c in reuse.conns][-1] == ["/ok"]  # on a fresh connection
+
+
+@pytest.mark.timeout(60)
+def test_a_request_lost_on_a_reused_connection_is_sent_once_more(reuse, backend):
+    if backend == "httpx":
+        pytest.skip("httpcore does not retry a request a reused connection lost (retries=0)")
+    ok, drop = _fetch_paths(backend, reuse, ["/ok", "/drop"])
+    assert ok.ok
+    assert (drop.status, drop.error) == (0, "read"), drop.error_detail
+    # Once on the kept connection, once more on a fresh one, and no more.
+    assert [c.requests for c in reuse.conns] == [["/ok", "/drop"], ["/drop"]]
+
+
+@pytest.mark.timeout(60)
+def test_no_retry_once_part_of_the_response_came(reuse, backend):
+    if backend == "aiohttp":
+        pytest.skip("aiohttp sends a GET again whenever its reused connection is lost, part of a head or not")
+    ok, half = _fetch_paths(backend, reuse, ["/ok", "/half-head"])
+    assert ok.ok and half.status == 0 and half.error in ("read", "protocol"), (half.error, half.error_detail)
+    assert [c.requests for c in reuse.conns] == [["/ok", "/half-head"]]
+
+
+@pytest.mark.timeout(60)
+def test_connection_close_is_honoured_and_sound_responses_keep_the_connection(reuse, backend):
+    paths = ["/ok", "/continue", "/chunked-ok", "/gzip", "/connection-close", "/ok", "/no-length", "/ok"]
+    rs = _fetch_paths(backend, reuse, paths)
+    for p, r in zip(paths, rs):
+        assert r.ok and r.body == PAGE and r.status == 200, (p, r.error, r.truncated, r.error_detail)
+    assert rs[3].raw_length == len(gzip.compress(PAGE))
+    assert [c.requests for c in reuse.conns] == [["/ok", "/continue", "/chunked-ok", "/gzip", "/connection-close"], ["/ok", "/no-length"], ["/ok"]]
+
+
+def test_lean_limits_per_host_and_in_all():
+    """The lean backend's connection limits (aiohttp's limit and limit_per_host): waiting only at
+    a limit, in order, and a cancelled waiter leaves no slot taken and no entry behind."""
+    from agent.fetch.lean_fetcher import _Limits
+
+    async def go():
+        lim = _Limits(total=2, per_host=1)
+        assert lim.try_take("a") and lim.try_take("b") and not lim.try_take("c") and not lim.try_take("a")
+        got = []
+
+        async def take(host):
+            await lim.take(host)
+            got.append(host)
+
+        c, a2, d = (asyncio.create_task(take(h)) for h in ("c", "a", "d"))
+        await asyncio.sleep(0)
+        assert got == [] and lim.active == 2
+        d.cancel()  # waiting for a slot in all, holding host d's
+        await asyncio.gather(d, return_exceptions=True)
+        assert "d" not in lim.hosts
+        lim.give("a")  # frees one in all (c takes it) and host a (a2 then waits for one in all)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert got == ["c"] and lim.hosts == {"b": 1, "c": 1, "a": 1} and lim.active == 2
+        lim.give("b")
+        await asyncio.wait_for(a2, 5)
+        assert got == ["c", "a"] and lim.active == 2
+        lim.give("c")
+        lim.give("a")
+        await c
+        assert lim.active == 0 and lim.hosts == {} and not lim._host_waiters and not lim._waiters
+
+    asyncio.run(go())

@@ -278,6 +278,14 @@ class _Conn(asyncio.Protocol):
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
 
+    def park(self, now: float) -> None:
+        """Back to the pool: bytes from here on arrive with no request outstanding, and the
+        last exchange's response (its body) is not held by an idle connection."""
+        self.idle_since = now
+        self.done = None
+        self.resp = self.sink = self.parser = None
+        self.headers = []
+
     def reusable(self) -> bool:
         return self.complete and self.keep and not self.closed and not self.framing.broken and not self.transport.is_closing()  # type: ignore[union-attr]
 
@@ -411,23 +419,20 @@ class LeanFetcher(BaseFetcher):
                 return
         try:
             key = (scheme, host, port, ip)
-            for attempt in (0, 1):
-                # The retry goes on a fresh connection: another pooled one may be as stale.
-                conn = self._checkout(key, loop.time()) if attempt == 0 else None
-                if conn is None:
-                    conn = await self._connect(loop, key, resp, deadline)
-                    if conn is None:
-                        return
-                done = conn.start(resp, request, t0, deadline)
-                try:
-                    await done
-                except BaseException:
-                    conn.close()  # cancelled mid-exchange: the connection holds its rest
-                    raise
-                if conn.retry and attempt == 0:
+            conn = self._checkout(key, loop.time())
+            if conn is not None:
+                await self._exchange(conn, resp, request, t0, deadline)
+                if conn.retry:
+                    # Lost before any byte of the response came: the server had closed the kept
+                    # connection. An idempotent GET goes once more, on a fresh connection (another
+                    # pooled one may be as stale; a fresh one is never retried: its uses is 1).
                     conn.close()
-                    continue
-                break
+                    conn = None
+            if conn is None:
+                conn = await self._connect(loop, key, resp, deadline)
+                if conn is None:
+                    return
+                await self._exchange(conn, resp, request, t0, deadline)
             if conn.peer:
                 resp.ip = conn.peer
             if conn.sink is not None:
@@ -439,6 +444,14 @@ class LeanFetcher(BaseFetcher):
                 conn.close()  # unread bytes would poison a reused connection
         finally:
             limits.give(req.host)
+
+    @staticmethod
+    async def _exchange(conn: _Conn, resp: FetchResponse, request: bytes, t0: float, deadline: float) -> None:
+        try:
+            await conn.start(resp, request, t0, deadline)
+        except BaseException:
+            conn.close()  # cancelled mid-exchange: the connection holds the rest of a response
+            raise
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, key: tuple[str, str, int, str], resp: FetchResponse, deadline: float) -> _Conn | None:
         scheme, host, port, ip = key
@@ -479,8 +492,7 @@ class LeanFetcher(BaseFetcher):
         return None
 
     def _checkin(self, key: tuple[str, str, int, str], conn: _Conn, now: float) -> None:
-        conn.idle_since = now
-        conn.done = None  # bytes from here on arrive with no request outstanding
+        conn.park(now)
         idle = self._idle.get(key)
         if idle is None:
             self._idle[key] = [conn]
