@@ -31,9 +31,10 @@ class Conn:
 class HostileServer:
     """`with HostileServer({"/path": Reply(...)}) as srv:` serves 127.0.0.1:srv.port."""
 
-    def __init__(self, routes: dict[str, Reply], host: str = "127.0.0.1"):
+    def __init__(self, routes: dict[str, Reply], host: str = "127.0.0.1", ssl_context=None):
         self.routes = routes
         self.host = host
+        self.ssl_context = ssl_context  # serve TLS with it (url() then says https)
         self.port = 0
         self.conns: list[Conn] = []
         self.loop = asyncio.new_event_loop()
@@ -45,7 +46,7 @@ class HostileServer:
         self.thread.start()
 
         async def start() -> None:
-            self._server = await asyncio.start_server(self._serve, self.host, 0)
+            self._server = await asyncio.start_server(self._serve, self.host, 0, ssl=self.ssl_context)
             self.port = self._server.sockets[0].getsockname()[1]
 
         asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
@@ -64,7 +65,7 @@ class HostileServer:
         self.thread.join(5)
 
     def url(self, path: str, host: str = "liar.test") -> str:
-        return f"http://{host}:{self.port}{path}"
+        return f"{'https' if self.ssl_context else 'http'}://{host}:{self.port}{path}"
 
     def requests_for(self, path: str) -> list[Conn]:
         """The connections that carried at least one request for `path`."""

@@ -704,3 +704,57 @@ def test_lean_limits_per_host_and_in_all():
         assert lim.active == 0 and lim.hosts == {} and not lim._host_waiters and not lim._waiters
 
     asyncio.run(go())
+
+
+# --- TLS (the lab web is plain HTTP: a TLS server of our own, its certificate from wancrawl.pki) ---
+
+@pytest.fixture(scope="module")
+def tls_ca(tmp_path_factory):
+    from wancrawl import pki
+
+    d = tmp_path_factory.mktemp("pki")
+    pki.init(d)
+    crt, key = pki.issue(d, "service", "web", sans=["liar.test"])
+    return d / "ca.crt", crt, key
+
+
+@pytest.fixture
+def tls_server(tls_ca):
+    import ssl
+
+    _, crt, key = tls_ca
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(crt, key)
+    sni = []
+    ctx.sni_callback = lambda sock, name, c: sni.append(name)
+    with HostileServer({"/ok": LIARS["/ok"]}, ssl_context=ctx) as srv:
+        srv.sni = sni
+        yield srv
+
+
+@pytest.mark.timeout(60)
+def test_tls_certificate_not_trusted_is_a_tls_error(tls_server, backend):
+    # The certificate is signed by a CA of the test's own: the system's CAs do not vouch for it.
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(tls_server, "/ok")])
+    assert (r.status, r.error, r.body) == (0, "tls", b""), (r.error, r.error_detail)
+
+
+@pytest.mark.timeout(60)
+def test_lean_tls_verifies_the_host_name_sends_sni_and_keeps_the_connection(tls_server, tls_ca):
+    ca, _, _ = tls_ca
+
+    async def go(host):
+        f = create_fetcher("lean", liar_settings())
+        ctx = f._ssl_context()
+        ctx.load_verify_locations(ca)  # the system's CAs and the test's
+        try:
+            return [await f.fetch(FetchRequest(tls_server.url("/ok", host), host, "127.0.0.1")) for _ in range(2)]
+        finally:
+            await f.close()
+
+    a, b = asyncio.run(go("liar.test"))
+    assert a.ok and b.ok and a.body == b.body == PAGE and a.http_version == "HTTP/1.1"
+    assert tls_server.sni == ["liar.test"]  # one handshake, the URL's host as SNI (the IP dialled)
+    assert [c.requests for c in tls_server.conns] == [["/ok", "/ok"]]
+    (r, _) = asyncio.run(go("other.test"))  # a name the certificate does not carry
+    assert (r.status, r.error) == (0, "tls") and "match" in r.error_detail.lower(), r.error_detail
