@@ -52,12 +52,15 @@ class BalanceSettings:
     min_ratio: float = 1.5        # ...and this many times it
     min_urls: int = 1             # hosts with fewer queued URLs do not move
     cooldown: float = 60.0        # a host moved stays where it went this long (no ping-pong)
+    # Agents silent longer than this (seconds; 0: 0.4 x lease_seconds, one default heartbeat
+    # interval of lease/3 and some slack) are left out of the plan: they may be dead.
+    max_silence: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.interval <= 0 or self.max_moves < 0 or self.min_gap_seconds < 0 or self.min_ratio < 1
-                or self.min_urls < 1 or self.cooldown < 0):
+                or self.min_urls < 1 or self.cooldown < 0 or self.max_silence < 0):
             raise ValueError("balance: interval > 0, max_moves >= 0, min_gap_seconds >= 0, min_ratio >= 1, "
-                             "min_urls >= 1, cooldown >= 0")
+                             "min_urls >= 1, cooldown >= 0, max_silence >= 0")
 
 
 @dataclass(frozen=True)
