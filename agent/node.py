@@ -138,7 +138,8 @@ class AgentNode:
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
                                      incidents=self.incidents,
-                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None)
+                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None,
+                                     epoch=lambda: self.directory.epoch)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         self.replicator = Replicator(
             self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
