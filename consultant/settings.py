@@ -45,8 +45,8 @@ class BalanceSettings:
     # it on lost nothing, but the full chaos run on the last commit of session 9 with it on stored
     # 44 URLs twice (2.4%) in consultant-rolling and 13 (0.7%) in kill2, above or near the 1%
     # bar; a rerun of consultant-rolling gave 0 both ways. The kill2 duplicates are explained and
-    # fixed (branch `balance`, docs/balance.md "Stored twice after a move at a death"); one kill2
-    # run after the fixes lost a URL (open): the coordinator decides after a full chaos run.
+    # fixed (branch `balance`, docs/balance.md "Stored twice after a move at a death"), with a
+    # lost URL found on the way: on after a full chaos run with it on comes back clean.
     enabled: bool = False
     interval: float = 10.0        # seconds between rounds (the agents' load.period should match)
     max_moves: int = 8            # hosts moved per round, at most
