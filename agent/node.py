@@ -138,16 +138,18 @@ class AgentNode:
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
                                      incidents=self.incidents,
-                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None)
+                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None,
+                                     epoch=lambda: self.directory.epoch)
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
-        # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
-        self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
-                               admit=lambda sender, hosts: self.guard.handover(sender, hosts), reroute=self.routing.route,
-                               may_be_stored=self.stored_check.watch if self.stored_check is not None else None)
         self.replicator = Replicator(
             self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
             shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,
             max_pending=rep.max_pending, clock=clock, backups=rep.backups) if changes is not None else None
+        # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
+        self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
+                               admit=lambda sender, hosts: self.guard.handover(sender, hosts), reroute=self.routing.route,
+                               may_be_stored=self.stored_check.watch if self.stored_check is not None else None,
+                               replicate=self.replicator.sync if self.replicator is not None else None)
         self.ownership = Ownership(
             self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,

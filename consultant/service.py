@@ -153,7 +153,7 @@ class ConsultantService:
     def _balancer(settings: ConsultantSettings) -> Balancer:
         b = settings.balance
         policy = Policy(max_moves=b.max_moves, min_gap_seconds=b.min_gap_seconds, min_ratio=b.min_ratio, min_urls=b.min_urls)
-        return Balancer(policy, b.cooldown, settings.isps)
+        return Balancer(policy, b.cooldown, settings.isps, max_silence=b.max_silence or 0.4 * settings.lease_seconds)
 
     def _directory(self, snap: Snapshot) -> Directory:
         return Directory(
@@ -195,7 +195,8 @@ class ConsultantService:
         running one kept."""
         partitioner = build_partitioner(settings)
         city, asn = open_databases(settings, partitioner.needs)
-        if settings.balance != self.settings.balance or settings.isps != self.settings.isps:
+        if (settings.balance != self.settings.balance or settings.isps != self.settings.isps
+                or settings.lease_seconds != self.settings.lease_seconds):
             self.balancer = self._balancer(settings)  # a new policy starts with no memory
         self.settings = settings
         self.partitioner = partitioner

@@ -35,13 +35,14 @@ class _Resolver:
         return None
 
 
-def _dispatcher(tmp_path, fetcher, *, route, finish, budget: PassBudget | None = None) -> tuple[Dispatcher, Frontier, HostSignal]:
+def _dispatcher(tmp_path, fetcher, *, route, finish, budget: PassBudget | None = None,
+                epoch=None) -> tuple[Dispatcher, Frontier, HostSignal]:
     settings = load_settings(None, {"agent_id": "me", "data_dir": str(tmp_path), "concurrency": 64,
                                     "politeness.delay": 0.0, "robots.enabled": False, "progress_interval": 0.0})
     frontier = Frontier(tmp_path / "f.sqlite")
     signal = HostSignal()
     d = Dispatcher(settings, frontier, fetcher, _Resolver(), Scope(ScopeSettings()), signal,  # type: ignore[arg-type]
-                   route=route, finish=finish, clock=lambda: 1000.0, pass_budget=budget)
+                   route=route, finish=finish, clock=lambda: 1000.0, pass_budget=budget, epoch=epoch)
     return d, frontier, signal
 
 
@@ -140,3 +141,40 @@ def test_redirect_hop_counts_end_with_their_chain_and_stay_bounded(tmp_path, mon
     fetched_targets = {f"http://{host}/t{i}" for i in keep_here}
     assert not fetched_targets & set(d.redirect_hops), "a target fetched as a page keeps its hop count"
     assert len(d.redirect_hops) <= 8, f"{len(d.redirect_hops)} hop counts kept (at most 8)"
+
+
+def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tmp_path):
+    """Issue 23, kill2 with balancing on (docs/balance.md, "Stored twice after a move at a
+    death"): an agent routed a URL to its host's owner (the push acknowledged while one backup
+    lagged); the owner died, the URL in no surviving replica. The agent that promoted the lagging
+    replica found the URL again on 16 pages and routed it none of those times: its filter of URLs
+    routed lately skipped it, and the URL was lost. Found again within one epoch it is skipped
+    (the owner has it); after an epoch change it is routed again (the owner's seen set drops it
+    if it has it)."""
+    epoch = [7]
+    routed: list[str] = []
+    done: list[str] = []
+
+    class Fetcher:
+        async def fetch(self, req):
+            return _page(req.url, ["http://other.test/x"])
+
+    d, frontier, signal = _dispatcher(tmp_path, Fetcher(), route=lambda items: routed.extend(i.url for i in items),
+                                      finish=lambda item, cap: done.append(item.url), epoch=lambda: epoch[0])
+
+    async def main() -> None:
+        loop = asyncio.create_task(d.run())
+        for i, page in enumerate(("a", "b", "c")):
+            if page == "c":
+                epoch[0] += 1  # a death, a join, a balance move: owners changed
+            frontier.add([Item(f"http://h.test/{page}", "h.test", 1, "")])
+            signal.wake("h.test")
+            while len(done) < i + 1:
+                await asyncio.sleep(0.01)
+        d.stopping = True
+        signal.poke()
+        await loop
+
+    asyncio.run(main())
+    assert done == ["http://h.test/a", "http://h.test/b", "http://h.test/c"]
+    assert routed.count("http://other.test/x") == 2, "skipped on b (same epoch), routed again on c"

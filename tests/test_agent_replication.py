@@ -325,6 +325,89 @@ def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     seen.close()
 
 
+
+def test_a_handover_into_a_host_already_replicated_reaches_its_backup_whole(run, tmp_path):
+    """Issue 23, kill2 with a balance move off the first victim (docs/balance.md, "Stored twice
+    after a move at a death"): the new owner held the host for its claim and replicated the URLs
+    pushed to it, so its backup was synced; then the dead owner's replica came in as a HandOver
+    with the pages that owner had fetched (seen, not queued). Replication deltas carry queued
+    URLs and dones, not fingerprints: unless the handover sends the host whole again, the backup
+    never learns them, and when the new owner dies too the backup promotes a replica without
+    them and stores those pages again. Checked against the owner's own ledger: after the next
+    round the backup's replica has seen exactly what the owner has seen."""
+    from agent.ownership.handoff import HandOff
+    from agent.ownership.ledger import HostLedger
+    from agent.ownership.replicator import Replicator
+    from agent.state.changes import ChangeLog
+    from agent.state.frontier import Frontier
+    from agent.state.seen import SeenSet
+
+    class NoCrawl:
+        def import_host(self, host, st): ...
+        def export_host(self, host, robots=True): return None
+        def drop_host(self, host): ...
+
+    class Directory:
+        epoch = 7
+
+        def saw_epoch(self, epoch): ...
+
+        async def routes(self, hosts):
+            return {h: HostRoute(h, (A, B), 300, 7) for h in hosts}  # this agent a owns it, b backs it up
+
+    backup = ReplicaStore(tmp_path / "b-replicas")
+
+    class Backup:
+        async def replicate(self, batches):
+            for batch in batches:
+                backup.apply("a", list(batch.items))
+
+    class Peers:
+        def get(self, address):
+            assert address == B[1]
+            return Backup()
+
+    fr, seen = Frontier(tmp_path / "f.sqlite", changes=ChangeLog()), SeenSet(tmp_path / "s.sqlite")
+    ledger = HostLedger(fr, seen, NoCrawl(), wake=lambda h: None)  # type: ignore[arg-type]
+    directory, peers = Directory(), Peers()
+    replicator = Replicator("a", fr.changes, ledger, directory, peers, spooled=lambda: 0, shipped=lambda: 0,  # type: ignore[arg-type]
+                            interval=60.0, retry_seconds=1.0, max_pending=100_000, clock=lambda: 0.0)
+
+    async def durable(hosts=None):
+        fr.flush()
+        seen.flush()
+
+    handoff = HandOff("a", ledger, directory, peers, durable=durable, replicate=replicator.sync)  # type: ignore[arg-type]
+    u = [f"http://h.lab/{i}" for i in range(5)]
+
+    async def go():
+        # Pushed here while the host was held for its claim: the backup gets a full copy of that.
+        seen.add_new("h.lab", [u[4]])
+        fr.add([Item(u[4], "h.lab", 1)])
+        await durable()
+        await replicator.round()
+        assert {i.url for i in backup.export("h.lab").queue} == {u[4]}
+        # The dead owner's replica arrives: it had fetched /0 and /1 and still queued /2.
+        st = HostState("h.lab", [Item(u[2], "h.lab", 1)], [fingerprint(x) for x in u[:3]])
+
+        async def parts():
+            for part in st.parts():
+                yield agent_pb2.HandOverRequest(sender_id="c", epoch=7, host=part.to_proto(), replica_of="d")
+
+        await handoff.receive(parts())
+        await replicator.round()
+
+    run(go())
+    mine = ledger.export("h.lab")
+    replica = backup.export("h.lab")
+    assert set(replica.seen) == set(mine.seen) == {fingerprint(x) for x in (u[0], u[1], u[2], u[4])}, \
+        "the backup knows what the dead owner fetched: a promotion there does not fetch it again"
+    assert {i.url for i in replica.queue} == {i.url for i in mine.queue} == {u[2], u[4]}
+    fr.close()
+    seen.close()
+    backup.close()
+
+
 # -- real agents on the lab web ------------------------------------------------------------------
 @contextlib.contextmanager
 def lab_site(seed: int, pages_max: int):

@@ -251,6 +251,24 @@ def test_the_balancer_waits_for_fresh_reports_and_does_not_move_a_host_back_with
     assert [m.host for m in b.round(snap3, 31.0)] == ["y"]
 
 
+
+def test_the_balancer_leaves_out_an_agent_that_missed_a_heartbeat():
+    """Issue 23, kill2 with balancing on (docs/balance.md, "Stored twice after a move at a
+    death"): a round 7.7 s after the first victim's SIGKILL (its lease of 15 s not run out)
+    moved hosts off it on its last report. An agent silent longer than `max_silence` is neither
+    source nor target; the same cluster heard from lately moves as before."""
+    b = Balancer(Policy(), cooldown=60.0, isps={"telecom": [4134]}, max_silence=6.0)
+    slow = lambda t: _record("slow", _report(600, 1.0, {"x": 300, "y": 200}), t)  # noqa: E731
+    fast = lambda t, name="fast": _record(name, _report(0, 40.0, {}), t)  # noqa: E731
+    assert b.round(Snapshot(5, {"slow": slow(10.0), "fast": fast(15.0)}), 17.0) == [], "the heavy one went silent"
+    assert b.round(Snapshot(5, {"slow": slow(15.0), "fast": fast(10.0)}), 17.0) == [], "the light one went silent"
+    moves = b.round(Snapshot(5, {"slow": slow(15.0), "fast": fast(10.0), "fast2": fast(16.0, "fast2")}), 17.0)
+    assert [(m.source, m.target) for m in moves] == [("slow", "fast2")], "only to the agent heard from"
+    b.applied(moves, 17.0)
+    assert [m.host for m in b.round(Snapshot(5, {"slow": slow(18.0), "fast": fast(16.0)}), 22.0)] == ["y"], \
+        "heard from 6 s ago at most: planned as before (x cooled down after its move above)"
+
+
 # -- the consultant writes overrides and drops them with their agent -------------------------------------------
 
 

@@ -86,6 +86,7 @@ class Dispatcher:
         incidents: Incidents | None = None,
         sitemap_hints: Callable[[list[sitemap.Entry]], None] | None = None,
         pass_budget: PassBudget | None = None,
+        epoch: Callable[[], int] | None = None,
     ):
         self.s = settings
         self.id = settings.agent_id
@@ -133,8 +134,14 @@ class Dispatcher:
         self.attempts: dict[str, int] = {}       # URL -> failed tries so far
         self.redirect_hops: dict[str, int] = {}  # URL reached by redirects -> hops so far
         # URLs routed lately (in scope), oldest first; a pure traffic/CPU saver: the owner's
-        # seen set is what guarantees each URL is crawled once.
+        # seen set is what guarantees each URL is crawled once. Forgotten whenever the placement
+        # epoch changes (`epoch`: the directory's): a URL routed before went to an owner that may
+        # have died since with the URL in no surviving replica (its push acknowledged while a
+        # backup lagged), and skipped here again it would be lost (issue 23, kill2 with
+        # balancing on: docs/balance.md "Stored twice after a move at a death").
         self.recent: dict[str, None] = {}
+        self.epoch = epoch
+        self._recent_epoch = epoch() if epoch is not None else 0
         self.in_flight = 0
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
@@ -636,6 +643,9 @@ class Dispatcher:
     def _discover(self, item: Item, links: list[str]) -> None:
         """Route a page's links (canonical already, from extract_links)."""
         depth = item.depth + 1
+        if self.epoch is not None and (e := self.epoch()) != self._recent_epoch:
+            self._recent_epoch = e
+            self.recent.clear()  # owners changed: what was routed may be nowhere now (see __init__)
         recent = self.recent
         out: list[Item] = []
         skips = 0

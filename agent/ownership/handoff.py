@@ -27,6 +27,8 @@ Reroute = Callable[[list[Item]], None]
 # URLs a dead owner may have stored in its last moments: checked at storage before they are
 # fetched here (Ownership's `may_be_stored`, agent/crawl/refetch.py).
 MayBeStored = Callable[[list[str]], None]
+# Hosts whose whole state must go to their backups again (the Replicator's `sync`).
+Replicate = Callable[[list[str]], None]
 
 
 @dataclass
@@ -44,7 +46,7 @@ class HandOff:
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
-                 may_be_stored: MayBeStored | None = None):
+                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -53,6 +55,13 @@ class HandOff:
         self.admit = admit      # None: every host taken (a test without placement rules)
         self.reroute = reroute  # None: a refused host stays here whole
         self.may_be_stored = may_be_stored
+        # A handover merges history into a host this agent may already own and replicate (held
+        # for a claim, its backups synced with what was pushed here meanwhile). Replication
+        # deltas carry queued URLs and dones, not imported fingerprints: without a full copy the
+        # backups never learn what the previous owner fetched, and if this agent dies the backup
+        # that promotes fetches those pages again (issue 23, kill2 with a balance move off the
+        # first victim: docs/balance.md "Stored twice after a move at a death").
+        self.replicate = replicate
         self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
                                            "handover_bytes_out": 0, "handover_dropped_done": 0,
                                            "handover_refused_out": 0, "replicas_handed_in": 0}
@@ -198,6 +207,8 @@ class HandOff:
             log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
                      len(hosts), sender or "?", queued, seen, len(theirs), dropped)
         await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
+        if hosts and self.replicate is not None:
+            self.replicate(sorted(hosts))  # their backups get them whole (see __init__)
         self.counters["hosts_handed_in"] += len(hosts)
         if refused:
             log.warning("refused %d hosts of a handover (%s)", len(refused), "; ".join(f"{h}: {r}" for h, r in list(refused.items())[:3]))
