@@ -671,7 +671,7 @@ def main() -> int:
     modes = {"both": [0, *rs], "off": [0], "on": rs}[args.replication]  # one round; --repeat rounds
     tls_modes = {"both": [False, True], "off": [False], "on": [True]}[args.tls]
     loops = [x.strip() for x in args.event_loop.split(",") if x.strip()] or [""]
-    if any(x not in ("uvloop", "asyncio") for x in loops) or len(set(loops)) < len(loops):
+    if any(x not in ("uvloop", "asyncio", "") for x in loops) or len(set(loops)) < len(loops):
         ap.error("--event-loop: uvloop, asyncio, or both comma-separated")
 
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
