@@ -75,7 +75,7 @@ from agent.client import AgentClient  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
-from measure import cpu_seconds, pin  # noqa: E402
+from measure import cpu_seconds, pin, thread_cpu  # noqa: E402
 
 TARGET = 8.0  # issue 24: at least 8x Scrapy's pages per CPU-second (issue 10's was 4x, the first 3x)
 REPLICATION_TARGET = 15.0  # issue 12: replication costs the agent at most 15% more CPU per page
@@ -436,6 +436,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 await wait_registered(stub, agent, "agent", logs["agent"], epoch=epoch)
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
             b0 = cpu_seconds(backup.pid) if backup else 0.0
+            th0 = thread_cpu(agent.pid)
             c0, t0 = cpu_seconds(agent.pid), time.perf_counter()
             resp = await stub.push("bench", 0, seeds, timeout=30)
             push_wall = time.perf_counter() - t0
@@ -476,6 +477,8 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                         "pages", "fetches", "frontier", "in_flight", "router_pending", "spool_batches", "errors", "idle",
                         "replica_lag_items", "replica_unsynced")}))
                 await asyncio.sleep(POLL)
+            th1 = thread_cpu(agent.pid)
+            threads = {k: v - th0.get(k, 0.0) for k, v in th1.items() if v - th0.get(k, 0.0) > 0}
             backup_cpu, bst = 0.0, {}
             if backup is not None:
                 backup_cpu = cpu_seconds(backup.pid) - b0
@@ -484,7 +487,8 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         name = f"agent repl {f'r={backups}' if replication else 'off'}{' tls' if tls else ''}{f' {event_loop}' if event_loop else ''}"
         return {"crawler": name, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
-                "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall}
+                "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall,
+                "threads": threads}
     finally:
         for p in reversed(procs):
             stop(p, timeout=60 if profile else 20)
@@ -759,6 +763,8 @@ def main() -> int:
             print(f"  agent: seeds pushed in {r['push_wall']:.2f} s, {end} after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
                   + ", ".join(f"{k} {c.get(k, 0):g}" for k in ("fetches", "errors", "retries", "duplicates", "out_of_scope",
                                                                 "spool_batches_sent", "storage_failures", "seen")))
+            print("  agent CPU by thread (s, push to idle): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1])))
             if r["replication"]:
                 print("  replication: " + ", ".join(f"{k} {c.get(k, 0):g}" for k in (
                     "replica_synced_hosts", "replica_sends", "replica_send_failures", "replica_full_copies",
