@@ -9,7 +9,6 @@ from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import build, load, read_toml
-from wancrawl.eventloop import DEFAULT_EVENT_LOOP
 from wancrawl.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
@@ -110,7 +109,10 @@ class _ServiceSettings:
     answer_cache_size: int = 1_000_000  # hosts whose answer is kept for the current epoch
     log_level: str = "INFO"
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
-    event_loop: str = DEFAULT_EVENT_LOOP  # "uvloop" or "asyncio" (wancrawl/eventloop.py)
+    # "asyncio" or "uvloop" (wancrawl/eventloop.py). asyncio by default: uvloop bought Resolve
+    # nothing measurable (docs/benchmarks.md "Session 10, branch uvloop"), a host's placement is
+    # the consultant's own Python work, not the loop's.
+    event_loop: str = "asyncio"
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)

@@ -99,3 +99,14 @@ def test_the_agent_cli_refuses_an_unknown_loop(tmp_path):
     p = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg), "--data-dir", str(tmp_path / "d"),
                         "--event-loop", "trio"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert p.returncode == 2 and "event_loop must be one of uvloop, asyncio" in p.stderr
+
+
+def test_consultant_and_storage_take_the_key_asyncio_by_default():
+    from consultant.settings import ConsultantSettings
+    from storage.config import StorageSettings
+
+    assert ConsultantSettings().event_loop == "asyncio" and StorageSettings().event_loop == "asyncio"
+    assert ConsultantSettings(event_loop="uvloop").event_loop == "uvloop"
+    for make in (ConsultantSettings, StorageSettings):
+        with pytest.raises(ValueError, match="got 'trio'"):
+            make(event_loop="trio")

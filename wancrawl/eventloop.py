@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from wancrawl.errors import ConfigError
 
 EVENT_LOOPS = ("uvloop", "asyncio")
-DEFAULT_EVENT_LOOP = "uvloop"
+DEFAULT_EVENT_LOOP = "uvloop"  # the agent's; the consultant and storage default to "asyncio"
 
 T = TypeVar("T")
 
