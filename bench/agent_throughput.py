@@ -11,7 +11,8 @@ to core 1.
   its own consultant, storage and data dirs. Seeded by one PushUrls call with the sites' root
   URLs; its Status counters are polled until `idle` = 1. Wall time runs from the push to the
   last page counted; CPU (utime + stime of the measured agent process, from /proc) from the
-  push until idle, so compressing and shipping the last batch is included.
+  push until idle, so compressing and shipping the last batch is included; the same CPU by
+  thread name is printed (the main thread, gRPC's own threads).
   - replication off: the agent alone, `[replication] enabled = false` in its config.
   - replication on, r = 1, 2 (`--backups`; issue 21: r backups per host): `enabled = true`,
     `backups = r`, plus r more `agent run`s (own data dirs, ports and source addresses) as the
