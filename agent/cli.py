@@ -28,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--lon", type=float, help="location: longitude")
     r.add_argument("--asn", type=int, help="location: AS number")
     r.add_argument("--fetcher", help="lean (the default), aiohttp or httpx")
+    r.add_argument("--event-loop", help="uvloop (default) or asyncio")
     r.add_argument("--concurrency", type=int)
     r.add_argument("--delay", type=float, help="politeness delay per host (s)")
     r.add_argument("--allow-network", action="append", help="CIDR fetches may reach although private (repeat)")
@@ -49,6 +50,7 @@ def _run(args) -> int:
         "consultants": [] if args.consultant else None, "consultant": args.consultant, "storage": args.storage, "data_dir": args.data_dir,
         "hosts_file": args.hosts_file, "location.city": args.city, "location.lat": args.lat,
         "location.lon": args.lon, "location.asn": args.asn, "fetcher": args.fetcher,
+        "event_loop": args.event_loop,
         "concurrency": args.concurrency, "politeness.delay": args.delay,
         "fetch.allow_networks": args.allow_network, "metrics_listen": args.metrics_listen,
         "log_level": args.log_level, "source_ip": args.source_ip,

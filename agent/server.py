@@ -17,7 +17,7 @@ from agent.node import AgentNode
 from agent.placement.kademlia.identity import caller_node_id
 from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from agent.settings import AgentSettings
-from wancrawl import grpcutil, xorspace
+from wancrawl import eventloop, grpcutil, xorspace
 from wancrawl.auth import Rules
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 from wancrawl.metrics import Sample, serve_metrics
@@ -225,7 +225,7 @@ class AgentServer:
             self._snapshots = asyncio.create_task(self._snapshot_loop())
             self.metrics_server = serve_metrics(self.settings.metrics_listen, metrics.SCHEMA, self.node.id,
                                                 lambda: self.metrics_snapshot)
-        log.info("agent %s serving on %s", self.node.id, self.address)
+        log.info("agent %s serving on %s (event loop: %s)", self.node.id, self.address, eventloop.loop_name())
 
     def refresh_metrics(self) -> None:
         """Prometheus scrapes from its own thread: it reads this copy, made on the loop (every
@@ -322,7 +322,7 @@ async def serve(settings: AgentSettings) -> None:
 
 def run(settings: AgentSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s {settings.agent_id} %(levelname)s %(message)s", stream=sys.stderr)
-    asyncio.run(serve(settings))
+    eventloop.run(serve(settings), settings.event_loop)
 
 
 __all__ = ["AgentServer", "create_server", "run", "serve"]

@@ -11,6 +11,8 @@ from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
 from wancrawl.config import load
 from wancrawl.errors import ConfigError, InvalidArgument
+from wancrawl.eventloop import DEFAULT_EVENT_LOOP
+from wancrawl.eventloop import check as check_event_loop
 from wancrawl.failover import parse_addresses
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.urls import canonical_host
@@ -379,6 +381,9 @@ class AgentSettings:
     # 0.1 s; wancrawl/looplag.py). Off by default: a 10 ms timer costs the agent ~1% CPU.
     loop_lag_interval: float = 0.0
     fetcher: str = DEFAULT_FETCHER    # lean, aiohttp or httpx (docs/agent-fetching.md)
+    # The event loop the agent runs on: "uvloop" (libuv; cheaper per page, docs/benchmarks.md
+    # "Session 10, branch uvloop") or "asyncio" (the standard library's). wancrawl/eventloop.py.
+    event_loop: str = DEFAULT_EVENT_LOOP
     sort_query: bool = False          # canonicalisation: sort query parameters
     log_level: str = "INFO"
     location: LocationSettings = field(default_factory=LocationSettings)
@@ -410,6 +415,7 @@ class AgentSettings:
             consultant_addresses(self)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        check_event_loop(self.event_loop)
         if self.loop_lag_interval < 0:
             raise ValueError(f"loop_lag_interval must be >= 0 (0 = off), got {self.loop_lag_interval}")
         if self.commit_interval <= 0:

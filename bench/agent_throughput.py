@@ -11,7 +11,8 @@ to core 1.
   its own consultant, storage and data dirs. Seeded by one PushUrls call with the sites' root
   URLs; its Status counters are polled until `idle` = 1. Wall time runs from the push to the
   last page counted; CPU (utime + stime of the measured agent process, from /proc) from the
-  push until idle, so compressing and shipping the last batch is included.
+  push until idle, so compressing and shipping the last batch is included; the same CPU by
+  thread name is printed (the main thread, gRPC's own threads).
   - replication off: the agent alone, `[replication] enabled = false` in its config.
   - replication on, r = 1, 2 (`--backups`; issue 21: r backups per host): `enabled = true`,
     `backups = r`, plus r more `agent run`s (own data dirs, ports and source addresses) as the
@@ -37,7 +38,7 @@ replication to 15% alone, issue 13 TLS to 10%). Exits 0 either way (1 when an ag
 
     .venv/bin/python bench/agent_throughput.py [--replication both|on|off] [--tls both|on|off] [--repeat 1]
         [--concurrency 64] [--per-host 8] [--pages-limit N] [--skip-scrapy] [--pages-min 20]
-        [--seed 0] [--profile FILE] [--keep]
+        [--seed 0] [--event-loop uvloop|asyncio|uvloop,asyncio] [--profile FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from agent.fetch import DEFAULT_FETCHER, FETCHERS  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
-from measure import cpu_seconds, pin  # noqa: E402
+from measure import cpu_seconds, pin, thread_cpu  # noqa: E402
 
 TARGET = 8.0  # issue 24: at least 8x Scrapy's pages per CPU-second (issue 10's was 4x, the first 3x)
 REPLICATION_TARGET = 15.0  # issue 12: replication costs the agent at most 15% more CPU per page
@@ -222,8 +223,9 @@ MEASURED_ID, BACKUP_ID = "bench-agent", "bench-backup"
 
 
 def agent_config(path: Path, topo, world: dict, args, *, agent_id: str, port: int, slot: int, data_dir: Path,
-                 consultant: str, storage: str, replication: bool, backups: int = 1) -> Path:
-    """One agent's TOML; `slot`: which of the first block's agent source addresses it fetches from."""
+                 consultant: str, storage: str, replication: bool, backups: int = 1, event_loop: str = "") -> Path:
+    """One agent's TOML; `slot`: which of the first block's agent source addresses it fetches from;
+    `event_loop`: the agent's loop ("": the agent's default)."""
     b = topo.blocks[0]
     src = topo.agent_address(b.isp, b.city, slot)
     hosts = json.dumps([s.host for s in topo.normal_sites])
@@ -239,6 +241,7 @@ system_dns = false
 concurrency = {args.concurrency}
 log_level = "WARNING"
 fetcher = "{args.fetcher}"
+{f'event_loop = "{event_loop}"' if event_loop else ""}
 
 [fetch]
 allow_networks = ["127.0.0.0/8"]
@@ -377,10 +380,10 @@ def tls_table(agents: list[dict]) -> dict[bool, float]:
 
 
 async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None, tls: bool = False,
-                    backups: int = 1) -> dict:
+                    backups: int = 1, event_loop: str = "") -> dict:
     """One crawl by the measured agent (with `backups` backup agents, r, when `replication`), in
-    its own consultant, storage and data dirs under `tmp`. Every process started here is stopped
-    on return."""
+    its own consultant, storage and data dirs under `tmp`, every agent on `event_loop` ("": the
+    agent's default). Every process started here is stopped on return."""
     tmp.mkdir(parents=True)
     secure = tls_setup(tmp, tls)
     cport, sport, aport = free_port(), free_port(), free_port()
@@ -401,7 +404,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         await wait_health(stor_addr, stor, "storage", logs["storage"])
         cfg = agent_config(tmp / "agent.toml", topo, world, args, agent_id=MEASURED_ID, port=aport, slot=0,
                            data_dir=tmp / "agent-data", consultant=cons_addr, storage=stor_addr, replication=replication,
-                           backups=backups)
+                           backups=backups, event_loop=event_loop)
         cfg = secure(Path(cfg), "agent", MEASURED_ID)
         prefix = [sys.executable]
         if profile:
@@ -416,7 +419,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 kport = free_port()
                 bcfg = agent_config(tmp / f"{key}.toml", topo, world, args, agent_id=bid, port=kport, slot=k,
                                     data_dir=tmp / f"{key}-data", consultant=cons_addr, storage=stor_addr, replication=True,
-                                    backups=backups)
+                                    backups=backups, event_loop=event_loop)
                 bcfg = secure(Path(bcfg), "agent", bid)
                 p = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs[key], SERVICE_CORE)
                 procs.append(p)
@@ -436,6 +439,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 await wait_registered(stub, agent, "agent", logs["agent"], epoch=epoch)
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
             b0 = cpu_seconds(backup.pid) if backup else 0.0
+            th0 = thread_cpu(agent.pid)
             c0, t0 = cpu_seconds(agent.pid), time.perf_counter()
             resp = await stub.push("bench", 0, seeds, timeout=30)
             push_wall = time.perf_counter() - t0
@@ -476,15 +480,18 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                         "pages", "fetches", "frontier", "in_flight", "router_pending", "spool_batches", "errors", "idle",
                         "replica_lag_items", "replica_unsynced")}))
                 await asyncio.sleep(POLL)
+            th1 = thread_cpu(agent.pid)
+            threads = {k: v - th0.get(k, 0.0) for k, v in th1.items() if v - th0.get(k, 0.0) > 0}
             backup_cpu, bst = 0.0, {}
             if backup is not None:
                 backup_cpu = cpu_seconds(backup.pid) - b0
                 async with AgentClient(f"127.0.0.1:{bport}") as bstub:
                     bst = await agent_status(bstub)
-        name = f"agent repl {f'r={backups}' if replication else 'off'}{' tls' if tls else ''}"
-        return {"crawler": name, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
+        name = f"agent repl {f'r={backups}' if replication else 'off'}{' tls' if tls else ''}{f' {event_loop}' if event_loop else ''}"
+        return {"crawler": name, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
-                "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall}
+                "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall,
+                "threads": threads}
     finally:
         for p in reversed(procs):
             stop(p, timeout=60 if profile else 20)
@@ -594,6 +601,28 @@ def together_line(agents: list[dict], tls: dict[bool, float], repl: float | None
               f"{'target met' if over <= TOGETHER_TARGET else 'TARGET MISSED'}")
 
 
+def loop_table(agents: list[dict], loops: list[str], floors: list[dict], scrapy: list[dict]) -> None:
+    """--event-loop with two loops: the measured agent's CPU per page on each, per setting
+    (replication, TLS), runs and medians, and the median against the first loop's."""
+    print("\nEvent loop (--event-loop): the measured agent's CPU ms per page, runs (median)")
+    f = statistics.median(ms_per_page(r) for r in floors) if floors else None
+    s = ms_per_page(scrapy[0]) if scrapy else None
+    for key in sorted({(r["backups"], r["tls"]) for r in agents}):
+        med: dict[str, float] = {}
+        for lp in loops:
+            mine = [ms_per_page(r) for r in agents if (r["backups"], r["tls"]) == key and r["event_loop"] == lp]
+            if not mine:
+                continue
+            med[lp] = statistics.median(mine)
+            vs = [f"/floor {med[lp] / f:.2f}" if f else "", f"Scrapy/agent {s / med[lp]:.2f}x" if s else ""]
+            print(f"  repl {f'r={key[0]}' if key[0] else 'off'}{' tls' if key[1] else ''}, {lp:<8}: "
+                  f"{', '.join(f'{x:.3f}' for x in mine)} ({med[lp]:.3f}) {' '.join(v for v in vs if v)}")
+        first = med.get(loops[0])
+        for lp in loops[1:]:
+            if first and lp in med:
+                print(f"    {loops[0]} against {lp}: {(first / med[lp] - 1) * 100:+.1f}% CPU per page")
+
+
 def show_profile(path: str) -> None:
     import pstats
 
@@ -612,6 +641,9 @@ def main() -> int:
                     "(each host replicated to r backup agents; default 1,2)")
     ap.add_argument("--repeat", type=int, default=1, help="agent runs per replication setting, alternating off/on "
                     "(the overhead compares the medians)")
+    ap.add_argument("--event-loop", default="", help="the agents' event loop: uvloop or asyncio (default: the agent's "
+                    "default), or both comma-separated, e.g. uvloop,asyncio: each agent run is made on each, alternating; "
+                    "the replication, TLS and ratio lines take the first, a table compares them")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--fetcher", default=DEFAULT_FETCHER, choices=sorted(FETCHERS),
                     help="the agents' fetcher backend (agent/fetch; default: the agent's default)")
@@ -648,6 +680,9 @@ def main() -> int:
     # 0: replication off; r: on, with r backups.
     modes = {"both": [0, *rs], "off": [0], "on": rs}[args.replication]  # one round; --repeat rounds
     tls_modes = {"both": [False, True], "off": [False], "on": [True]}[args.tls]
+    loops = [x.strip() for x in args.event_loop.split(",") if x.strip()] or [""]
+    if any(x not in ("uvloop", "asyncio", "") for x in loops) or len(set(loops)) < len(loops):
+        ap.error("--event-loop: uvloop, asyncio, or both comma-separated")
 
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
     lab = None
@@ -666,13 +701,13 @@ def main() -> int:
         _, offset = requests_since(reqlog, 0, world["port"])
 
         rows = []
-        per_round = [(o, t) for o in modes for t in tls_modes]
+        per_round = [(o, t, lp) for o in modes for t in tls_modes for lp in loops]
         n = 0
         for rnd in range(1, args.repeat + 1):
-            for r_backups, tls in ([] if args.skip_agent else per_round):
+            for r_backups, tls, loop in ([] if args.skip_agent else per_round):
                 n += 1
                 on = r_backups > 0
-                mode = (f"on-r{r_backups}" if on else "off") + ("-tls" if tls else "")
+                mode = (f"on-r{r_backups}" if on else "off") + ("-tls" if tls else "") + (f"-{loop}" if loop else "")
                 profile = None
                 if args.profile:
                     pf = Path(args.profile).resolve()
@@ -681,7 +716,7 @@ def main() -> int:
                       f"concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
                 a = None
                 try:
-                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls, r_backups or 1))
+                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls, r_backups or 1, loop))
                 except RuntimeError as exc:
                     failed += 1
                     print(f"AGENT FAILED (replication {mode}): {exc}")
@@ -734,6 +769,8 @@ def main() -> int:
             print(f"  agent: seeds pushed in {r['push_wall']:.2f} s, {end} after {r['idle_wall']:.2f} s; CPU to last page {r['cpu_to_last_page']:.2f} s; "
                   + ", ".join(f"{k} {c.get(k, 0):g}" for k in ("fetches", "errors", "retries", "duplicates", "out_of_scope",
                                                                 "spool_batches_sent", "storage_failures", "seen")))
+            print("  agent CPU by thread (s, push to idle): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1])))
             if r["replication"]:
                 print("  replication: " + ", ".join(f"{k} {c.get(k, 0):g}" for k in (
                     "replica_synced_hosts", "replica_sends", "replica_send_failures", "replica_full_copies",
@@ -743,7 +780,8 @@ def main() -> int:
         else:
             print(f"  scrapy: follow {r.get('follow')}, reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
                   f"offsite {r.get('offsite_filtered')}, errors {r.get('errors')}")
-    agents = [r for r in rows if "idle_wall" in r]
+    every_loop = [r for r in rows if "idle_wall" in r]
+    agents = [r for r in every_loop if r["event_loop"] == loops[0]]  # the lines below take the first loop
     floors = [r for r in rows if r["crawler"].startswith("floor")]
     scrapy = [r for r in rows if "idle_wall" not in r and not r["crawler"].startswith("floor")]
     if agents:
@@ -774,7 +812,9 @@ def main() -> int:
             verdict = "target met" if ratio >= TARGET else "TARGET MISSED"
             print(f"\nratio {a['crawler']}/scrapy pages per CPU-second: {ratio:.2f} (target >= {TARGET:.2f}) -- {verdict}")
             print(f"ratio {a['crawler']}/scrapy pages/s (wall): {(a['pages'] / a['wall']) / (s['pages'] / s['wall']):.2f}")
-    for r in agents:
+    if len(loops) > 1:
+        loop_table(every_loop, loops, floors, scrapy)
+    for r in every_loop:
         if r["profile"] and Path(r["profile"]).exists():
             show_profile(str(r["profile"]))
     return 1 if failed else 0

@@ -12,6 +12,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (utime + stime) by thread name of a live process, threads of one name summed
+    (the main thread goes by the process's name; gRPC's core names its own). Threads that
+    ended are not in it: compare two snapshots taken while the process runs."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def pin(cores: set[int]):
     """A preexec_fn that pins the child to `cores` (or to what this process may use)."""
     cores = cores & os.sched_getaffinity(0) or os.sched_getaffinity(0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -16,7 +15,7 @@ from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
 from consultant.whereabouts import Evidence, connection_ip
-from wancrawl import grpcutil
+from wancrawl import eventloop, grpcutil
 from wancrawl.auth import Rules, peer_source_ips
 from wancrawl.metrics import serve_metrics
 from wancrawl.errors import ConfigError
@@ -236,7 +235,7 @@ async def serve(settings: ConsultantSettings) -> None:
 
 def run(settings: ConsultantSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(serve(settings))
+    eventloop.run(serve(settings), settings.event_loop)
 
 
 __all__ = ["ConsultantServer", "create_server", "serve", "run"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import build, load, read_toml
+from wancrawl.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
 
@@ -113,6 +114,10 @@ class _ServiceSettings:
     answer_cache_size: int = 1_000_000  # hosts whose answer is kept for the current epoch
     log_level: str = "INFO"
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
+    # "asyncio" or "uvloop" (wancrawl/eventloop.py). asyncio by default: uvloop bought Resolve
+    # nothing measurable (docs/benchmarks.md "Session 10, branch uvloop"), a host's placement is
+    # the consultant's own Python work, not the loop's.
+    event_loop: str = "asyncio"
     databases: DatabaseSettings = field(default_factory=DatabaseSettings)
     dns: DnsSettings = field(default_factory=DnsSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)
@@ -124,6 +129,7 @@ class _ServiceSettings:
     source: str = field(default="defaults", compare=False)  # where the settings came from
 
     def __post_init__(self) -> None:
+        check_event_loop(self.event_loop)
         if self.preference_length < 1:
             raise ValueError("preference_length must be >= 1")
         if not 1 <= self.max_batch <= 100_000:

@@ -172,8 +172,9 @@ class _Conn(asyncio.Protocol):
         self._writable.set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (asyncio's; uvloop's TCPTransport has the same methods but is not
+        # an asyncio.Transport subclass, so no isinstance check here).
+        self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         self.client_ip, self.client_port = peer[0], peer[1]

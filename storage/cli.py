@@ -11,6 +11,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 
+from wancrawl import eventloop
 from wancrawl.errors import WancrawlError
 
 from storage import config as storage_config
@@ -45,7 +46,7 @@ def cmd_serve(args) -> int:
     from storage.server import serve
 
     settings = _settings(args)
-    asyncio.run(serve(settings, on_ready=lambda addr: print(f"storage serving on {addr}", flush=True)))
+    eventloop.run(serve(settings, on_ready=lambda addr: print(f"storage serving on {addr}", flush=True)), settings.event_loop)
     return 0
 
 

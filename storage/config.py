@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wancrawl import config
+from wancrawl.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 
 FSYNC_POLICIES = ("always", "os")
@@ -141,6 +142,7 @@ class StorageSettings:
     listen: str = "127.0.0.1:7400"
     data_dir: str = "data/storage"
     metrics_listen: str = ""  # host:port for Prometheus metrics ("" = off)
+    event_loop: str = "asyncio"  # or "uvloop" (wancrawl/eventloop.py; not measured for storage yet)
     # host:port of the consultant. Set: a capture is stored only from an agent the consultant
     # places on its host (owner or backup); "" = no such check (any agent may ingest any host).
     consultant: str = ""
@@ -155,6 +157,7 @@ class StorageSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)  # mutual TLS (docs/security.md)
 
     def __post_init__(self) -> None:
+        check_event_loop(self.event_loop)
         if self.warc.sink == "s3" and not self.object_store.writer_id:
             raise ValueError("object_store.writer_id must be set when warc.sink = 's3' (each writer owns its objects)")
 

@@ -16,6 +16,14 @@ import pytest
 # makes, which wins: lab clusters and tests/test_security.py run with mutual TLS.
 os.environ["WANCRAWL_INSECURE"] = "1"
 
+# The in-process tests' event loop: asyncio's by default; WANCRAWL_TEST_EVENT_LOOP=uvloop runs
+# them (the `run` fixture, asyncio.run, new_event_loop) on uvloop, the agent's default loop in its
+# own process (wancrawl/eventloop.py). Processes the tests start pick their loop from their config.
+if os.environ.get("WANCRAWL_TEST_EVENT_LOOP", "asyncio") == "uvloop":
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
 PG_HOST = os.environ.get("WANCRAWL_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("WANCRAWL_TEST_PG_PORT", "5432"))
 PG_DB = os.environ.get("WANCRAWL_TEST_PG_DB", "test")

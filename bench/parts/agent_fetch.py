@@ -1,4 +1,7 @@
-"""Fetcher backends side by side on the lab's zero-latency web: pages/s and client CPU ms per request."""
+"""Fetcher backends side by side on the lab's zero-latency web: pages/s and client CPU ms per request.
+
+--loops asyncio uvloop runs each backend on each event loop (wancrawl/eventloop.py); --rounds N
+repeats every (backend, loop) run N times, interleaved, and prints the medians."""
 
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import statistics  # noqa: E402
+
 from agent.fetch import FETCHERS, FetchRequest, FetchSettings, create_fetcher  # noqa: E402
+from wancrawl import eventloop  # noqa: E402
 from lab import topology  # noqa: E402
 from lab.web import Web  # noqa: E402
 from wancrawl.urls import host_of  # noqa: E402
@@ -71,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="lab port (0: pick one)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--backends", nargs="+", default=sorted(FETCHERS))
+    ap.add_argument("--loops", nargs="+", default=["asyncio"], choices=eventloop.EVENT_LOOPS,
+                    help="event loops to run each backend on (named backend@loop when more than one)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved runs of each; the medians are printed")
     args = ap.parse_args(argv)
     port = args.port or random.randint(20000, 60000)
     topo = topology.load()
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     reqs = [FetchRequest(u, host_of(u), ips[host_of(u)]) for u in urls]
     reqs = (reqs * (args.requests // len(reqs) + 2))[: args.requests]
     source = topo.agent_address("telecom", "beijing", 0)
+    variants = [(f"{b}@{lp}" if len(args.loops) > 1 else b, b, lp) for b in args.backends for lp in args.loops]
     proc = start_lab(port, args.seed)
     try:
         print(f"lab web --zero-latency on :{port}, {len(topo.normal_sites)} sites, client bound to {source}, "
@@ -88,21 +98,28 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for conc in args.concurrency:
             per_host = max(1, -(-conc // len(topo.normal_sites)))  # enough hosts x slots for the concurrency
-            res = {}
-            for b in args.backends:
-                wall, cpu, ok, bad = asyncio.run(run_one(b, reqs, conc, source, per_host))
-                res[b] = (ok / wall, cpu / (ok + bad) * 1000, bad)
+            runs: dict[str, list[tuple[float, float, int]]] = {n: [] for n, _, _ in variants}
+            for _ in range(args.rounds):
+                for name, b, lp in variants:
+                    wall, cpu, ok, bad = eventloop.run(run_one(b, reqs, conc, source, per_host), lp)
+                    runs[name].append((ok / wall, cpu / (ok + bad) * 1000, bad))
+            res = {n: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs), sum(r[2] for r in rs))
+                   for n, rs in runs.items()}
             rows.append((conc, per_host, res))
-        print(f"{'conc':>5} {'per-host':>8} " + " ".join(f"{b + ' p/s':>12} {b + ' CPU ms':>14}" for b in args.backends)
-              + ("   ratio p/s  ratio CPU" if len(args.backends) == 2 else ""))
+            if args.rounds > 1:
+                for n, rs in runs.items():
+                    print(f"  conc {conc} {n}: CPU ms per request {', '.join(f'{r[1]:.3f}' for r in rs)}")
+        names = [n for n, _, _ in variants]
+        print(f"{'conc':>5} {'per-host':>8} " + " ".join(f"{b + ' p/s':>12} {b + ' CPU ms':>14}" for b in names)
+              + ("   ratio p/s  ratio CPU" if len(names) == 2 else ""))
         for conc, per_host, res in rows:
-            line = f"{conc:>5} {per_host:>8} " + " ".join(f"{res[b][0]:>12.0f} {res[b][1]:>14.3f}" for b in args.backends)
-            if len(args.backends) == 2:
-                a, b = args.backends
+            line = f"{conc:>5} {per_host:>8} " + " ".join(f"{res[b][0]:>12.0f} {res[b][1]:>14.3f}" for b in names)
+            if len(names) == 2:
+                a, b = names
                 line += f"   {res[a][0] / res[b][0]:>9.2f}x {res[b][1] / res[a][1]:>9.2f}x"
-            print(line + ("" if all(res[b][2] == 0 for b in args.backends) else f"  (failures: {[res[b][2] for b in args.backends]})"))
-        if len(args.backends) == 2:
-            print(f"ratios: {args.backends[0]} over {args.backends[1]} (pages/s), {args.backends[1]} over {args.backends[0]} (CPU per request)")
+            print(line + ("" if all(res[b][2] == 0 for b in names) else f"  (failures: {[res[b][2] for b in names]})"))
+        if len(names) == 2:
+            print(f"ratios: {names[0]} over {names[1]} (pages/s), {names[1]} over {names[0]} (CPU per request)")
     finally:
         proc.terminate()
         proc.wait(5)

@@ -8,7 +8,7 @@ growth per host over the cold pass (the answers it keeps: target at most 1 KB pe
 million hosts fit in 1 GB), peak RSS, and its state database on disk.
 
     python bench/parts/consultant_resolve.py [--hosts 51200] [--strategies hash,xor,geo,asn,weighted] [--tls both|on|off]
-        [--agents 16]
+        [--agents 16] [--event-loop uvloop|asyncio]
 
 At scale (issue 24 item 4; docs/benchmarks.md): `--hosts 1000000 --agents 1000 --tls off`
 (1,000,000 hosts in all: the consultant's answer cache holds 1,000,000 by default, and a scan
@@ -104,6 +104,9 @@ def client_tls(tmp: Path, tls: bool, role: str = "operator", name: str = "bench"
     return TlsSettings(str(d / "ca.crt"), str(d / f"{role}-{name}.crt"), str(d / f"{role}-{name}.key"))
 
 
+EVENT_LOOP = ""  # --event-loop: the consultant's loop ("": its default)
+
+
 def config(tmp: Path, strategy: str, port: int, paths, isps, tls: bool = False) -> Path:
     isp_lines = "".join(f"\"{name}\" = {asns}\n" for name, asns in isps.items())
     text = f"""
@@ -111,6 +114,7 @@ listen = "127.0.0.1:{port}"
 state_url = "sqlite:///{tmp}/state-{strategy}.db"
 strategy = "{strategy}"
 log_level = "WARNING"
+{f'event_loop = "{EVENT_LOOP}"' if EVENT_LOOP else ""}
 # The bench's agents do not heartbeat: their leases outlast the run (a thousand register in
 # more than the default 15 s).
 lease_seconds = 3600.0
@@ -208,8 +212,10 @@ def main() -> int:
     ap.add_argument("--tls", choices=("both", "on", "off"), default="both",
                     help="mutual TLS on, off, or both side by side with the ratio (default)")
     ap.add_argument("--agents", type=int, default=AGENTS, help="agents registered (default 16)")
+    ap.add_argument("--event-loop", choices=("uvloop", "asyncio"), help="the consultant's event loop (default: its default)")
     args = ap.parse_args()
     globals()["AGENTS"] = args.agents
+    globals()["EVENT_LOOP"] = args.event_loop or ""
     os.sched_setaffinity(0, {1})
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.tls]
     with tempfile.TemporaryDirectory() as d:
