@@ -15,8 +15,9 @@ from agent.crawl.links import extract_links
 from lab import server as lab_server
 from lab.testing import ServerThread, small_topology
 from lab.web import Web
-from wancrawl import config
+from wancrawl import config, eventloop
 from wancrawl.errors import ConfigError
+from wancrawl.eventloop import EVENT_LOOPS
 from wancrawl.hostres import HostResolver
 
 from hostile_http import HostileServer, Reply
@@ -758,3 +759,25 @@ def test_lean_tls_verifies_the_host_name_sends_sni_and_keeps_the_connection(tls_
     assert [c.requests for c in tls_server.conns] == [["/ok", "/ok"]]
     (r, _) = asyncio.run(go("other.test"))  # a name the certificate does not carry
     assert (r.status, r.error) == (0, "tls") and "match" in r.error_detail.lower(), r.error_detail
+
+
+@pytest.mark.parametrize("loop", EVENT_LOOPS)
+def test_every_backend_fetches_on_every_event_loop(lab, backend, loop):
+    """The agent runs on uvloop by default (wancrawl/eventloop.py) while the rest of this suite
+    runs on the suite's loop (asyncio unless WANCRAWL_TEST_EVENT_LOOP says otherwise): a backend
+    that leans on asyncio's own classes (an isinstance check on the transport) fails every fetch
+    on uvloop, so each backend fetches a page and a kept-alive second one on each loop here."""
+    s = lab.web.topology.normal_sites[0]
+
+    async def go():
+        f = create_fetcher(backend, settings(lab))
+        try:
+            return [await f.fetch(r) for r in (req(s), req(s))], eventloop.loop_name()
+        finally:
+            await f.close()
+
+    (r1, r2), ran_on = eventloop.run(go(), loop)
+    assert ran_on == loop
+    want = lab.web.respond(s.host, "/").body
+    for r in (r1, r2):
+        assert r.error is None and r.status == 200 and r.body == want

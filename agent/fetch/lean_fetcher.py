@@ -20,6 +20,7 @@ import collections
 import re
 import ssl
 import time
+from typing import cast
 
 import httptools
 
@@ -116,8 +117,9 @@ class _Conn(asyncio.Protocol):
     # --- asyncio callbacks -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not `isinstance(transport, asyncio.Transport)`: uvloop's transports (the agent's default
+        # loop) implement the interface without subclassing asyncio's classes.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else None
         self.conns.add(self)
