@@ -221,7 +221,7 @@ class Frontier:
         max_hot_items: int = 200_000,
         synchronous: str = "NORMAL",
         cache_kib: int = 8192,
-        wal_pages: int = 16384,
+        wal_pages: int = 4096,
         changes: FlushListener | None = None,
         domain_of: Callable[[str], str] | None = None,
         revisit: RevisitSettings | None = None,
@@ -243,6 +243,10 @@ class Frontier:
         self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         # Adds spread over many hosts dirty one leaf page per host; a larger WAL lets a page dirtied
         # by several flushes reach the main file once per checkpoint instead of once per flush.
+        # But the checkpoint runs inside the flush that crosses the mark, on the agent's event
+        # loop: 16,384 pages (64 MB) cost that one flush 41-65 ms of CPU on the bench machine,
+        # 4,096 cost 21-30 ms, with the same total flush CPU over 600,000 new URLs
+        # (docs/benchmarks.md "Session 10"): the busy loop-lag target is 100 ms per sample.
         self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_pages)}")
         self._db.executescript(_SCHEMA)
         self._db.create_function("origin", 1, origin_of, deterministic=True)

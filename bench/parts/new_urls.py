@@ -65,7 +65,9 @@ def pages(n: int, hosts: int, new: int, nav: int, burst: int) -> list[list[str]]
     return out
 
 
-def one_round(work: list[list[str]], hosts: int, burst: int, commit_every: int, profile: cProfile.Profile | None) -> tuple[float, int]:
+def one_round(work: list[list[str]], hosts: int, burst: int, commit_every: int, profile: cProfile.Profile | None) -> tuple[float, int, float]:
+    """One crawl of `work`: (CPU seconds, URLs queued at the end, the longest step's CPU: a page's
+    pop, links and done mark, or a group commit; what one event-loop callback of the agent does)."""
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         names = [host(h) for h in range(hosts)]
@@ -95,15 +97,20 @@ def one_round(work: list[list[str]], hosts: int, burst: int, commit_every: int, 
         if profile is not None:
             profile.enable()
         t0 = time.process_time()
+        longest = 0.0
         for n, links in enumerate(work, 1):
+            t = time.thread_time()
             item = frontier.pop(names[host_of_page(n - 1, hosts, burst)])
             assert item is not None
             disp._discover(item, links)
             frontier.done(item)
+            longest = max(longest, time.thread_time() - t)
             if n % commit_every == 0:
+                t = time.thread_time()
                 outbox.flush()
                 frontier.flush()
                 seen.flush()
+                longest = max(longest, time.thread_time() - t)
         outbox.flush()
         frontier.flush()
         seen.flush()
@@ -114,7 +121,7 @@ def one_round(work: list[list[str]], hosts: int, burst: int, commit_every: int, 
         frontier.close()
         seen.close()
         outbox.close()
-        return cpu, queued
+        return cpu, queued, longest
 
 
 def main() -> int:
@@ -132,9 +139,11 @@ def main() -> int:
     work = pages(args.pages, args.hosts, args.new, args.nav, args.burst)
     best = float("inf")
     queued = 0
+    longest = []
     for _ in range(args.rounds):
-        cpu, queued = one_round(work, args.hosts, args.burst, args.commit, None)
+        cpu, queued, step = one_round(work, args.hosts, args.burst, args.commit, None)
         best = min(best, cpu)
+        longest.append(step)
     expect = args.hosts + args.pages * args.new + args.hosts * args.nav - args.pages  # seeds, links, less the pages done
     if queued != expect:
         print(f"queued {queued:,}, expected {expect:,}: the path dropped or doubled URLs", file=sys.stderr)
@@ -143,6 +152,8 @@ def main() -> int:
           f"(Python {sys.version.split()[0]}): {queued:,} queued")
     print(f"  best of {args.rounds}: {best:.3f} s CPU = {best / (args.pages * args.new + args.hosts * args.nav) * 1e6:.2f} us per new URL "
           f"({best / args.pages * 1e6:.0f} us per page)")
+    print(f"  longest step (a page's links, or a group commit): {max(longest) * 1e3:.1f} ms CPU "
+          f"(median of the rounds' {sorted(longest)[len(longest) // 2] * 1e3:.1f})")
     if args.profile:
         prof = cProfile.Profile()
         one_round(work, args.hosts, args.burst, args.commit, prof)
