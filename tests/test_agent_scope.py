@@ -93,3 +93,35 @@ def test_scheme_and_port_rules():
     assert sc.check("http://h.lab:8080/", "h.lab", 0) == "port"
     assert Scope().check("https://h.lab:8443/", "h.lab", 0) is None
     assert Scope(ScopeSettings(ports=[443])).check("https://[::1]/", "::1", 0) is None
+
+
+def _traps_reference(s: ScopeSettings, url: str) -> str | None:
+    """check_traps as it was written before it found the path by index (session 10): the split,
+    partition and list of segments, kept here as the independent reference."""
+    rest = url.split("://", 1)[-1]
+    slash = rest.find("/")
+    target = rest[slash:] if slash >= 0 else "/"
+    path, _, query = target.partition("?")
+    segs = [x for x in path.split("/") if x]
+    if len(segs) > s.max_path_depth:
+        return "path_depth"
+    if len(segs) > s.max_segment_repeats and _repeats(segs, s.max_segment_repeats):
+        return "repeated_segments"
+    if query and query.count("&") + 1 > s.max_query_params:
+        return "query_params"
+    return None
+
+
+_URL_PART = st.text(alphabet="ab/?&=:.", max_size=30)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(scheme=st.sampled_from(["http://", "https://", "", "x:/", "http://a://"]), host=st.sampled_from(["h.lab", "", "h.lab:8080"]),
+       rest=_URL_PART, depth=st.integers(1, 5), repeats=st.integers(1, 4), params=st.integers(1, 4))
+def test_check_traps_matches_the_reference(scheme, host, rest, depth, repeats, params):
+    """check_traps's fast path (few slashes: no split) and its index arithmetic give the
+    reference's answer for URLs canonical or not: no "://", no slash, "?" before the first "/",
+    "//" and trailing slashes, queries with and without "&"."""
+    s = ScopeSettings(max_path_depth=depth, max_segment_repeats=repeats, max_query_params=params)
+    url = scheme + host + rest
+    assert Scope(s).check_traps(url) == _traps_reference(s, url)

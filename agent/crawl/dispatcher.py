@@ -646,7 +646,10 @@ class Dispatcher:
         if self.epoch is not None and (e := self.epoch()) != self._recent_epoch:
             self._recent_epoch = e
             self.recent.clear()  # owners changed: what was routed may be nowhere now (see __init__)
+        via = item.url
         recent = self.recent
+        limit = self.s.routing.recent_filter
+        check = self.scope.check
         out: list[Item] = []
         skips = 0
         for url in links:
@@ -656,18 +659,18 @@ class Dispatcher:
                 skips += 1
                 continue
             host = host_of_canonical(url)
-            why = self.scope.check(url, host, depth)
+            why = check(url, host, depth)
             if why is not None:
                 self.counters["out_of_scope"] += 1
                 if why in TRAP_SCOPE_REASONS:
                     self.incidents.note(f"trap_{why}", host, url[:200])
                 continue
-            if len(recent) >= self.s.routing.recent_filter:
+            if len(recent) >= limit:
                 # Forget the oldest eighth (dicts keep insertion order): a cheap bounded FIFO.
                 for old in list(itertools.islice(recent, len(recent) // 8 or 1)):
                     del recent[old]
             recent[url] = None
-            out.append(Item(url, host, depth, item.url))
+            out.append(Item(url, host, depth, via))
         self.counters["recent_skips"] += skips
         self.route(out)
 

@@ -70,15 +70,28 @@ class Scope:
     def check_traps(self, url: str) -> str | None:
         """Trap guards on the path and query of a canonical URL."""
         s = self.settings
-        rest = url.split("://", 1)[-1]
-        slash = rest.find("/")
-        target = rest[slash:] if slash >= 0 else "/"
-        path, _, query = target.partition("?")
-        segs = [x for x in path.split("/") if x]
-        if len(segs) > s.max_path_depth:
-            return "path_depth"
-        if len(segs) > s.max_segment_repeats and _repeats(segs, s.max_segment_repeats):
-            return "repeated_segments"
+        # The target is what follows the first "/" after the first "://" (the whole URL's first
+        # "/" without one); the path is the target up to its first "?", the query what follows.
+        # Found by index, without copying the URL (this runs for every link a page yields;
+        # tests/test_agent_scope.py holds it to the split-and-partition reference).
+        k = url.find("://")
+        slash = url.find("/", k + 3 if k >= 0 else 0)
+        if slash < 0:
+            path, query = "/", ""
+        else:
+            q = url.find("?", slash)
+            if q < 0:
+                path, query = url[slash:], ""
+            else:
+                path, query = url[slash:q], url[q + 1 :]
+        # Every non-empty segment follows a "/": a path with few slashes has as few segments, and
+        # is within both segment limits without splitting it.
+        if path.count("/") > min(s.max_path_depth, s.max_segment_repeats):
+            segs = [x for x in path.split("/") if x]
+            if len(segs) > s.max_path_depth:
+                return "path_depth"
+            if len(segs) > s.max_segment_repeats and _repeats(segs, s.max_segment_repeats):
+                return "repeated_segments"
         if query and query.count("&") + 1 > s.max_query_params:
             return "query_params"
         return None

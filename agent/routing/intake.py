@@ -125,7 +125,9 @@ class Intake:
                 its = self._churn_guard(host, its)
             fresh += self._record(host, its)
         if fresh:
-            self.frontier.add(fresh)
+            # Every item of `fresh` passed item_problem above (made by _record from one that did,
+            # with the same url, host, depth and via): the frontier does not check it again.
+            self.frontier.add(fresh, checked=True)
             for host in {i.host for i in fresh}:
                 self.wake(host)
         return len(fresh)
@@ -160,6 +162,9 @@ class Intake:
         shapes = self._shapes.setdefault(host, {})
         out = []
         for it in items:
+            if "?" not in it.url:  # no query, no shape (query_shape's None, without the call)
+                out.append(it)
+                continue
             shape = query_shape(it.url)
             if shape is None or it.url in self.seen:
                 out.append(it)

@@ -221,7 +221,7 @@ class Frontier:
         max_hot_items: int = 200_000,
         synchronous: str = "NORMAL",
         cache_kib: int = 8192,
-        wal_pages: int = 16384,
+        wal_pages: int = 4096,
         changes: FlushListener | None = None,
         domain_of: Callable[[str], str] | None = None,
         revisit: RevisitSettings | None = None,
@@ -243,6 +243,10 @@ class Frontier:
         self._db.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         # Adds spread over many hosts dirty one leaf page per host; a larger WAL lets a page dirtied
         # by several flushes reach the main file once per checkpoint instead of once per flush.
+        # But the checkpoint runs inside the flush that crosses the mark, on the agent's event
+        # loop: 16,384 pages (64 MB) cost that one flush 41-65 ms of CPU on the bench machine,
+        # 4,096 cost 21-30 ms, with the same total flush CPU over 600,000 new URLs
+        # (docs/benchmarks.md "Session 10"): the busy loop-lag target is 100 ms per sample.
         self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_pages)}")
         self._db.executescript(_SCHEMA)
         self._db.create_function("origin", 1, origin_of, deterministic=True)
@@ -420,30 +424,43 @@ class Frontier:
         if host not in self._work:
             self._work.add(host)
 
-    def add(self, items: Iterable[Item | tuple]) -> int:
+    def add(self, items: Iterable[Item | tuple], *, checked: bool = False) -> int:
         """Queue new items (already deduplicated by the seen set). Returns how many were queued.
 
         Tuples are read as (url, host, depth, via, not_before). Durable after the next flush().
         An item the table could not hold (item_problem) refuses the whole call with Unstorable
-        before any of it is queued: the caller (an RPC) fails, nothing it brought stays behind."""
-        its = [it if isinstance(it, Item) else Item(*it) for it in items]
-        self.check(its)
-        n = 0
+        before any of it is queued: the caller (an RPC) fails, nothing it brought stays behind.
+        `checked=True`: the caller passes a list of Items each of which item_problem passed
+        already (Intake.accept_local checks every URL it takes, whatever way it came in), so the
+        check is not made twice on the new-URL path."""
+        if checked:
+            assert isinstance(items, list)
+            its: list[Item] = items
+        else:
+            its = [it if isinstance(it, Item) else Item(*it) for it in items]
+            self.check(its)
+        seq = self._seq
         rows = self._adds
-        for it in its:
-            self._seq += 1
-            it.seq = self._seq
-            rows.append((it.host, it.depth, it.seq, it.url, it.via, it.not_before))
-            host = it.host
-            q = self._hosts.get(host)
-            if q is None:
-                q = self._hosts[host] = _HostQ()
-                if host not in self._pages:  # a host in neither has no index row, or a stale one
-                    self._key_rows.append((host_prefix(host), host))
-                    self._present(host, 1)
-            self._place(host, q, it)
-            n += 1
-        self._queued += n
+        hosts = self._hosts
+        place = self._place
+        n = 0
+        try:
+            for it in its:
+                seq += 1
+                it.seq = seq
+                host = it.host
+                rows.append((host, it.depth, seq, it.url, it.via, it.not_before))
+                q = hosts.get(host)
+                if q is None:
+                    q = hosts[host] = _HostQ()
+                    if host not in self._pages:  # a host in neither has no index row, or a stale one
+                        self._key_rows.append((host_prefix(host), host))
+                        self._present(host, 1)
+                place(host, q, it)
+                n += 1
+        finally:  # seqs only grow, whatever happened (a seq given out twice would overwrite a row)
+            self._seq = seq
+            self._queued += n
         return n
 
     @staticmethod
