@@ -685,6 +685,8 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
                 return Peer()
 
         a.replicator.peers = Pool()  # type: ignore[assignment]
+        now = [0.0]
+        a.replicator.clock = lambda: now[0]  # the refusal's pause, without waiting for it
         both = asyncio.Event()
         waiting: list = []
         barrier = a.replicator.barrier
@@ -709,7 +711,7 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
         push_o = asyncio.create_task(a.push(7, [agent_pb2.UrlItem(url=other[1], depth=1)], route=False))
         await both.wait()
         await a.replicator.round()
-        assert [n for n in b.guard.counters.items() if n[0] == "replicate_hosts_refused"] == [("replicate_hosts_refused", 1)]
+        assert b.guard.counters["replicate_hosts_refused"] == 1
         assert sorted(i.url for i in b.replicas.export(O).queue) == sorted(i.url for i in a.frontier.export_host(O)) \
             == other[:2], "the host the backup took is applied"
         assert [i.url for i in b.replicas.export(H).queue] == [URLS[0]], "the refused host is left as it was"
@@ -723,6 +725,11 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
         await a.replicator.round()
         assert sorted(i.url for i in b.replicas.export(O).queue) == other, "the backup was backed off"
         assert not push_h.done()
+        assert b.guard.counters["replicate_hosts_refused"] == 1, "the refused host sent again at once"
+        # retry_seconds later it goes again (whole), and is refused again: the views still differ.
+        now[0] += a.replicator.retry_seconds
+        await a.replicator.round()
+        assert b.guard.counters["replicate_hosts_refused"] == 2 and not push_h.done()
 
         # The owner learns the move (the epoch change reaches it) and hands the host to c: the
         # push's URL goes with it, and the next round answers the push.

@@ -306,6 +306,9 @@ class Replicator:
                     self._refusals.pop(h, None)
                 continue
             refusals = self._refusals.get(h, {})
+            if refusals and max(refusals.values()) <= now:
+                del self._refusals[h]  # every pause over: the host goes to those backups now
+                refusals = {}
             for b in [b for b in want if self._backoff.get(b[0], 0.0) > now or refusals.get(b[0], 0.0) > now]:
                 want.discard(b)  # failed lately: it gets the host whole once it answers again
                 synced.discard(b)
