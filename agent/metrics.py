@@ -208,6 +208,7 @@ HELP = {
     "replica_lag_items": "committed frontier changes not yet at a backup (replica lag)",
     "replica_sends": "Replicate rounds a backup acknowledged",
     "replica_send_failures": "Replicate rounds that failed",
+    "replica_hosts_refused": "hosts of this agent's Replicate sends a backup refused (its view of their placement differs: a move one of them has not seen); only those lag",
     "replica_full_copies": "full copies of a host sent to its backup",
     "replica_bytes_out": "bytes sent to backups",
     "replica_drops_sent": "messages telling an old backup to drop its copy of a host (the host or its backup moved)",

@@ -170,9 +170,9 @@ class AgentNode:
             if e.lastmod is not None or e.changefreq is not None:
                 self.frontier.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
 
-    async def _replicated(self) -> None:
+    async def _replicated(self, hosts: set[str]) -> None:
         if self.replicator is not None:  # built after Intake, which needs this
-            await self.replicator.barrier()
+            await self.replicator.barrier(hosts)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -258,7 +258,7 @@ class AgentNode:
         self.routing.route(items)
         await self.commit_log.barrier()  # local ones queued, the rest in the outbox: durable
         if self.replicator is not None:
-            await self.replicator.barrier()  # and the local ones at their backups
+            await self.replicator.barrier({it.host for it in items})  # and the local ones at their backups
         return IntakeResult(len(items), [], errs)
 
     # -- status ---------------------------------------------------------------------------------

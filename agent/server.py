@@ -79,6 +79,11 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             raise FailedPrecondition("replication is off on this agent (replication.enabled = false)")
         applied = 0
         sender = ""
+        # Each host's fate is decided at its first message of the stream and kept for the rest:
+        # a full copy may span batches, and half of one (the reset applied, the rest refused, or
+        # the other way round) would leave a replica with part of the owner's queue.
+        refused: dict[str, str] = {}
+        taken: set[str] = set()
         async for batch in request_iterator:
             validate.replicate_batch(batch)
             for m in batch.items:
@@ -87,24 +92,32 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 if sender and m.sender_id != sender:
                     raise InvalidArgument("Replicate: one stream, one sender")
                 sender = m.sender_id
-            if batch.items:
-                node.directory.saw_epoch(batch.items[-1].epoch)
-                # Only a host's owner replicates it, to its backups (agent/ownership/guard.py):
-                # the whole batch is refused before anything of it is applied; the owner retries.
-                refused = await node.guard.replicate(sender, [m.host for m in batch.items],
-                                                     {m.host for m in batch.items if m.drop})
-                if refused:
-                    host, why = next(iter(refused.items()))
-                    raise FailedPrecondition(f"Replicate: {len(refused)} hosts refused ({host}: {why})")
-                # A replica of another agent that this message would replace goes to the
-                # sender (the host's owner now) first: that agent may have died as the host
-                # moved off it (docs/replication.md, "A move at a death").
-                superseded = {m.host: old for m in batch.items
-                              if not m.drop and (old := node.replicas.owner(m.host)) not in (None, sender)}
-                if superseded:
-                    await node.ownership.superseded(sender, superseded)
-                applied += node.replicas.apply(sender, batch.items)
-        return agent_pb2.ReplicateResponse(applied=applied)
+            if not batch.items:
+                continue
+            node.directory.saw_epoch(batch.items[-1].epoch)
+            # Only a host's owner replicates it, to its backups (agent/ownership/guard.py). A
+            # refused host is answered by name and the rest applied: a host whose move the
+            # sender has not seen yet must not hold back its others' replicas (issue 23).
+            new = list(dict.fromkeys(m.host for m in batch.items if m.host not in refused and m.host not in taken))
+            if new:
+                drops = {m.host for m in batch.items if m.drop}
+                refused.update(await node.guard.replicate(sender, new, drops & set(new)))
+                taken.update(h for h in new if h not in refused)
+            items = [m for m in batch.items if m.host in taken]
+            # A replica of another agent that this message would replace goes to the
+            # sender (the host's owner now) first: that agent may have died as the host
+            # moved off it (docs/replication.md, "A move at a death").
+            superseded = {m.host: old for m in items
+                          if not m.drop and (old := node.replicas.owner(m.host)) not in (None, sender)}
+            if superseded:
+                await node.ownership.superseded(sender, superseded)
+            if items:
+                applied += node.replicas.apply(sender, items)
+        if refused:
+            host, why = next(iter(refused.items()))
+            log.info("refused %d hosts of a Replicate from %s (%s: %s)", len(refused), sender, host, why)
+        return agent_pb2.ReplicateResponse(applied=applied, refused=[agent_pb2.HostNote(host=h, reason=r)
+                                                                     for h, r in refused.items()])
 
     async def Claim(self, request, context):
         validate.claim(request)

@@ -337,7 +337,9 @@ class Attacker:
         batch = agent_pb2.ReplicateBatch(items=items)
 
         def read(r) -> Answer:
-            return Answer(f"Replicate to {to}", "OK", f"applied {r.applied}", taken=r.applied)
+            notes = "; ".join(f"{n.host}: {n.reason}" for n in r.refused)
+            return Answer(f"Replicate to {to}", "OK", clip(f"refused {notes}" if notes else f"applied {r.applied}"),
+                          taken=r.applied, refused=[n.host for n in r.refused])
         return await self.call(f"Replicate to {to}", lambda: self.agent_stub(to).Replicate(iter([batch]), timeout=RPC_TIMEOUT), read)
 
     async def push(self, to: str, urls: list[str], *, force: bool = False, route: bool = False) -> Answer:

@@ -359,8 +359,8 @@ def test_a_handover_into_a_host_already_replicated_reaches_its_backup_whole(run,
 
     class Backup:
         async def replicate(self, batches):
-            for batch in batches:
-                backup.apply("a", list(batch.items))
+            n = sum(backup.apply("a", list(batch.items)) for batch in batches)
+            return agent_pb2.ReplicateResponse(applied=n)
 
     class Peers:
         def get(self, address):
@@ -646,6 +646,111 @@ def test_a_push_is_answered_only_once_its_urls_are_at_the_backup(run, tmp_path, 
 
     run(go())
     replica.close()
+
+
+def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path):
+    """Issue 23 (kill2 with balancing on, docs/balance.md "Stored twice after a move at a
+    death"): the balancer moved a host off its owner; the backup saw the move first and its peer
+    guard refused that host. The whole Replicate stream failed, the owner backed that backup off
+    for every host, and a push waiting on the round was answered although its URL was not at the
+    backup. Here a real backup node (its AgentServicer, its ReplicaStore the reference) refuses
+    one host of the owner's round: the other host's changes are applied, the next round goes to
+    that backup at once, and the push of the refused host is answered only once the host left
+    the owner by its handover (its URLs went with it to the new owner)."""
+    from agent.server import AgentServicer
+    from test_peer_guard import A, B, C, H, URLS, done, make_node
+
+    O = "o.lab"
+    other = [f"http://{O}/p{i}" for i in range(3)]
+
+    class Context:
+        pass
+
+    async def go():
+        mine = {H: (A, B), O: (A, B)}      # the owner a's view: b backs both hosts up
+        theirs = {H: (A, B), O: (A, B)}    # the backup b's
+        a, b = make_node(tmp_path, mine, "a"), make_node(tmp_path, theirs, "b")
+        backup = AgentServicer(b)
+
+        class Peer:
+            async def replicate(self, parts):
+                async def stream():
+                    for p in parts:
+                        yield p
+                return await backup.Replicate(stream(), Context())
+
+        class Pool:
+            def get(self, address):
+                assert address == B[1]
+                return Peer()
+
+        a.replicator.peers = Pool()  # type: ignore[assignment]
+        now = [0.0]
+        a.replicator.clock = lambda: now[0]  # the refusal's pause, without waiting for it
+        both = asyncio.Event()
+        waiting: list = []
+        barrier = a.replicator.barrier
+
+        async def counted(hosts=None):
+            waiting.append(hosts)
+            if len(waiting) == 2:
+                both.set()
+            await barrier(hosts)
+
+        a.replicator.barrier = counted  # type: ignore[method-assign]
+        a.intake.accept_local([Item(URLS[0], H), Item(other[0], O)])
+        a.commit_log.commit(force=True)
+        await a.replicator.round()
+        assert b.replicas is not None
+        assert [i.url for i in b.replicas.export(O).queue] == [other[0]] and b.replicas.owner(H) == "a"
+
+        # The balancer moves h.lab to c; the backup learns it first.
+        theirs[H] = (C, B)
+        b.directory.forget(H)
+        push_h = asyncio.create_task(a.push(7, [agent_pb2.UrlItem(url=URLS[1], depth=1)], route=False))
+        push_o = asyncio.create_task(a.push(7, [agent_pb2.UrlItem(url=other[1], depth=1)], route=False))
+        await both.wait()
+        await a.replicator.round()
+        assert b.guard.counters["replicate_hosts_refused"] == 1
+        assert sorted(i.url for i in b.replicas.export(O).queue) == sorted(i.url for i in a.frontier.export_host(O)) \
+            == other[:2], "the host the backup took is applied"
+        assert [i.url for i in b.replicas.export(H).queue] == [URLS[0]], "the refused host is left as it was"
+        assert (await push_o).accepted == 1
+        assert not push_h.done(), "a push answered while its URL is at no backup"
+        assert a.replicator.counters["replica_hosts_refused"] == 1
+
+        # Not backed off: the next round takes the other host's changes to that backup at once.
+        a.intake.accept_local([Item(other[2], O)])
+        a.commit_log.commit(force=True)
+        await a.replicator.round()
+        assert sorted(i.url for i in b.replicas.export(O).queue) == other, "the backup was backed off"
+        assert not push_h.done()
+        assert b.guard.counters["replicate_hosts_refused"] == 1, "the refused host sent again at once"
+        # retry_seconds later it goes again (whole), and is refused again: the views still differ.
+        now[0] += a.replicator.retry_seconds
+        await a.replicator.round()
+        assert b.guard.counters["replicate_hosts_refused"] == 2 and not push_h.done()
+
+        # The owner learns the move (the epoch change reaches it) and hands the host to c: the
+        # push's URL goes with it, and the next round answers the push.
+        mine[H] = (C, B)
+        a.directory.forget(H)
+        await a.replicator.round()
+        assert not push_h.done(), "answered before the host left (its URL is still only here)"
+        handed: list = []
+
+        async def accept(address, states, replica_of=None):
+            handed.extend(st.host for st in states)
+            return agent_pb2.HandOverResponse(hosts=len(states))
+
+        a.handoff.send = accept  # type: ignore[method-assign]
+        assert await a.ownership.hand_out(C, [H]) == [H] and handed == [H]
+        await a.replicator.round()
+        assert (await push_h).accepted == 1
+        await done(a)
+        await done(b)
+
+    run(go())
 
 
 def test_an_agent_whose_lease_lapsed_fetches_nothing_until_it_is_renewed(run, tmp_path):

@@ -393,11 +393,11 @@ def tracebacks(records) -> list[str]:
 def check(case: Case, code: grpc.StatusCode, details: str, resp: Any) -> None:
     assert code not in BAD_CODES, f"{case.id}: {code.name}: {details[:300]}"
     if case.label != "non-utf8" and allowed(case):
-        # Legal at the edge: answered OK, or passed on to the ownership check, which refuses a
-        # Replicate from "peer-1" (not the host's owner: agent/ownership/guard.py).
-        past_edge = code == grpc.StatusCode.FAILED_PRECONDITION and "hosts refused" in details
-        assert code == grpc.StatusCode.OK or past_edge, \
-            f"{case.id} is allowed ({allowed(case)}) but answered {code.name}: {details[:300]}"
+        # Legal at the edge: answered OK (passed on to the ownership check, a Replicate from
+        # "peer-1" names its host as refused: not the host's owner, agent/ownership/guard.py).
+        assert code == grpc.StatusCode.OK, f"{case.id} is allowed ({allowed(case)}) but answered {code.name}: {details[:300]}"
+        if case.method.endswith("/Replicate"):
+            assert [n.host for n in resp.refused] == ["bounds-r.invalid"], f"{case.id}: {resp}"
         return
     if per_item(case):
         assert code == grpc.StatusCode.OK, f"{case.id}: {code.name}: {details[:300]}"

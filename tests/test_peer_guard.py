@@ -19,7 +19,6 @@ from agent.state.frontier import Item
 from agent.state.seen import fingerprint
 from agent.node import AgentNode
 from consultant.client import HostRoute
-from wancrawl.errors import FailedPrecondition
 from wancrawl.v1 import agent_pb2
 
 A, B, C, D = ("a", "127.0.0.1:1"), ("b", "127.0.0.1:2"), ("c", "127.0.0.1:3"), ("d", "127.0.0.1:4")
@@ -100,9 +99,9 @@ class Placement:
         pass
 
 
-def make_node(tmp_path, lists) -> AgentNode:
+def make_node(tmp_path, lists, agent_id: str = "a") -> AgentNode:
     """A node that is not started, but commits (a handover is answered once durable)."""
-    s = load_settings(None, {"agent_id": "a", "data_dir": str(tmp_path / "a"), "storage_out.fsync": False})
+    s = load_settings(None, {"agent_id": agent_id, "data_dir": str(tmp_path / agent_id), "storage_out.fsync": False})
     node = AgentNode(s, placement=Placement(lists))  # type: ignore[arg-type]
     node.tasks.append(asyncio.create_task(node.commit_log.run(0.01)))
     return node
@@ -206,10 +205,51 @@ def test_replicate_from_a_non_owner_leaves_the_replica_as_the_owner_made_it(tmp_
         ok = await servicer.Replicate(stream(batch("b", urls=URLS[:3])), Context())
         assert ok.applied == 1
         for hostile in (batch("c", urls=URLS[10:11]), batch("c", drop=True)):
-            with pytest.raises(FailedPrecondition, match="c"):
-                await servicer.Replicate(stream(hostile), Context())
+            resp = await servicer.Replicate(stream(hostile), Context())
+            assert resp.applied == 0 and [n.host for n in resp.refused] == [H] and "c" in resp.refused[0].reason
+        assert node.guard.counters["replicate_hosts_refused"] == 2
         assert node.replicas is not None and node.replicas.owner(H) == "b"
         assert [i.url for i in node.replicas.export(H).queue] == URLS[:3]
+        await done(node)
+
+    run(go())
+
+
+def test_a_replicate_stream_decides_each_host_at_its_first_message(tmp_path, run):
+    """A Replicate stream refuses hosts by name and applies the rest (issue 23: one host whose
+    move the sender had not seen failed the whole stream). A host's full copy may span stream
+    messages: a host taken at its first message is taken for the whole stream, one refused stays
+    refused, even when placement changes under the stream; otherwise the backup would keep half
+    a copy (the reset applied and the rest refused, or a later part without its reset)."""
+
+    class Context:
+        pass
+
+    def msg(host, urls, *, reset=False, first_seq=1):
+        st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=u, seq=first_seq + i) for i, u in enumerate(urls)])
+        return agent_pb2.ReplicateRequest(sender_id="b", epoch=7, host=host, reset=reset, state=st)
+
+    other = [f"http://o.lab/p{i}" for i in range(4)]
+
+    async def go():
+        lists = {H: (B, A), "o.lab": (C, A)}  # b owns h.lab (this agent backs it up), c owns o.lab
+        node = make_node(tmp_path, lists)
+        servicer = AgentServicer(node)
+
+        async def batches():
+            yield agent_pb2.ReplicateBatch(items=[msg(H, URLS[:2], reset=True), msg("o.lab", other[:2], reset=True)])
+            # Both hosts move while the stream is under way, and this agent learns it.
+            lists[H], lists["o.lab"] = (C, A), (B, A)
+            node.directory.forget(H)
+            node.directory.forget("o.lab")
+            yield agent_pb2.ReplicateBatch(items=[msg(H, URLS[2:4], first_seq=3), msg("o.lab", other[2:], first_seq=3)])
+
+        resp = await servicer.Replicate(batches(), Context())
+        assert [n.host for n in resp.refused] == ["o.lab"] and "b does not own it" in resp.refused[0].reason
+        assert resp.applied == 2
+        assert node.replicas is not None
+        assert [i.url for i in node.replicas.export(H).queue] == URLS[:4], "the whole copy of the host taken first"
+        assert node.replicas.owner("o.lab") is None, "nothing of the host refused first"
         await done(node)
 
     run(go())

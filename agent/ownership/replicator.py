@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from agent.client import AgentPool
@@ -37,6 +37,7 @@ from wancrawl.v1 import agent_pb2
 log = logging.getLogger("agent")
 
 Backup = tuple[str, str]  # (agent id, address)
+Waiter = tuple["asyncio.Future[None]", frozenset[str] | None]  # a barrier and the hosts it waits for (None: all)
 
 # Bytes of host messages per stream message: a few writes per round, well under gRPC's 4 MB limit
 # (a full copy's parts are bounded by agent.ledger's PART_ITEMS / PART_FINGERPRINTS).
@@ -58,7 +59,11 @@ class Replicator:
     `_pending[host]` or was acknowledged by it (a delta goes to every synced backup of the host
     in the same round; a backup that misses one leaves `_synced[host]`); `_held_done[host]` are
     done items whose capture is not yet at storage (spool batch seq in the tuple), which a full
-    copy still sends as queued."""
+    copy still sends as queued. A host in `_refused` was refused by a backup at its last send
+    (the backup's view of its placement is not this agent's: a move one of them has not seen):
+    what was pushed for it is not at that backup, so no barrier on it is answered until a later
+    send of it is taken, or the host left this agent (`forget`, or routes that no longer name this
+    agent once it no longer holds it)."""
 
     def __init__(self, self_id: str, changes: ChangeLog, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  *, spooled: Callable[[], int], shipped: Callable[[], int], interval: float, retry_seconds: float,
@@ -84,11 +89,16 @@ class Replicator:
         self._epoch = directory.epoch
         self._lock = asyncio.Lock()  # one round at a time: a backup gets each host's changes in order
         self._stopped = False         # a leaving agent replicates no more (see stop)
-        self._waiters: list[asyncio.Future[None]] = []  # answered at the end of the next round
+        self._waiters: list[Waiter] = []  # answered at the end of the next round
+        self._held: list[Waiter] = []     # waiting on a refused host: looked at again by the next round
+        self._refused: set[str] = set()
+        # host -> backup id -> no send of the host to that backup before (it refused the host):
+        # a view that stays apart from the backup's costs a full copy per retry_seconds, not per round.
+        self._refusals: dict[str, dict[str, float]] = {}
         self.waker = Waker()
         self.counters: dict[str, float] = {
             "replica_sends": 0, "replica_send_failures": 0, "replica_full_copies": 0, "replica_bytes_out": 0,
-            "replica_drops_sent": 0, "replica_overflows": 0,
+            "replica_drops_sent": 0, "replica_overflows": 0, "replica_hosts_refused": 0,
         }
 
     # -- state -----------------------------------------------------------------------------------
@@ -104,8 +114,11 @@ class Replicator:
 
     def forget(self, host: str) -> None:
         """The host left this agent (handed over): nothing more to replicate of it here. The
-        next round tells its backup to drop it (the route no longer names this agent)."""
+        next round tells its backup to drop it (the route no longer names this agent). Its URLs
+        went with it (or to its owner as pushes): no barrier waits on it here any more."""
         self._dirty.add(host)
+        self._refused.discard(host)
+        self._refusals.pop(host, None)
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -128,8 +141,8 @@ class Replicator:
         except asyncio.CancelledError:
             # The loop stops: no round will answer the pushes waiting for one (an explicit
             # round() still answers those that wait after this).
-            waiters, self._waiters = self._waiters, []
-            for w in waiters:
+            waiters, self._waiters, self._held = self._held + self._waiters, [], []
+            for w, _ in waiters:
                 if not w.done():
                     w.set_exception(errors.Unavailable("replication stopped before this push reached the backups"))
             raise
@@ -177,9 +190,12 @@ class Replicator:
         short has not sent what they wait for: cancelled (the loop stops: a stop, a crash's last
         moments), they fail with Unavailable, so a push waiting on it fails and its sender keeps
         the URLs; an error in the round leaves them to the next round. A CancelledError while
-        this task is not being cancelled is such an error (raised as Unavailable)."""
+        this task is not being cancelled is such an error (raised as Unavailable). A barrier on
+        a host a backup refused (`_refused`) is not answered either: it waits for a later round
+        (the host goes whole to that backup, or leaves this agent), without waking the loop
+        before its next interval."""
         async with self._lock:
-            waiters, self._waiters = self._waiters, []
+            waiters, self._waiters, self._held = self._held + self._waiters, [], []
             try:
                 await self._round()
             except asyncio.CancelledError:
@@ -190,24 +206,29 @@ class Replicator:
                     # would end the loop (run catches Exception), and no push would be answered again.
                     self._waiters[:0] = waiters
                     raise errors.Unavailable("a call of the replication round was cancelled") from None
-                for w in waiters:
+                for w, _ in waiters:
                     if not w.done():
                         w.set_exception(errors.Unavailable("replication stopped before this push reached the backups"))
                 raise
             except BaseException:
                 self._waiters[:0] = waiters
                 raise
-            for w in waiters:
-                if not w.done():
+            for w, hosts in waiters:
+                if w.done():
+                    continue
+                if self._refused and (hosts is None or not self._refused.isdisjoint(hosts)):
+                    self._held.append((w, hosts))
+                else:
                     w.set_result(None)
 
-    async def barrier(self) -> None:
-        """Return after a round that started after this call: what was committed before it is
-        at its backup (or that backup failed: the replica lags, counted). A peer's push is
+    async def barrier(self, hosts: Collection[str] | None = None) -> None:
+        """Return after a round that started after this call: what was committed before it of
+        `hosts` (None: of every host) is at their backups (or a backup failed: the replica lags,
+        counted), and none of them was refused by a backup (see round). A peer's push is
         acknowledged only then, so a URL it handed over survives this agent's crash. Raises
         Unavailable if the round is cancelled instead (see round)."""
         fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self._waiters.append((fut, None if hosts is None else frozenset(hosts)))
         self.waker.set()
         await fut
 
@@ -253,6 +274,8 @@ class Replicator:
         now = self.clock()
         by_backup: dict[Backup, list[agent_pb2.ReplicateRequest]] = {}
         fulls: dict[Backup, list[str]] = {}
+        sent: set[str] = set()      # hosts sent to a backup this round (not drops)
+        waiting: set[str] = set()   # refused lately by a backup they are not sent to now
         epoch = self.directory.epoch
         for h in hosts:
             r = routes.get(h)
@@ -278,11 +301,20 @@ class Replicator:
                 self._need_full.discard(h)
                 if not mine:
                     self._held_done.pop(h, None)
+                if mine or not self.ledger.holds(h):
+                    self._refused.discard(h)  # no backup to wait for, or its URLs left with it
+                    self._refusals.pop(h, None)
                 continue
-            for b in [b for b in want if self._backoff.get(b[0], 0.0) > now]:
+            refusals = self._refusals.get(h, {})
+            if refusals and max(refusals.values()) <= now:
+                del self._refusals[h]  # every pause over: the host goes to those backups now
+                refusals = {}
+            for b in [b for b in want if self._backoff.get(b[0], 0.0) > now or refusals.get(b[0], 0.0) > now]:
                 want.discard(b)  # failed lately: it gets the host whole once it answers again
                 synced.discard(b)
                 self._dirty.add(h)
+                if refusals.get(b[0], 0.0) > now:
+                    waiting.add(h)
             if h in self._need_full:
                 synced = set()
             if synced:
@@ -294,13 +326,21 @@ class Replicator:
                 for b in full:
                     by_backup.setdefault(b, []).extend(msgs)
                     fulls.setdefault(b, []).append(h)
+                sent.add(h)
             self._need_full.discard(h)
             if synced and p is not None and (p.adds or p.done or p.unshipped or p.revisits):
                 delta = self._delta(h, p, epoch)
                 for b in synced:
                     by_backup.setdefault(b, []).append(delta)
+                sent.add(h)
+        refused: set[str] = set()
         if by_backup:
-            await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items()))
+            for answer in await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items())):
+                refused |= answer or set()
+        # A host is confirmed once a round sends it to each backup it waits for and none refuses
+        # it (a failed send counts as sent, as before: the replica lags, this agent holds the URLs).
+        self._refused -= sent - refused - waiting
+        self._refused |= refused
 
     def _full_copy(self, host: str, epoch: int) -> list[agent_pb2.ReplicateRequest]:
         st = self.ledger.export(host)
@@ -323,7 +363,8 @@ class Replicator:
         return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done,
                                           unshipped=p.unshipped)
 
-    async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> None:
+    async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> set[str]:
+        """Send one backup its messages; returns the hosts it refused (their drops aside)."""
         def parts() -> Iterator[agent_pb2.ReplicateBatch]:
             batch = agent_pb2.ReplicateBatch()
             size = 0
@@ -338,26 +379,54 @@ class Replicator:
                 yield batch
 
         try:
-            await self.peers.get(backup[1]).replicate(parts())
+            resp = await self.peers.get(backup[1]).replicate(parts())
         except errors.WancrawlError as exc:
             self.counters["replica_send_failures"] += 1
             self._backoff[backup[0]] = self.clock() + self.retry_seconds
             hosts = {m.host for m in msgs if not m.drop}
             # What that backup has of these hosts is unknown now: it gets them whole later.
-            for h in hosts:
-                synced = self._synced.get(h)
-                if synced is not None:
-                    synced.discard(backup)
-                    if not synced:
-                        del self._synced[h]
-            self._dirty.update(hosts)
+            self._unsynced(backup, hosts)
             log.warning("replication to %s failed (%s): %d hosts lag", backup[0], exc, len(hosts))
-            return
+            return set()
         self._backoff.pop(backup[0], None)
+        # Hosts the backup's peer guard refused (its placement differs from this agent's view:
+        # usually a move this agent has not seen yet). The rest was applied: only these lag,
+        # and only at this backup. They go whole to it once it takes them (if it is still
+        # their backup), after a fresh look at their placement; a refused drop needs nothing
+        # (the replica there is not this agent's).
+        drops = {m.host for m in msgs if m.drop}
+        refused = {n.host: n.reason for n in resp.refused if n.host not in drops}
+        if refused:
+            self.counters["replica_hosts_refused"] += len(refused)
+            self._unsynced(backup, refused)
+            until = self.clock() + self.retry_seconds
+            for h in refused:
+                self._refusals.setdefault(h, {})[backup[0]] = until
+                self.directory.forget(h)
+            host, why = next(iter(refused.items()))
+            log.info("%s refused %d hosts of a replication round (%s: %s): asking their placement again",
+                     backup[0], len(refused), host, why)
+        if self._refusals:
+            for h in {m.host for m in msgs} - refused.keys():  # taken now: no pause for it here
+                paused = self._refusals.get(h)
+                if paused is not None and paused.pop(backup[0], None) is not None and not paused:
+                    del self._refusals[h]
         for h in fulls:
-            self._synced.setdefault(h, set()).add(backup)
+            if h not in refused:
+                self._synced.setdefault(h, set()).add(backup)
         self.counters["replica_sends"] += 1
         self.counters["replica_bytes_out"] += sum(m.ByteSize() for m in msgs)
+        return set(refused)
+
+    def _unsynced(self, backup: Backup, hosts: Collection[str]) -> None:
+        """That backup has no known copy of these hosts any more: it gets them whole later."""
+        for h in hosts:
+            synced = self._synced.get(h)
+            if synced is not None:
+                synced.discard(backup)
+                if not synced:
+                    del self._synced[h]
+        self._dirty.update(hosts)
 
     def sync(self, hosts: list[str]) -> None:
         """Replicate these hosts now (a promotion or handover just made them ours)."""

@@ -62,7 +62,7 @@ class Intake:
         wake: Callable[[str], None],
         durable: Durable,
         arriving: Callable[[list[str]], None] = lambda hosts: None,
-        replicated: Callable[[], Awaitable[None]] | None = None,
+        replicated: Callable[[set[str]], Awaitable[None]] | None = None,
         sort_query: bool = False,
         incidents: Incidents | None = None,
     ):
@@ -74,7 +74,7 @@ class Intake:
         self.wake = wake            # a host got work (the dispatcher's signal)
         self.durable = durable      # returns after the next group commit (raises if it dropped our rows)
         self.arriving = arriving    # hosts about to get URLs (ownership may hold a new one first)
-        self.replicated = replicated  # returns once what is committed is at the backups
+        self.replicated = replicated  # returns once what is committed of these hosts is at their backups
         self.sort_query = sort_query
         self.incidents = incidents   # refusals by reason, for the operator (the dispatcher's)
         self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
@@ -228,5 +228,5 @@ class Intake:
         await self.durable({it.host for it in accepted})
         if accepted and self.replicated is not None:
             # The sender forgets these URLs once answered: they must outlive this agent too.
-            await self.replicated()
+            await self.replicated({it.host for it in accepted})
         return IntakeResult(len(accepted), not_mine, errs)

@@ -345,10 +345,12 @@ class ReplicateBatch(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ReplicateRequest, _Mapping]]] = ...) -> None: ...
 
 class ReplicateResponse(_message.Message):
-    __slots__ = ("applied",)
+    __slots__ = ("applied", "refused")
     APPLIED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     applied: int
-    def __init__(self, applied: _Optional[int] = ...) -> None: ...
+    refused: _containers.RepeatedCompositeFieldContainer[HostNote]
+    def __init__(self, applied: _Optional[int] = ..., refused: _Optional[_Iterable[_Union[HostNote, _Mapping]]] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ("claimer_id", "claimer_address", "epoch", "hosts")
