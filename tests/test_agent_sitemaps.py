@@ -317,9 +317,14 @@ def test_hostile_sitemaps_stay_bounded(run, tmp_path):
     assert sorted(sitemap_requests) == sorted([*HOSTILE_SITEMAPS, "/loop-b.xml", "/n/0.xml", "/n/1.xml"])
     # The good URLs behind the hostile ones: the bomb's first entry (read up to 50 MiB of its
     # 1 GiB), the malformed sitemap's two entries before the error, the good sitemap's page.
-    for p in ("/bomb/first.html", "/mal/1.html", "/mal/2.html", "/good.html"):
-        assert web.url(site, p) in stored
-    # 50,000 x 50,000 URLs offered: the host's sitemap URL budget (60) taken, no more.
+    good = {web.url(site, p) for p in ("/bomb/first.html", "/mal/1.html", "/mal/2.html", "/good.html")}
     nested = [p for p in (e.path for e in log) if p.startswith("/n/") and p.endswith(".html")]
-    assert 0 < len(nested) <= 60 - 4
+    # 50,000 x 50,000 URLs offered: the host's sitemap entry budget (60) taken, no more, and every
+    # entry taken crawled. The budget is first come, first served, and the order in which the
+    # files' reads finish is not fixed (the bomb is decompressed in a thread while nested.xml's
+    # children are fetched and read): usually the four good entries come first and the children
+    # get 56, but under load a child read before the bomb takes the bomb's share (seen in CI).
+    taken_good = good & stored
+    assert len(nested) == len(set(nested)) and len(nested) + len(taken_good) == 60 == c["sitemap_urls"]
+    assert 0 < len(nested) and len(taken_good) >= 1
     assert c["sitemaps_skipped"] >= 1 and c["sitemap_errors"] >= 2 and c["sitemap_refused"] > 0
