@@ -26,6 +26,7 @@ class Conn:
     requests: list[str] = field(default_factory=list)  # request targets, in order
     written: int = 0  # bytes written to the client
     write_error: str | None = None  # why writing stopped early (the client went away)
+    closed: threading.Event = field(default_factory=threading.Event)  # this side closed it (its FIN is sent)
 
 
 class HostileServer:
@@ -98,6 +99,11 @@ class HostileServer:
         finally:
             self._tasks.discard(task)
             writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError, asyncio.CancelledError):
+                pass
+            conn.closed.set()
 
     @staticmethod
     async def _write(writer: asyncio.StreamWriter, conn: Conn, reply: Reply) -> None:
