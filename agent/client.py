@@ -15,6 +15,10 @@ from wancrawl import grpcutil
 from wancrawl.v1 import agent_pb2, agent_pb2_grpc
 
 
+ReplicateBatch = agent_pb2.ReplicateBatch | bytes
+"""A Replicate stream message as replicate() takes it: the message, or its serialized bytes."""
+
+
 @dataclass(frozen=True)
 class PushResult:
     accepted: int
@@ -34,6 +38,11 @@ class AgentClient:
         # caller dials a node by id); default: the address's host.
         self._channel = grpcutil.channel(address, tls, server_name=server_name)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
+        # Replicate takes batches as messages or as their bytes (the replicator serializes each
+        # host message once per round, whatever the number of backups it goes to).
+        self._replicate = self._channel.stream_unary("/wancrawl.v1.Agent/Replicate",
+                                                     request_serializer=grpcutil.message_or_bytes,
+                                                     response_deserializer=agent_pb2.ReplicateResponse.FromString)
 
     def _error(self, exc: grpc.aio.AioRpcError, what: str) -> Exception:
         return grpcutil.translate(exc, f"agent {self.address}: {what}")
@@ -70,11 +79,12 @@ class AgentClient:
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "HandOver") from None
 
-    async def replicate(self, parts: AsyncIterator[agent_pb2.ReplicateBatch] | Iterable[agent_pb2.ReplicateBatch],
+    async def replicate(self, parts: AsyncIterator[ReplicateBatch] | Iterable[ReplicateBatch],
                         timeout: float | None = None) -> agent_pb2.ReplicateResponse:
-        """Stream replica changes to a backup; the answer means they are durable there."""
+        """Stream replica changes to a backup (ReplicateBatch messages or their serialized
+        bytes); the answer means they are durable there."""
         try:
-            return await self._stub.Replicate(parts, timeout=timeout or self.timeout)
+            return await self._replicate(parts, timeout=timeout or self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, "Replicate") from None
 

@@ -85,16 +85,11 @@ Batch = storage_pb2.PageBatch | bytes
 """A batch as send() takes it: the message, or its serialized bytes (what the spool holds)."""
 
 
-def _serialize(b: Batch) -> bytes:
-    # A spool file is a serialized PageBatch: it goes on the wire as it is, not parsed and
-    # serialized again (issue 24). Storage decodes the same message either way.
-    return b if isinstance(b, bytes) else b.SerializeToString()
-
-
 def ingest_method(channel: grpc.aio.Channel) -> grpc.aio.StreamUnaryMultiCallable:
     """Storage's Ingest on `channel`, taking PageBatch messages or their bytes (the generated
     stub's serializer takes messages only)."""
-    return channel.stream_unary("/wancrawl.v1.Storage/Ingest", request_serializer=_serialize,
+    # A spool file is a serialized PageBatch: it goes on the wire as it is.
+    return channel.stream_unary("/wancrawl.v1.Storage/Ingest", request_serializer=grpcutil.message_or_bytes,
                                 response_deserializer=storage_pb2.IngestAck.FromString)
 
 

@@ -257,6 +257,33 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
         assert sent == urls and shipper.counters["captures_superseded"] == 0
         assert victim.timeouts == [4.5], "a send within the lease ends with it (a pause mid-send fails it)"
 
+def test_replication_batches_are_the_bytes_protobuf_makes_of_the_same_messages():
+    """The replicator joins its host messages' bytes into ReplicateBatch messages itself (each
+    message serialized once per round, issue 24). The reference is protobuf's own encoding of
+    ReplicateBatch(items=...) for each batch: lengths of one, two and three varint bytes, a drop,
+    and the cut at the size limit (in order, every message once, a batch over the limit only
+    when one message is)."""
+    from agent.ownership.replicator import Wire, batches
+
+    msgs = [agent_pb2.ReplicateRequest(sender_id="a", epoch=7, host=f"h{i}.lab", done=list(range(n)),
+                                       state=agent_pb2.HostState(host=f"h{i}.lab", queue=[
+                                           agent_pb2.QueuedUrl(url=f"http://h{i}.lab/{j}", seq=j) for j in range(n)]))
+            for i, n in enumerate([0, 3, 40, 3000, 1, 700])]
+    msgs.append(agent_pb2.ReplicateRequest(sender_id="a", epoch=7, host="gone.lab", drop=True))
+    wire = [Wire(m.host, m.drop, m.SerializeToString()) for m in msgs]
+    assert max(len(w.data) for w in wire) > 16384 and min(len(w.data) for w in wire) < 128
+    for limit in (1 << 20, 20_000, 1):
+        out = list(batches(wire, limit))
+        got = [agent_pb2.ReplicateBatch.FromString(b) for b in out]
+        assert [m for b in got for m in b.items] == msgs
+        for b, raw in zip(got, out):
+            assert raw == agent_pb2.ReplicateBatch(items=list(b.items)).SerializeToString()
+            assert len(raw) <= limit or len(b.items) == 1
+    assert len(list(batches(wire))) == 1
+    assert len(list(batches(wire, 1))) == len(msgs)
+    assert list(batches([])) == []
+
+
 def test_the_shipper_sends_spool_files_as_they_are_and_parses_only_what_it_must_check(run, tmp_path):
     """Spool files go to storage as their bytes (issue 24: not parsed and serialized again). A
     file this process spooled after the lease's last lapse is sent unparsed; a file found on disk
@@ -359,7 +386,8 @@ def test_a_handover_into_a_host_already_replicated_reaches_its_backup_whole(run,
 
     class Backup:
         async def replicate(self, batches):
-            n = sum(backup.apply("a", list(batch.items)) for batch in batches)
+            # The replicator sends each batch as its bytes (built once per round).
+            n = sum(backup.apply("a", list(agent_pb2.ReplicateBatch.FromString(b).items)) for b in batches)
             return agent_pb2.ReplicateResponse(applied=n)
 
     class Peers:
@@ -595,7 +623,7 @@ def test_a_push_is_answered_only_once_its_urls_are_at_the_backup(run, tmp_path, 
 
     class Backup:
         async def replicate(self, parts):
-            msgs = [m for batch in parts for m in batch.items]
+            msgs = [m for b in parts for m in agent_pb2.ReplicateBatch.FromString(b).items]
             if hang.is_set():
                 hang.clear()
                 entered.set()
@@ -676,7 +704,7 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
             async def replicate(self, parts):
                 async def stream():
                     for p in parts:
-                        yield p
+                        yield agent_pb2.ReplicateBatch.FromString(p)
                 return await backup.Replicate(stream(), Context())
 
         class Pool:

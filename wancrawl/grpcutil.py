@@ -383,6 +383,13 @@ def bind(server: grpc.aio.Server, listen: str, security: Security) -> int:
     return port
 
 
+def message_or_bytes(m: Any) -> bytes:
+    """A request serializer for calls that take a message or its serialized bytes: bytes built
+    once (a spool file, a replication round's host messages) go on the wire as they are, not
+    parsed and serialized again (issue 24). The server decodes the same message either way."""
+    return m if isinstance(m, bytes) else m.SerializeToString()
+
+
 def channel_credentials(tls: TlsSettings) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(_read(tls.ca, "ca"), _read(tls.key, "key"), _read(tls.cert, "cert"))
 

@@ -22,13 +22,14 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, revisit_to_proto
 from agent.ownership.replica import crawl_of
 from agent.placement.directory import HostDirectory
 from agent.state.changes import ChangeLog
-from agent.state.frontier import Item
+from agent.state.frontier import AddRow, Item
 from agent.state.revisit import Entry
 from agent.waker import Waker
 from wancrawl import errors
@@ -45,9 +46,49 @@ BATCH_BYTES = 1 << 20
 SHIP_POLL = 0.02  # seconds between looks at the spool's acknowledged mark (a cheap read)
 
 
+class Wire(NamedTuple):
+    """One host's ReplicateRequest as it goes out: serialized once when the round builds it, and
+    the same bytes go to each backup it is for (r = 2 sends them twice); never parsed again here.
+    host and drop are what the round's bookkeeping reads of it."""
+    host: str
+    drop: bool
+    data: bytes
+
+
+# ReplicateBatch's `items` (field 1, length-delimited): the tag byte before each item's length.
+_ITEMS_TAG = b"\x0a"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def batches(msgs: list[Wire], limit: int = BATCH_BYTES) -> Iterator[bytes]:
+    """The serialized ReplicateBatch messages carrying msgs in order, each about `limit` bytes at
+    most (one bigger item goes alone): the encoding of `ReplicateBatch(items=[...])`, made by
+    joining the items' bytes (a repeated field's encoding is its items' encodings one after the
+    other), without a message object per batch or a copy of each item into one."""
+    parts: list[bytes] = []
+    size = 0
+    for m in msgs:
+        framed = len(m.data) + 6  # tag + up to 5 bytes of length (an item is under 4 MB)
+        if parts and size + framed > limit:
+            yield b"".join(parts)
+            parts, size = [], 0
+        parts += (_ITEMS_TAG, _varint(len(m.data)), m.data)
+        size += framed
+    if parts:
+        yield b"".join(parts)
+
+
 @dataclass
 class _Pending:
-    adds: list[Item] = field(default_factory=list)
+    adds: list[AddRow] = field(default_factory=list)
     done: list[int] = field(default_factory=list)       # seqs whose captures storage has
     unshipped: list[int] = field(default_factory=list)  # seqs done here, captures not at storage yet
     revisits: dict[str, Entry] = field(default_factory=dict)  # url -> its latest schedule entry
@@ -272,7 +313,7 @@ class Replicator:
         routes = await self.directory.routes(hosts)
         self._collect()  # what committed during the look-up: a full copy below must not miss a done
         now = self.clock()
-        by_backup: dict[Backup, list[agent_pb2.ReplicateRequest]] = {}
+        by_backup: dict[Backup, list[Wire]] = {}
         fulls: dict[Backup, list[str]] = {}
         sent: set[str] = set()      # hosts sent to a backup this round (not drops)
         waiting: set[str] = set()   # refused lately by a backup they are not sent to now
@@ -293,7 +334,8 @@ class Replicator:
             synced = self._synced.pop(h, set())
             for old in synced - want:
                 # DELETE_BACKUP: that copy is stale (the host moved, or that backup left the first r).
-                by_backup.setdefault(old, []).append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True))
+                drop = agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True)
+                by_backup.setdefault(old, []).append(Wire(h, True, drop.SerializeToString()))
                 self.counters["replica_drops_sent"] += 1
             synced &= want
             if not want:
@@ -342,7 +384,7 @@ class Replicator:
         self._refused -= sent - refused - waiting
         self._refused |= refused
 
-    def _full_copy(self, host: str, epoch: int) -> list[agent_pb2.ReplicateRequest]:
+    def _full_copy(self, host: str, epoch: int) -> list[Wire]:
         st = self.ledger.export(host)
         queued = {i.seq for i in st.queue}
         held = [it for it, _ in self._held_done.get(host, []) if it.seq not in queued]
@@ -353,33 +395,25 @@ class Replicator:
                                                   state=part.to_proto()))
         out[-1].unshipped.extend(it.seq for it in held)  # after every queue part is in
         self.counters["replica_full_copies"] += 1
-        return out
+        return [Wire(host, False, m.SerializeToString()) for m in out]
 
-    def _delta(self, host: str, p: _Pending, epoch: int) -> agent_pb2.ReplicateRequest:
-        crawl = self.ledger.crawl(host)
-        st = agent_pb2.HostState(host=host, queue=[agent_pb2.QueuedUrl(url=i.url, depth=i.depth, via=i.via,
-                                                                        not_before=i.not_before, seq=i.seq) for i in p.adds],
-                                 revisits=[revisit_to_proto(e) for e in p.revisits.values()], **crawl_of(crawl))
-        return agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, state=st, done=p.done,
-                                          unshipped=p.unshipped)
+    def _delta(self, host: str, p: _Pending, epoch: int) -> Wire:
+        m = agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, done=p.done, unshipped=p.unshipped,
+                                       state=agent_pb2.HostState(host=host, **crawl_of(self.ledger.crawl(host))))
+        # Filled in place (add, extend): a QueuedUrl object per URL, then copied into the
+        # repeated field, cost half again as much (issue 24).
+        st = m.state
+        q = st.queue
+        for _, depth, seq, url, via, nb in p.adds:
+            q.add(url=url, depth=depth, via=via, not_before=nb, seq=seq)
+        if p.revisits:
+            st.revisits.extend(revisit_to_proto(e) for e in p.revisits.values())
+        return Wire(host, False, m.SerializeToString())
 
-    async def _send(self, backup: Backup, msgs: list[agent_pb2.ReplicateRequest], fulls: list[str]) -> set[str]:
+    async def _send(self, backup: Backup, msgs: list[Wire], fulls: list[str]) -> set[str]:
         """Send one backup its messages; returns the hosts it refused (their drops aside)."""
-        def parts() -> Iterator[agent_pb2.ReplicateBatch]:
-            batch = agent_pb2.ReplicateBatch()
-            size = 0
-            for m in msgs:
-                n = m.ByteSize()
-                if batch.items and size + n > BATCH_BYTES:
-                    yield batch
-                    batch, size = agent_pb2.ReplicateBatch(), 0
-                batch.items.append(m)
-                size += n
-            if batch.items:
-                yield batch
-
         try:
-            resp = await self.peers.get(backup[1]).replicate(parts())
+            resp = await self.peers.get(backup[1]).replicate(batches(msgs))
         except errors.WancrawlError as exc:
             self.counters["replica_send_failures"] += 1
             self._backoff[backup[0]] = self.clock() + self.retry_seconds
@@ -415,7 +449,7 @@ class Replicator:
             if h not in refused:
                 self._synced.setdefault(h, set()).add(backup)
         self.counters["replica_sends"] += 1
-        self.counters["replica_bytes_out"] += sum(m.ByteSize() for m in msgs)
+        self.counters["replica_bytes_out"] += sum(len(m.data) for m in msgs)
         return set(refused)
 
     def _unsynced(self, backup: Backup, hosts: Collection[str]) -> None:

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agent.state.frontier import Item
+from agent.state.frontier import AddRow, Item
 from agent.state.revisit import Entry
 
 
 @dataclass
 class HostChanges:
-    adds: list[Item] = field(default_factory=list)   # queued (with the owner's seq)
+    # Queued (with the owner's seq): the frontier's rows as written, not an Item each (a Python
+    # object per queued URL only to be read once into its replication message; issue 24).
+    adds: list[AddRow] = field(default_factory=list)
     done: list[Item] = field(default_factory=list)   # fetched or given up
     pages: int | None = None                         # the page count after the flush
     cleared: bool = False                            # queue dropped whole (budget) or host dropped
@@ -38,13 +40,13 @@ class ChangeLog:
             c = self._hosts[host] = HostChanges()
         return c
 
-    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]], revisits: Sequence[Entry] = ()) -> None:
+    def flushed(self, adds: list[AddRow], done: list[Item], pages: list[tuple[str, int]], revisits: Sequence[Entry] = ()) -> None:
         for e in revisits:
             c = self._c(e.host)
             self.items += e.url not in c.revisits
             c.revisits[e.url] = e
-        for it in adds:
-            self._c(it.host).adds.append(it)
+        for row in adds:
+            self._c(row[0]).adds.append(row)
         for it in done:
             self._c(it.host).done.append(it)
         for host, n in pages:

@@ -87,11 +87,15 @@ class Item:
     visit: Visit | None = None
 
 
+AddRow = tuple[str, int, int, str, str, float]
+"""A queued URL as the frontier writes it: (host, depth, seq, url, via, not_before)."""
+
+
 class FlushListener(Protocol):
     """Told what each flush made durable, and of hosts dropped whole (agent/state/changes.py's
     ChangeLog, for replication). The frontier receives one; it does not know who listens."""
 
-    def flushed(self, adds: list[Item], done: list[Item], pages: list[tuple[str, int]], revisits: list[Entry]) -> None: ...
+    def flushed(self, adds: list[AddRow], done: list[Item], pages: list[tuple[str, int]], revisits: list[Entry]) -> None: ...
     def cleared(self, host: str) -> None: ...
 
 
@@ -1037,8 +1041,7 @@ class Frontier:
         self._deleted.clear()
         if self.changes is not None:
             done, self._done_items = self._done_items, []
-            self.changes.flushed([Item(url, host, depth, via, nb, seq) for host, depth, seq, url, via, nb in adds], done, pages,
-                                 rv_changed)
+            self.changes.flushed(adds, done, pages, rv_changed)
         return n
 
     def _reject(self, stmts: list[tuple[str, list[tuple]]], bad: list[list[tuple[int, BaseException]]]) -> list[tuple]:
