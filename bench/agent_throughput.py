@@ -446,6 +446,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
             if resp.accepted != len(seeds):
                 print(f"  warning: agent accepted {resp.accepted}/{len(seeds)} seeds, not_mine={list(resp.not_mine)}, errors={list(resp.errors)}")
             pages, t_last, c_last, idle_since, last_print, limit_hit = 0.0, t0, c0, None, t0, False
+            idle_rate = 0.0
             deadline = t0 + args.timeout
             st: dict[str, float] = {}
             while True:
@@ -466,6 +467,10 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                     if idle_since is None:
                         idle_since, t_idle, c_idle = now, now, cpu
                     elif now - idle_since >= 1.0:
+                        # The agent's CPU while idle (this poll's Status calls, its timers): a cost
+                        # per wall second inside every figure, so a run slowed by the machine's load
+                        # costs more per page (issue 24: the reading of small overheads).
+                        idle_rate = (cpu - c_idle) / (now - idle_since)
                         break
                 else:
                     idle_since = None
@@ -491,7 +496,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         return {"crawler": name, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
                 "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall,
-                "threads": threads}
+                "threads": threads, "idle_rate": idle_rate}
     finally:
         for p in reversed(procs):
             stop(p, timeout=60 if profile else 20)
@@ -555,14 +560,16 @@ def replication_table(agents: list[dict]) -> float | None:
     print("\nReplication cost: the measured agent's CPU (utime + stime, /proc) per page, push to idle"
           " (on: and replication caught up); r = backups each host is replicated to")
     print(f"{'replication':<12} {'run':>3} {'pages':>7} {'CPU s':>7} {'CPU ms/page':>11} {'backup CPU s':>12} "
-          f"{'sends':>6} {'full copies':>11} {'MB out':>7} {'backup msgs':>11}")
+          f"{'sends':>6} {'full copies':>11} {'MB out':>7} {'backup msgs':>11} {'wall s':>6} {'tail s':>6} {'idle CPU ms/s':>13}")
     for k in levels:
         for i, r in enumerate(by[k], 1):
             c, b = r["counters"], r["backup_counters"]
             tail_cols = (f"{r['backup_cpu']:>12.2f} {c.get('replica_sends', 0):>6.0f} {c.get('replica_full_copies', 0):>11.0f} "
                          f"{c.get('replica_bytes_out', 0) / 1e6:>7.2f} {b.get('replica_messages', 0):>11.0f}" if k else
                          f"{'-':>12} {'-':>6} {'-':>11} {'-':>7} {'-':>11}")
-            print(f"{f'on, r={k}' if k else 'off':<12} {i:>3} {r['pages']:>7.0f} {r['cpu']:>7.2f} {ms_per_page(r):>11.3f} {tail_cols}")
+            # wall: push to the last page; tail: from there to idle with replication caught up.
+            timing = f"{r['wall']:>6.1f} {r['idle_wall'] - r['wall']:>6.1f} {r.get('idle_rate', 0.0) * 1000:>13.1f}"
+            print(f"{f'on, r={k}' if k else 'off':<12} {i:>3} {r['pages']:>7.0f} {r['cpu']:>7.2f} {ms_per_page(r):>11.3f} {tail_cols} {timing}")
     med = {k: statistics.median(ms_per_page(r) for r in by[k]) for k in levels}
     label = "median " if any(len(v) > 1 for v in by.values()) else ""
     for k in levels:
@@ -594,6 +601,12 @@ def together_line(agents: list[dict], tls: dict[bool, float], repl: float | None
     print(line)
     both = [ms_per_page(a) for a in agents if a.get("backups") == 1 and a.get("tls")]
     none = [ms_per_page(a) for a in agents if not a["replication"] and not a.get("tls")]
+    if len(both) > 1 and len(both) == len(none):
+        # The runs alternate within each --repeat round: a round's both-on run beside its both-off
+        # run saw the same load, so the ratio per round drops the drift between rounds.
+        pairs = [b / n for b, n in zip(both, none)]
+        print(f"  both on / both off per round: {', '.join(f'{x:.3f}' for x in pairs)}; "
+              f"median {(statistics.median(pairs) - 1) * 100:+.1f}%")
     if both and none:
         over = (statistics.median(both) / statistics.median(none) - 1) * 100
         print(f"  measured with both on (r=1 and TLS) against both off: {over:+.1f}% CPU per page "
