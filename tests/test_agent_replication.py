@@ -581,7 +581,7 @@ def test_pages_stored_before_their_done_reached_the_backup_are_not_fetched_again
                 await victim.dispatcher.stop()
                 victim.commit_log.commit(force=True)
                 await victim.replicator.round()
-                in_window = len(victim.replicator._held_done) and sum(len(v) for v in victim.replicator._held_done.values())
+                in_window = len(victim.replicator._held_done) and sum(len(items) for v in victim.replicator._held_done.values() for _, items in v)
                 while len(victim.spool):
                     assert await victim.shipper.send(max_batches=50) > 0, "the fake storage takes every batch"
                 await crash(agents[1])

@@ -99,8 +99,8 @@ class Replicator:
     `_synced[host]` only if it acknowledged a full copy and every change since is in
     `_pending[host]` or was acknowledged by it (a delta goes to every synced backup of the host
     in the same round; a backup that misses one leaves `_synced[host]`); `_held_done[host]` are
-    done items whose capture is not yet at storage (spool batch seq in the tuple), which a full
-    copy still sends as queued. A host in `_refused` was refused by a backup at its last send
+    done items whose capture is not yet at storage, as (spool batch seq, the dones of one flush)
+    in flush order, which a full copy still sends as queued. A host in `_refused` was refused by a backup at its last send
     (the backup's view of its placement is not this agent's: a move one of them has not seen):
     what was pushed for it is not at that backup, so no barrier on it is answered until a later
     send of it is taken, or the host left this agent (`forget`, or routes that no longer name this
@@ -123,7 +123,8 @@ class Replicator:
         self.clock = clock
         self._synced: dict[str, set[Backup]] = {}
         self._pending: dict[str, _Pending] = {}
-        self._held_done: dict[str, list[tuple[Item, int]]] = {}
+        # Per flush, not per item: a tuple per done page only to be looked at once (issue 24).
+        self._held_done: dict[str, list[tuple[int, list[Item]]]] = {}
         self._need_full: set[str] = set(ledger.owned_hosts())  # a restart does not know what its backups have
         self._dirty: set[str] = set(self._need_full)
         self._backoff: dict[str, float] = {}  # backup id -> no sends before
@@ -148,7 +149,7 @@ class Replicator:
         failed send); replica_lag_items: committed changes not yet at a backup (dones of pages
         still on their way to storage excluded: the backup must keep those queued)."""
         shipped = self.shipped()
-        sendable = sum(1 for held in self._held_done.values() for _, m in held if m <= shipped)
+        sendable = sum(len(items) for held in self._held_done.values() for m, items in held if m <= shipped)
         return {"replica_unsynced": len(self._need_full), "replica_synced_hosts": len(self._synced),
                 "replica_lag_items": sum(len(p.adds) + len(p.done) + len(p.revisits) for p in self._pending.values())
                 + self.changes.items + sendable}
@@ -195,13 +196,13 @@ class Replicator:
             if c.cleared:
                 self._need_full.add(h)
                 self._pending.pop(h, None)
-            for it in c.done:
-                self._held_done.setdefault(h, []).append((it, mark))
+            if c.done:  # the ChangeLog handed its lists over with take(): kept, not copied
+                self._held_done.setdefault(h, []).append((mark, c.done))
             if self._synced.get(h) and h not in self._need_full:
                 if c.adds or c.done or c.revisits:
                     p = self._pending.setdefault(h, _Pending())
-                    p.adds.extend(c.adds)
-                    p.unshipped.extend(it.seq for it in c.done)
+                    p.adds += c.adds
+                    p.unshipped += [it.seq for it in c.done]
                     p.revisits.update(c.revisits)
             else:
                 self._need_full.add(h)
@@ -209,16 +210,16 @@ class Replicator:
         shipped = self.shipped()
         for h in list(self._held_done):
             held = self._held_done[h]
-            ready = [it for it, m in held if m <= shipped]
+            ready = [items for m, items in held if m <= shipped]
             if not ready:
                 continue
-            rest = [(it, m) for it, m in held if m > shipped]
+            rest = [(m, items) for m, items in held if m > shipped]
             if rest:
                 self._held_done[h] = rest
             else:
                 del self._held_done[h]
             if self._synced.get(h) and h not in self._need_full:
-                self._pending.setdefault(h, _Pending()).done.extend(it.seq for it in ready)
+                self._pending.setdefault(h, _Pending()).done.extend([it.seq for items in ready for it in items])
             self._dirty.add(h)
         if sum(len(p.adds) + len(p.done) + len(p.revisits) for p in self._pending.values()) > self.max_pending:
             # A backup that cannot keep up: its hosts go whole later instead of piling up here.
@@ -387,7 +388,7 @@ class Replicator:
     def _full_copy(self, host: str, epoch: int) -> list[Wire]:
         st = self.ledger.export(host)
         queued = {i.seq for i in st.queue}
-        held = [it for it, _ in self._held_done.get(host, []) if it.seq not in queued]
+        held = [it for _, items in self._held_done.get(host, []) for it in items if it.seq not in queued]
         st.queue += held
         out = []
         for i, part in enumerate(st.parts()):
