@@ -23,7 +23,11 @@ to core 1.
     so the CPU includes sending the last changes. Only the measured agent's CPU is counted
     (the backup's is printed beside it).
   With both, the runs alternate off, on (x --repeat); the overhead compares the medians of
-  CPU per page.
+  CPU per page. Each run's wall (push to last page), tail (to idle with replication caught up)
+  and the agent's CPU per second while idle are printed beside it: CPU per page grows with a
+  run's wall on this shared machine, more than either feature costs (docs/benchmarks.md
+  "Session 11, branch repl"); with --tls both --replication both, the both-on / both-off ratio
+  of each round too (runs of one round saw the same load).
 * Scrapy: bench/scrapy_lab_spider.py under a separate venv, bench/.venv-scrapy (created here
   with `python3 -m venv` + `pip install scrapy` on first use; Scrapy is not a project
   dependency). Wall and CPU from spider_opened to the last response (its own process_time).

@@ -100,11 +100,11 @@ class Replicator:
     `_pending[host]` or was acknowledged by it (a delta goes to every synced backup of the host
     in the same round; a backup that misses one leaves `_synced[host]`); `_held_done[host]` are
     done items whose capture is not yet at storage, as (spool batch seq, the dones of one flush)
-    in flush order, which a full copy still sends as queued. A host in `_refused` was refused by a backup at its last send
-    (the backup's view of its placement is not this agent's: a move one of them has not seen):
-    what was pushed for it is not at that backup, so no barrier on it is answered until a later
-    send of it is taken, or the host left this agent (`forget`, or routes that no longer name this
-    agent once it no longer holds it)."""
+    in flush order, which a full copy still sends as queued. A host in `_refused` was refused by
+    a backup at its last send (the backup's view of its placement is not this agent's: a move
+    one of them has not seen): what was pushed for it is not at that backup, so no barrier on it
+    is answered until a later send of it is taken, or the host left this agent (`forget`, or
+    routes that no longer name this agent once it no longer holds it)."""
 
     def __init__(self, self_id: str, changes: ChangeLog, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  *, spooled: Callable[[], int], shipped: Callable[[], int], interval: float, retry_seconds: float,

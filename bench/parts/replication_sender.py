@@ -6,7 +6,7 @@ A simulated crawl of the lab's shape (72 hosts, ~97 pages each, 6,974 pages): ea
 `--per-flush` URLs across the hosts, queues one new URL per page (a crawl of N pages queues N
 URLs once each), marks them done and flushes the frontier (the group commit); every
 `--flushes-per-round` flushes the Replicator runs a round (in the agent about one Replicate call
-per ~90 pages: 59-95 per 6,974-page crawl). Storage acknowledges every page at once (shipped =
+per 65-145 pages: 48-107 per 6,974-page crawl in session 11's runs). Storage acknowledges every page at once (shipped =
 spooled), so each done goes in the round after its flush, as in a crawl whose shipper keeps up.
 
 "off" is the same crawl with the frontier's ChangeLog off (`replication.enabled = false`);
