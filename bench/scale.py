@@ -143,9 +143,9 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
             print(f"  warning: {resp.accepted}/{len(seeds)} seeds accepted, errors={resp.errors[:3]}")
         slices: list[dict] = []
         mark_pages, mark_cpu, mark_t = 0.0, c0, t0
-        pages, idle_since, lag, busy, stalls = 0.0, None, 0.0, 0.0, 0.0
+        pages, idle_since, lag, busy, stalls, gc_full = 0.0, None, 0.0, 0.0, 0.0, 0.0
         print(f"{'slice':>9} {'CPU ms/page':>11} {'pages/s':>8} {'peak RSS MB':>11} {'frontier MB':>11} {'seen MB':>8} "
-              f"{'queued':>9} {'seen URLs':>10} {'new/page':>8} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6}", flush=True)
+              f"{'queued':>9} {'seen URLs':>10} {'new/page':>8} {'max lag ms':>10} {'busy ms':>7} {'stalls':>6} {'full GC ms':>10}", flush=True)
         while True:
             for aid, p, _, log, _ in agents:
                 if p.poll() is not None:
@@ -160,6 +160,8 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
             lag = max(st.get("loop_lag_max", 0) for st in sts)
             busy = max(st.get("loop_busy_max", 0) for st in sts)
             stalls = sum(st.get("loop_stalls", 0) for st in sts)
+            # The longest full collection (it walks every tracked object on the loop's thread).
+            gc_full = max(st.get("loop_gc_full_max", 0) for st in sts)
             # Out of time (--stop-after, a shared machine): the pages since the last slice end as a
             # short slice, and the run is reported as far as it got.
             out_of_time = bool(args.stop_after) and now - t0 > args.stop_after
@@ -171,7 +173,7 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                       "frontier_mb": sum(disk_mb(a[4], "frontier.sqlite") for a in agents),
                       "seen_mb": sum(disk_mb(a[4], "seen.sqlite") for a in agents),
                       "queued": sum(st.get("frontier", 0) for st in sts), "seen": sum(st.get("seen", 0) for st in sts),
-                      "lag": lag, "busy": busy, "stalls": stalls}
+                      "lag": lag, "busy": busy, "stalls": stalls, "gc_full": gc_full}
                 # URLs discovered per page in this slice: each costs scope checks, routing, a seen-set
                 # insert and a frontier add, so a slice that finds more costs more per page.
                 sl["new"] = (sl["seen"] - (slices[-1]["seen"] if slices else 0)) / n
@@ -180,7 +182,7 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
                     for pid in pids:
                         os.kill(pid, signal.SIGRTMIN + 3)
                 print(f"{sl['end']:>9,.0f} {sl['cpu_ms']:>11.3f} {sl['rate']:>8.0f} {sl['rss']:>11.0f} {sl['frontier_mb']:>11.1f} "
-                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {sl['new']:>8.2f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f}"
+                      f"{sl['seen_mb']:>8.1f} {sl['queued']:>9,.0f} {sl['seen']:>10,.0f} {sl['new']:>8.2f} {lag * 1000:>10.0f} {busy * 1000:>7.0f} {stalls:>6.0f} {gc_full * 1000:>10.0f}"
                       + (f"  (--stop-after {args.stop_after:.0f} s)" if out_of_time else ""), flush=True)
                 mark_pages, mark_cpu, mark_t = pages, cpu, now
             if pages >= args.pages or out_of_time:
@@ -199,7 +201,8 @@ async def crawl(tmp: Path, topo, world: dict, args, n_agents: int) -> dict:
         for s in stubs:
             await s.close()
         return {"agents": n_agents, "pages": pages, "wall": time.perf_counter() - t0, "cpu": cpu - c0, "slices": slices,
-                "rss": max(vm_hwm_mb(pid) for pid in pids), "lag": lag, "busy": busy, "stalls": stalls}
+                "rss": max(vm_hwm_mb(pid) for pid in pids), "lag": lag, "busy": busy, "stalls": stalls,
+                "gc_full": gc_full}
     finally:
         for p in reversed(procs):
             at.stop(p)
@@ -224,7 +227,8 @@ def report(r: dict) -> float:
     print(f"  peak RSS {r['rss']:.0f} MB (target < {RSS_TARGET_MB}: {verdict(r['rss'] < RSS_TARGET_MB)}); "
           f"longest loop stall {r['busy'] * 1000:.0f} ms busy, {r['stalls']:.0f} samples over 100 ms "
           f"(target none over {STALL_TARGET * 1000:.0f} ms: {verdict(r['busy'] <= STALL_TARGET)}); "
-          f"longest wall-clock lag {r['lag'] * 1000:.0f} ms (busy or not scheduled)")
+          f"longest wall-clock lag {r['lag'] * 1000:.0f} ms (busy or not scheduled); "
+          f"longest full GC pass {r['gc_full'] * 1000:.0f} ms")
     print(f"  on disk at the end: frontier {s[-1]['frontier_mb']:.1f} MB, seen set {s[-1]['seen_mb']:.1f} MB "
           f"({s[-1]['seen_mb'] * 1e6 / max(s[-1]['seen'], 1):.1f} bytes per seen URL)")
     fit = discovery_fit(s)
