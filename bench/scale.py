@@ -267,6 +267,8 @@ def main() -> int:
     ap.add_argument("--page-kb", default="4,16", help="page size range, KB (lab web.page_kb_min,max)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--per-host", type=int, default=8)
+    ap.add_argument("--fetcher", default=at.DEFAULT_FETCHER, choices=sorted(at.FETCHERS),
+                    help="the agents' fetcher backend (agent/fetch; default: the agent's default)")
     ap.add_argument("--seed", type=int, default=0, help="the lab web's seed")
     ap.add_argument("--lab-workers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each crawl may take")
