@@ -52,7 +52,7 @@ from lab.cluster import free_port  # noqa: E402
 from lab.geodb import write_all  # noqa: E402
 from lab.web import Web  # noqa: E402
 from measure import cpu_seconds  # noqa: E402
-from wancrawl.errors import Unavailable  # noqa: E402
+from wancrawl.errors import FailedPrecondition, Unavailable  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
 FLAT_TARGET = 0.10    # the last slice's CPU per page within 10% of the first's
@@ -95,7 +95,10 @@ async def wait_members(consultant: str, ids: list[str], timeout: float = 30) -> 
         while True:
             alive = {a.agent_id for a in (await c.list_agents()).agents}
             if set(ids) <= alive:
-                return max([r.epoch for r in await c.resolve(["x.invalid"])] or [1])
+                try:
+                    return max([r.epoch for r in await c.resolve(["x.invalid"])] or [1])
+                except FailedPrecondition:  # listed, but the lease not yet seen valid by the placement: again
+                    pass
             if time.monotonic() > end:
                 raise RuntimeError(f"consultant lists {sorted(alive)}, not all of {ids}")
             await asyncio.sleep(0.2)
