@@ -140,10 +140,10 @@ HELP = {
     "loop_lag_max": "longest event-loop lag (wall clock) sampled since start, seconds (loop_lag_interval > 0 only)",
     "loop_busy_max": "longest busy lag sampled since start: CPU the loop thread spent in a sample beyond the "
                      "interval, seconds (a stall of the agent's own making; loop_lag_interval > 0 only)",
-    "loop_gc_max": "longest pass of the cyclic garbage collector timed since start (any generation), seconds "
-                   "(loop_lag_interval > 0 only)",
-    "loop_gc_full_max": "longest full (generation 2) collection timed since start, seconds: it walks every tracked "
-                        "object on the loop's thread (loop_lag_interval > 0 only)",
+    "loop_gc_max": "longest pass of the cyclic garbage collector timed since start (any generation), seconds of "
+                   "the loop thread's CPU (loop_lag_interval > 0 only)",
+    "loop_gc_full_max": "longest full (generation 2) collection timed since start, seconds of the loop thread's "
+                        "CPU: it walks every tracked object (loop_lag_interval > 0 only)",
     "loop_gc_full": "full (generation 2) collections timed since start (loop_lag_interval > 0 only)",
     "loop_stalls": "loop lag samples whose busy lag was over 0.1 s (loop_lag_interval > 0 only)",
     "loop_late": "loop lag samples whose wall-clock lag was over 0.1 s, busy or not scheduled (loop_lag_interval > 0 only)",

@@ -272,6 +272,8 @@ def main() -> int:
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--fetcher", default=at.DEFAULT_FETCHER, choices=sorted(at.FETCHERS),
                     help="the agents' fetcher backend (agent/fetch; default: the agent's default)")
+    ap.add_argument("--swap-cores", action="store_true",
+                    help="agents on core 1, the lab web and services on core 0 (two scale runs side by side)")
     ap.add_argument("--seed", type=int, default=0, help="the lab web's seed")
     ap.add_argument("--lab-workers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each crawl may take")
@@ -282,6 +284,8 @@ def main() -> int:
                          "(bench/parts/slice_profile.py --compare; the profiler inflates the CPU figures)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, data dirs, WARCs)")
     args = ap.parse_args()
+    if args.swap_cores:  # agent_throughput's spawns read these module globals when they run
+        at.CRAWLER_CORE, at.SERVICE_CORE = at.SERVICE_CORE, at.CRAWLER_CORE
     args.slice = args.slice or max(1, args.pages // 10)
     counts = [int(x) for x in args.agents.split(",") if x.strip()]
     if not counts or min(counts) < 1 or max(counts) > 2:

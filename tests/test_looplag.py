@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import logging
+import time
 
 import pytest
 
@@ -129,3 +131,34 @@ def test_pass_budget_spreads_work_ready_together_over_passes_and_keeps_every_pie
     assert budget.deferred > 0
     with pytest.raises(ValueError):
         PassBudget(0)
+
+
+def _hold_the_loop(lag: LoopLag, cpu_seconds: float, *, until_taken: bool) -> None:
+    # Holds the loop's thread with CPU work (not a sleep: the busy lag counts CPU); with
+    # until_taken, also until the watchdog has taken this sample's stack (the event awaited;
+    # given up after 5 s of CPU so a missing watchdog fails the test instead of hanging it).
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < cpu_seconds or (until_taken and time.thread_time() - c0 < 5
+                                                       and (lag._taken is None or lag._taken[0] != lag._mark[0])):
+        pass
+
+
+def test_a_stall_over_the_mark_is_logged_with_where_the_loop_was(caplog):
+    lag = LoopLag(0.01, stall=0.1)
+
+    async def stall_once() -> None:
+        task = asyncio.create_task(lag.run())
+        await asyncio.sleep(0)  # run() has begun its first sample
+        _hold_the_loop(lag, 0.02, until_taken=False)  # a short hold: no stack, no log
+        while lag._mark[0] < 2:  # that sample is over
+            await asyncio.sleep(0.001)
+        _hold_the_loop(lag, 0.15, until_taken=True)
+        while not lag.counters["loop_stalls"]:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    with caplog.at_level(logging.WARNING, logger="wancrawl.looplag"):
+        asyncio.run(stall_once())
+    held = [r.getMessage() for r in caplog.records if "the event loop was held" in r.getMessage()]
+    assert len(held) == 1 and "_hold_the_loop" in held[0] and "stall_once" in held[0], held
