@@ -34,6 +34,11 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _C0_SPACE = "".join(chr(c) for c in range(0x21))  # what the URL parser strips from both ends
 # Characters a host given on its own must not hold: each would end the host in a URL.
 _NOT_IN_HOST = re.compile(r"[/?#@\\\s]")
+# A reference joined without the parser (canonicalize): an optional "/", a path of unreserved
+# characters and sub-delimiters (never "." first, never "/." anywhere: no dot segment), an
+# optional query of the same and "?", "/", ":", "@". Nothing here is escaped by WHATWG's path or
+# special-query percent-encode sets, nor rewritten by canonicalize.
+_PLAIN_REF = re.compile(r"(?!.*/\.)/?[A-Za-z0-9_~\-][A-Za-z0-9_~\-./=&+,;!$*()]*(?:\?[A-Za-z0-9_~\-./?=&+,;:@!$*()]*)?")
 _HOSTS: dict[str, str | None] = {}  # WHATWG hostname -> canonical host, None: not one we crawl
 _HOSTS_SIZE = 100_000
 
@@ -195,11 +200,11 @@ class BaseUrl:
     references resolve.
     """
 
-    __slots__ = ("href", "scheme", "origin", "directory", "path", "usable")
+    __slots__ = ("href", "scheme", "origin", "directory", "path", "usable", "plain")
 
     def __init__(self, url: str):
         self.href = self.scheme = self.origin = self.directory = self.path = ""
-        self.usable = False
+        self.usable = self.plain = False
         try:
             u = can_ada.parse(url.strip(_C0_SPACE))
         except ValueError:
@@ -214,6 +219,9 @@ class BaseUrl:
         self.directory = self.origin + pathname[: pathname.rfind("/") + 1]
         self.href = self.path + u.search
         self.usable = True
+        # Its origin and directory are canonical as they are (no escape canonicalize rewrites, a
+        # host it keeps): then a plain reference on it is canonical once joined (canonicalize).
+        self.plain = "%" not in self.directory and "^" not in self.directory and _crawlable_host(u.hostname) == u.hostname
 
     def absolute(self, ref: str) -> str:
         """The absolute URL `ref` stands for on this page, as a string for the parser."""
@@ -261,6 +269,13 @@ def canonicalize(url: str, base: str | BaseUrl | None = None, *, sort_query: boo
     a BaseUrl, split once for many links of one page. Raises UnsupportedScheme for non-http(s)
     URLs and InvalidUrl for the rest.
     """
+    if base.__class__ is BaseUrl and base.plain and _PLAIN_REF.fullmatch(url) and (not sort_query or "?" not in url):  # type: ignore[union-attr]
+        # A plain path-relative or root-relative reference ("p/x-1.html", "/a/b?c=d"): letters,
+        # digits and marks that no step of the parser changes, no dot segment, no "//" start,
+        # no ":" (no scheme), "%", "#" or space, on a base whose directory is canonical. Joining
+        # is all the parser would do: ~1 us instead of ~3, and a page's links are mostly these
+        # (tests/test_shared.py holds this to the parser on random references).
+        return (base.origin if url[0] == "/" else base.directory) + url  # type: ignore[union-attr]
     if not isinstance(url, str):
         raise InvalidUrl("URL must be a string")
     raw = url.strip()
