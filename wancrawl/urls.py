@@ -221,7 +221,52 @@ class BaseUrl:
         self.usable = True
         # Its origin and directory are canonical as they are (no escape canonicalize rewrites, a
         # host it keeps): then a plain reference on it is canonical once joined (canonicalize).
-        self.plain = "%" not in self.directory and "^" not in self.directory and _crawlable_host(u.hostname) == u.hostname
+        # "//" in the path: "../" steps over empty segments are left to the parser.
+        self.plain = ("%" not in self.directory and "^" not in self.directory and "//" not in pathname
+                      and _crawlable_host(u.hostname) == u.hostname)
+
+    def join_plain(self, ref: str, sort_query: bool) -> str | None:
+        """The canonical URL of a plain reference on this (plain) base, joined without the parser,
+        or None for any other reference (canonicalize then parses it).
+
+        Plain: an optional fragment (dropped), then either a root-relative path ("/a/b?c=d") or
+        leading "./" and "../" steps and a path-relative one ("x-1.html", "../p/x?y"), of letters,
+        digits and marks that no step of the parser changes (_PLAIN_REF): no dot segment left,
+        no ":" (no scheme), "%", "\\", space or quote. Joining is then all the parser would do:
+        ~1 us instead of ~3, and most of a page's links are these (tests/test_shared.py holds
+        this to the parser on random references)."""
+        h = ref.find("#")
+        if h >= 0:
+            if h == 0 or ref[h - 1] <= " " or ref[h - 1] == "?":
+                return None  # the base itself; a space the parser keeps; an empty query dropped
+            ref = ref[:h]
+        d = 0
+        while ref.startswith("./", d):
+            d += 2
+        ups = 0
+        while ref.startswith("../", d):
+            d += 3
+            ups += 1
+        if d:
+            ref = ref[d:]
+            if ref.startswith(("/", ".")):
+                return None  # ".//x" keeps an empty segment; "./../x" and the like: the parser
+            if not ref:
+                return self._up(ups)  # "./", "../": the directory itself, or one above
+        elif ref[:1] == "/":
+            return self.origin + ref if _PLAIN_REF.fullmatch(ref) and (not sort_query or "?" not in ref) else None
+        if not _PLAIN_REF.fullmatch(ref) or (sort_query and "?" in ref):
+            return None
+        return (self._up(ups) if ups else self.directory) + ref
+
+    def _up(self, ups: int) -> str:
+        """The directory `ups` levels above this base's ("../" steps; never above the root)."""
+        path = self.directory[len(self.origin):]
+        for _ in range(ups):
+            if path == "/":
+                break
+            path = path[: path.rstrip("/").rfind("/") + 1]
+        return self.origin + path
 
     def absolute(self, ref: str) -> str:
         """The absolute URL `ref` stands for on this page, as a string for the parser."""
@@ -269,15 +314,12 @@ def canonicalize(url: str, base: str | BaseUrl | None = None, *, sort_query: boo
     a BaseUrl, split once for many links of one page. Raises UnsupportedScheme for non-http(s)
     URLs and InvalidUrl for the rest.
     """
-    if base.__class__ is BaseUrl and base.plain and _PLAIN_REF.fullmatch(url) and (not sort_query or "?" not in url):  # type: ignore[union-attr]
-        # A plain path-relative or root-relative reference ("p/x-1.html", "/a/b?c=d"): letters,
-        # digits and marks that no step of the parser changes, no dot segment, no "//" start,
-        # no ":" (no scheme), "%", "#" or space, on a base whose directory is canonical. Joining
-        # is all the parser would do: ~1 us instead of ~3, and a page's links are mostly these
-        # (tests/test_shared.py holds this to the parser on random references).
-        return (base.origin if url[0] == "/" else base.directory) + url  # type: ignore[union-attr]
     if not isinstance(url, str):
         raise InvalidUrl("URL must be a string")
+    if base.__class__ is BaseUrl and base.plain:  # type: ignore[union-attr]
+        joined = base.join_plain(url, sort_query)  # type: ignore[union-attr]
+        if joined is not None:
+            return joined
     raw = url.strip()
     if raw and (raw[0] <= " " or raw[-1] <= " "):
         raw = raw.strip(_C0_SPACE)
