@@ -172,52 +172,6 @@ def test_fragment_and_user_info_go_as_ada_drops_them(ref, base, prefix):
     assert mine == want, ref
 
 
-_PLAIN_ALPHABET = "aZ09-_~./?=&+,;:@!$*()%#'^\\ "
-
-
-@settings(max_examples=4000, deadline=None)
-@given(st.sampled_from(["", "/", "a", "/a/", "A-b_c~d.html", "./", "../", "../../", "./../", ".././", "#", "x#"]),
-       st.text(alphabet=_PLAIN_ALPHABET, max_size=24),
-       st.sampled_from(["http://a.lab/", "http://a.lab:8080/d/e.html?q=1", "https://x.y.lab/a/b/", "http://a.lab/d/?q#f",
-                        "http://A.LAB./%7e/x", "http://a.lab/^/x", "http://[::1]:81/d/", "http://u:p@a.lab/b/c",
-                        "http://a.lab/1/2/3/4.html", "http://a.lab//e//f/"]),
-       st.booleans())
-def test_plain_references_join_as_the_parser_does(prefix, ref, base, sort_query):
-    # canonicalize joins a plain reference to a plain base without the parser (session 11): the
-    # parser on the absolute URL BaseUrl spells out is the reference, whichever way it goes.
-    ref = prefix + ref
-    page = BaseUrl(base)
-    try:
-        want: str | None = canonicalize(page.absolute(ref), sort_query=sort_query)
-    except InvalidUrl:
-        want = None
-    try:
-        mine: str | None = canonicalize(ref, page, sort_query=sort_query)
-    except InvalidUrl:
-        mine = None
-    if ref.strip(C0_SPACE) != ref or not ref:
-        return  # canonicalize strips or refuses these before joining; absolute() does not
-    assert mine == want, (ref, base)
-
-
-def test_plain_references_take_the_short_way():
-    from wancrawl.urls import _PLAIN_REF
-
-    page = BaseUrl("http://www.s0.lab:8080/blog/x-1.html")
-    assert page.plain and not BaseUrl("http://a.lab/%7e/x").plain and not BaseUrl("http://a.lab./").plain
-    for ref in ("/products/paper-1.html", "products/at-11.html", "a//b", "p?", "x?a=/b&c=d:e@f", "/~u/(1)!$*"):
-        assert _PLAIN_REF.fullmatch(ref), ref
-        assert canonicalize(ref, page) == canonicalize(page.absolute(ref)), ref
-    deep = BaseUrl("http://a.lab/x/y/z.html")
-    for ref, want in {"./": "http://a.lab/x/y/", "../": "http://a.lab/x/", "../../../../p?q": "http://a.lab/p?q",
-                      "./a#f": "http://a.lab/x/y/a", "./../x": "http://a.lab/x/x", "././../b.html#": "http://a.lab/x/b.html", "/r#s": "http://a.lab/r"}.items():
-        assert deep.join_plain(ref, False) == want == canonicalize(deep.absolute(ref)), ref
-    for ref in ("#f", "p?#f", ".//x", "../.", "a/../b", "./ x", ".././x"):
-        assert deep.join_plain(ref, False) is None, ref
-    for ref in ("./", "../x", "a/./b", "a/..", "//h/x", "a:b", "%7e", "a#f", " a", "a b", "a'b", "/", "", "?q", "é"):
-        assert not _PLAIN_REF.fullmatch(ref), ref
-
-
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=_REF_ALPHABET, max_size=30), st.booleans())
 def test_canonical_form_is_a_fixed_point(ref, sort_query):

@@ -34,11 +34,6 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _C0_SPACE = "".join(chr(c) for c in range(0x21))  # what the URL parser strips from both ends
 # Characters a host given on its own must not hold: each would end the host in a URL.
 _NOT_IN_HOST = re.compile(r"[/?#@\\\s]")
-# A reference joined without the parser (canonicalize): an optional "/", a path of unreserved
-# characters and sub-delimiters (never "." first, never "/." anywhere: no dot segment), an
-# optional query of the same and "?", "/", ":", "@". Nothing here is escaped by WHATWG's path or
-# special-query percent-encode sets, nor rewritten by canonicalize.
-_PLAIN_REF = re.compile(r"(?!.*/\.)/?[A-Za-z0-9_~\-][A-Za-z0-9_~\-./=&+,;!$*()]*(?:\?[A-Za-z0-9_~\-./?=&+,;:@!$*()]*)?")
 _HOSTS: dict[str, str | None] = {}  # WHATWG hostname -> canonical host, None: not one we crawl
 _HOSTS_SIZE = 100_000
 
@@ -200,11 +195,11 @@ class BaseUrl:
     references resolve.
     """
 
-    __slots__ = ("href", "scheme", "origin", "directory", "path", "usable", "plain")
+    __slots__ = ("href", "scheme", "origin", "directory", "path", "usable")
 
     def __init__(self, url: str):
         self.href = self.scheme = self.origin = self.directory = self.path = ""
-        self.usable = self.plain = False
+        self.usable = False
         try:
             u = can_ada.parse(url.strip(_C0_SPACE))
         except ValueError:
@@ -219,54 +214,6 @@ class BaseUrl:
         self.directory = self.origin + pathname[: pathname.rfind("/") + 1]
         self.href = self.path + u.search
         self.usable = True
-        # Its origin and directory are canonical as they are (no escape canonicalize rewrites, a
-        # host it keeps): then a plain reference on it is canonical once joined (canonicalize).
-        # "//" in the path: "../" steps over empty segments are left to the parser.
-        self.plain = ("%" not in self.directory and "^" not in self.directory and "//" not in pathname
-                      and _crawlable_host(u.hostname) == u.hostname)
-
-    def join_plain(self, ref: str, sort_query: bool) -> str | None:
-        """The canonical URL of a plain reference on this (plain) base, joined without the parser,
-        or None for any other reference (canonicalize then parses it).
-
-        Plain: an optional fragment (dropped), then either a root-relative path ("/a/b?c=d") or
-        leading "./" and "../" steps and a path-relative one ("x-1.html", "../p/x?y"), of letters,
-        digits and marks that no step of the parser changes (_PLAIN_REF): no dot segment left,
-        no ":" (no scheme), "%", "\\", space or quote. Joining is then all the parser would do:
-        ~1 us instead of ~3, and most of a page's links are these (tests/test_shared.py holds
-        this to the parser on random references)."""
-        h = ref.find("#")
-        if h >= 0:
-            if h == 0 or ref[h - 1] <= " " or ref[h - 1] == "?":
-                return None  # the base itself; a space the parser keeps; an empty query dropped
-            ref = ref[:h]
-        d = 0
-        while ref.startswith("./", d):
-            d += 2
-        ups = 0
-        while ref.startswith("../", d):
-            d += 3
-            ups += 1
-        if d:
-            ref = ref[d:]
-            if ref.startswith(("/", ".")):
-                return None  # ".//x" keeps an empty segment; "./../x" and the like: the parser
-            if not ref:
-                return self._up(ups)  # "./", "../": the directory itself, or one above
-        elif ref[:1] == "/":
-            return self.origin + ref if _PLAIN_REF.fullmatch(ref) and (not sort_query or "?" not in ref) else None
-        if not _PLAIN_REF.fullmatch(ref) or (sort_query and "?" in ref):
-            return None
-        return (self._up(ups) if ups else self.directory) + ref
-
-    def _up(self, ups: int) -> str:
-        """The directory `ups` levels above this base's ("../" steps; never above the root)."""
-        path = self.directory[len(self.origin):]
-        for _ in range(ups):
-            if path == "/":
-                break
-            path = path[: path.rstrip("/").rfind("/") + 1]
-        return self.origin + path
 
     def absolute(self, ref: str) -> str:
         """The absolute URL `ref` stands for on this page, as a string for the parser."""
@@ -316,10 +263,6 @@ def canonicalize(url: str, base: str | BaseUrl | None = None, *, sort_query: boo
     """
     if not isinstance(url, str):
         raise InvalidUrl("URL must be a string")
-    if base.__class__ is BaseUrl and base.plain:  # type: ignore[union-attr]
-        joined = base.join_plain(url, sort_query)  # type: ignore[union-attr]
-        if joined is not None:
-            return joined
     raw = url.strip()
     if raw and (raw[0] <= " " or raw[-1] <= " "):
         raw = raw.strip(_C0_SPACE)
