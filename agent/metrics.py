@@ -26,7 +26,7 @@ GAUGES = frozenset({
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
     "consultant_replica",                                                                        # ConsultantClient
-    "loop_lag_max", "loop_busy_max",                                                             # LoopLag
+    "loop_lag_max", "loop_busy_max", "loop_gc_max", "loop_gc_full_max",                          # LoopLag
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
     "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
     "revisits_scheduled", "revisits_due", "revisit_freshness",                                   # revisit schedule (issue 26)
@@ -140,6 +140,11 @@ HELP = {
     "loop_lag_max": "longest event-loop lag (wall clock) sampled since start, seconds (loop_lag_interval > 0 only)",
     "loop_busy_max": "longest busy lag sampled since start: CPU the loop thread spent in a sample beyond the "
                      "interval, seconds (a stall of the agent's own making; loop_lag_interval > 0 only)",
+    "loop_gc_max": "longest pass of the cyclic garbage collector timed since start (any generation), seconds of "
+                   "the loop thread's CPU (loop_lag_interval > 0 only)",
+    "loop_gc_full_max": "longest full (generation 2) collection timed since start, seconds of the loop thread's "
+                        "CPU: it walks every tracked object (loop_lag_interval > 0 only)",
+    "loop_gc_full": "full (generation 2) collections timed since start (loop_lag_interval > 0 only)",
     "loop_stalls": "loop lag samples whose busy lag was over 0.1 s (loop_lag_interval > 0 only)",
     "loop_late": "loop lag samples whose wall-clock lag was over 0.1 s, busy or not scheduled (loop_lag_interval > 0 only)",
     # Queues (the node)

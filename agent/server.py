@@ -17,7 +17,7 @@ from agent.node import AgentNode
 from agent.placement.kademlia.identity import caller_node_id
 from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from agent.settings import AgentSettings
-from wancrawl import eventloop, grpcutil, xorspace
+from wancrawl import eventloop, grpcutil, malloc, xorspace
 from wancrawl.auth import Rules
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 from wancrawl.metrics import Sample, serve_metrics
@@ -329,6 +329,9 @@ async def serve(settings: AgentSettings) -> None:
     # short-lived objects are freed by their reference counts before a collection has to walk them
     # (issue 24: GC time 0.29 s -> 0.07 s in a 6,974-page bench crawl, docs/benchmarks.md).
     gc.set_threshold(7000, 10, 10)
+    mem = settings.memory
+    if mem.heap_keep_bytes and not malloc.keep_heap(mem.heap_keep_bytes, mem.heap_mmap_bytes):
+        log.info("memory.heap_keep_bytes: no glibc mallopt here, the C allocator's defaults stay")
     # Exit on SIGTERM/SIGINT, or once a Drain has handed everything over.
     await grpcutil.run_until_signalled(server.start, server.stop, server.reload, finished=server.node.drained)
 

@@ -170,10 +170,18 @@ class MemorySettings:
     # Bytes being parsed at once, threads included: each parse holds min(body, piece) bytes and
     # waits for room (one bigger than the budget runs alone). 1 MiB: four big parses at most.
     parse_bytes_in_flight: int = 1024 * 1024
+    # Free heap the C allocator keeps at its top instead of giving it back to the kernel, and the
+    # block size up to which it serves blocks from the heap (glibc's M_TRIM_THRESHOLD and
+    # M_MMAP_THRESHOLD; wancrawl/malloc.py says why: lexbor's parse faulted its tree's pages in
+    # anew on every page). 0: glibc's own defaults, nothing set.
+    heap_keep_bytes: int = 32 * 1024 * 1024
+    heap_mmap_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.parse_piece_bytes < 4096 or self.parse_bytes_in_flight < 1:
             raise ValueError("memory.parse_piece_bytes must be >= 4096 and memory.parse_bytes_in_flight >= 1")
+        if not 0 <= self.heap_keep_bytes < 2**31 or not 0 <= self.heap_mmap_bytes <= 32 * 1024 * 1024:
+            raise ValueError("memory.heap_keep_bytes must be in [0, 2 GiB) and memory.heap_mmap_bytes in [0, 32 MiB]")
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ from agent.fetch import DEFAULT_FETCHER, FETCHERS  # noqa: E402
 from consultant.client import ConsultantClient  # noqa: E402
 from wancrawl.v1 import agent_pb2  # noqa: E402
 
-from measure import cpu_seconds, pin, thread_cpu  # noqa: E402
+from measure import cpu_seconds, page_faults, pin, thread_cpu  # noqa: E402
 
 TARGET = 8.0  # issue 24: at least 8x Scrapy's pages per CPU-second (issue 10's was 4x, the first 3x)
 REPLICATION_TARGET = 15.0  # issue 12: replication costs the agent at most 15% more CPU per page
@@ -265,6 +265,7 @@ allowed_domains = {hosts}
 [replication]
 enabled = {"true" if replication else "false"}
 backups = {backups}
+{"" if args.heap_keep_bytes is None else f"[memory]{chr(10)}heap_keep_bytes = {args.heap_keep_bytes}"}
 """
     path.write_text(text)
     return path
@@ -444,6 +445,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
             seeds = [agent_pb2.UrlItem(url=s.base_url + "/") for s in topo.normal_sites]
             b0 = cpu_seconds(backup.pid) if backup else 0.0
             th0 = thread_cpu(agent.pid)
+            f0 = page_faults(agent.pid)
             c0, t0 = cpu_seconds(agent.pid), time.perf_counter()
             resp = await stub.push("bench", 0, seeds, timeout=30)
             push_wall = time.perf_counter() - t0
@@ -490,6 +492,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                         "replica_lag_items", "replica_unsynced")}))
                 await asyncio.sleep(POLL)
             th1 = thread_cpu(agent.pid)
+            faults = page_faults(agent.pid) - f0
             threads = {k: v - th0.get(k, 0.0) for k, v in th1.items() if v - th0.get(k, 0.0) > 0}
             backup_cpu, bst = 0.0, {}
             if backup is not None:
@@ -500,7 +503,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         return {"crawler": name, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
                 "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall,
-                "threads": threads, "idle_rate": idle_rate}
+                "threads": threads, "faults": faults, "idle_rate": idle_rate}
     finally:
         for p in reversed(procs):
             stop(p, timeout=60 if profile else 20)
@@ -664,6 +667,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--fetcher", default=DEFAULT_FETCHER, choices=sorted(FETCHERS),
                     help="the agents' fetcher backend (agent/fetch; default: the agent's default)")
+    ap.add_argument("--heap-keep-bytes", type=int, default=None,
+                    help="the agents' memory.heap_keep_bytes (0: glibc's own heap trimming; default: the agent's)")
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--pages-limit", type=int, default=0, help="stop each crawler after this many pages (0: crawl it all)")
     ap.add_argument("--skip-scrapy", action="store_true")
@@ -787,7 +792,8 @@ def main() -> int:
                   + ", ".join(f"{k} {c.get(k, 0):g}" for k in ("fetches", "errors", "retries", "duplicates", "out_of_scope",
                                                                 "spool_batches_sent", "storage_failures", "seen")))
             print("  agent CPU by thread (s, push to idle): " + ", ".join(
-                f"{k} {v:.2f}" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1])))
+                f"{k} {v:.2f}" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1]))
+                + f"; page faults {r['faults'] / max(r['pages'], 1):.1f} per page")
             if r["replication"]:
                 print("  replication: " + ", ".join(f"{k} {c.get(k, 0):g}" for k in (
                     "replica_synced_hosts", "replica_sends", "replica_send_failures", "replica_full_copies",

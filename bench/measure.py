@@ -12,6 +12,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def page_faults(pid: int) -> int:
+    """Minor + major page faults of a process so far (not its children), from /proc: a heap that
+    is given back to the kernel and taken again shows here, CPU of the kernel's, whatever the load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[7]) + int(fields[9])
+
+
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds (utime + stime) by thread name of a live process, threads of one name summed
     (the main thread goes by the process's name; gRPC's core names its own). Threads that

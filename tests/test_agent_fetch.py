@@ -793,3 +793,52 @@ def test_every_backend_fetches_on_every_event_loop(lab, backend, loop):
     want = lab.web.respond(s.host, "/").body
     for r in (r1, r2):
         assert r.error is None and r.status == 200 and r.body == want
+
+
+def test_lean_split_url_matches_the_regex_it_replaced():
+    # The lean fetcher's request line took scheme, authority and target from one regex before the
+    # target came from wancrawl/urls.py split_target (session 11): that regex, kept here as the
+    # reference, on random absolute and not-quite-absolute URLs, errors included.
+    import random
+    import re
+
+    from agent.fetch.lean_fetcher import split_url
+
+    url_re = re.compile(r"(https?)://([^/?#]*)([^#]*)")
+
+    def reference(url):
+        m = url_re.match(url)
+        if m is None:
+            raise ValueError(url)
+        scheme, authority, target = m.groups()
+        authority = authority.rpartition("@")[2]
+        default = {"http": 80, "https": 443}[scheme]
+        if authority.startswith("["):
+            end = authority.find("]")
+            host, rest = authority[: end + 1], authority[end + 1 :]
+        else:
+            host, sep, rest = authority.partition(":")
+            rest = sep + rest
+        port = default
+        if rest:
+            if not rest.startswith(":") or not (rest[1:].isdigit() or rest == ":"):
+                raise ValueError(url)
+            port = int(rest[1:]) if rest != ":" else default
+        if not host or port > 65535:
+            raise ValueError(url)
+        target = target if target.startswith("/") else "/" + target
+        return scheme, host, port, host if port == default else f"{host}:{port}", target
+
+    def outcome(f, url):
+        try:
+            return f(url)
+        except ValueError:
+            return ValueError
+
+    rng = random.Random(24)
+    alphabet = "ab/?#:@.&=%[]9"
+    urls = ["http://h", "http://h?q", "http://h/p?", "https://[::1]:8443/a?b#c", "http://u@h:8080/x", "http://h:/", "ftp://h/"]
+    urls += [rng.choice(["http://", "https://", "HTTP://", "http:/", "httpx://"]) + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
+             for _ in range(30_000)]
+    for url in urls:
+        assert outcome(split_url, url) == outcome(reference, url), url

@@ -15,7 +15,7 @@ from wancrawl.config import build, override
 from wancrawl.errors import ConfigError, InvalidArgument
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.urls import (
-    BaseUrl, InvalidUrl, UnsupportedScheme, canonical_host, canonicalize, host_of, host_of_canonical,
+    BaseUrl, InvalidUrl, UnsupportedScheme, canonical_host, canonicalize, host_of, host_of_canonical, split_target,
 )
 
 
@@ -135,6 +135,43 @@ def test_base_url_joins_as_ada_does(ref, base, prefix):
     assert cut(mine) == cut(ada), ref
 
 
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet=_REF_ALPHABET, max_size=30),
+       st.sampled_from(["http://a.lab/", "http://a.lab:8080/d/e.html?q=1", "https://x.y.lab/a/b/", "http://a.lab/d/?q#f"]),
+       st.sampled_from(["", "http:", "//", "/", "HTTP://b:c@b.lab", "?", "#", "./", "x#", "/@"]))
+def test_fragment_and_user_info_go_as_ada_drops_them(ref, base, prefix):
+    # canonicalize cuts the fragment before parsing and asks about user info only when an "@" is
+    # there (session 11); the reference: Ada's own join (ada-url), its fragment and user info
+    # cleared by Ada's setters, canonicalised again (nothing left for either shortcut to cut).
+    ref = (prefix + ref).strip(C0_SPACE)
+    if not ref or "\t" in ref or "\n" in ref or "\r" in ref or "\x00" in ref:
+        return  # canonicalize refuses these outright (an empty href is no link)
+    try:
+        mine: str | None = canonicalize(ref, base)
+    except UnsupportedScheme:
+        return
+    except InvalidUrl:
+        mine = None
+    try:
+        joined = ada_url.join_url(base, ref)
+        u = ada_url.URL(joined)
+        rebuilt = "#" in joined or u.username or u.password
+        u.hash = u.username = u.password = ""
+        if rebuilt and not u.search:
+            u.search = ""  # canonicalize's rebuild has always dropped an empty query ("/p?#f": "/p")
+        ref_href = u.href
+    except ValueError:
+        ref_href = None
+    if ref_href is None or not ref_href.startswith(("http:", "https:")):
+        assert mine is None, ref
+        return
+    try:
+        want: str | None = canonicalize(ref_href)
+    except InvalidUrl:
+        want = None
+    assert mine == want, ref
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=_REF_ALPHABET, max_size=30), st.booleans())
 def test_canonical_form_is_a_fixed_point(ref, sort_query):
@@ -159,6 +196,30 @@ class Outer:
     on: bool = False
     inner: Inner = field(default_factory=Inner)
     weights: dict[str, float] = field(default_factory=dict)
+
+
+@settings(max_examples=5000, deadline=None)
+@given(st.sampled_from(["http://", "https://"]), st.text(alphabet="ab/?#:@.&=%~", max_size=30))
+def test_split_target_is_what_urlsplit_gives(scheme, rest):
+    # urlsplit is the independent reference for absolute http(s) URLs it keeps as written (no
+    # brackets, spaces or controls: it validates, strips or drops those): authority = netloc,
+    # path or "/", query; None for no "?" at all, which urlsplit does not tell from a bare "?".
+    from urllib.parse import urlsplit
+
+    url = scheme + rest
+    parts = urlsplit(url)
+    query = parts.query if "?" in url.partition("#")[0] else None
+    assert split_target(url) == (parts.netloc, parts.path or "/", query)
+
+
+def test_split_target_of_canonical_urls():
+    for ref in ("http://h/", "http://h:8080/a/b?x=1&y=2", "https://[::1]/p?", "http://h/a?b/c?d", "http://h?q"):
+        once = canonicalize(ref)
+        authority, path, query = split_target(once)
+        assert once == f"{once[:once.index(':')]}://{authority}{path}" + ("" if query is None else "?" + query)
+    assert split_target("http://h?q") == ("h", "/", "q")
+    assert split_target("http://h/p?#f") == ("h", "/p", "")
+    assert split_target("h.lab/a?b") == ("h.lab", "/a", "b")  # no "://": the authority from the start
 
 
 def test_config_build_types_and_unknown_keys():

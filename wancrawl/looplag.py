@@ -7,30 +7,57 @@ the sample beyond `interval`. On a shared machine a process that is not schedule
 without holding its loop; only the busy lag says the loop itself was held (an fsync that blocks
 it shows in the wall lag alone).
 The services run it when asked (the agent's `loop_lag_interval`), so bench/scale.py can read the
-longest stall of a long crawl from Status without a profiler."""
+longest stall of a long crawl from Status without a profiler.
+While it runs it also times the cyclic collector's passes (gc.callbacks): a full collection walks
+every tracked object of the process on the loop's thread, so its pause is the one stall whose
+size grows with the crawl's live objects; the longest pass and the longest full one are gauges
+beside the lags, so a busy-lag sample can be told apart from a collection (passes are timed in
+the loop thread's CPU, like the busy lag).
+And a watchdog thread reads the loop thread's CPU clock while a sample runs: a sample that has
+held the loop for half of `stall` gets the loop thread's stack taken then, mid-stall, and a
+sample whose busy lag ends over `stall` is logged with that stack (a long run's one 104 ms
+sample in a million pages says nothing without where the loop was)."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 class LoopLag:
     """Samples the running loop's lag. Invariants: `longest` and `busiest` are the largest wall
     and busy lags sampled since start; `counters["loop_stalls"]` counts the samples whose busy
-    lag exceeded `stall`, `counters["loop_late"]` those whose wall lag did."""
+    lag exceeded `stall`, `counters["loop_late"]` those whose wall lag did; `gc_longest` and
+    `gc_full_longest` are the longest collector pass and full (generation 2) pass timed while run()
+    runs, `counters["loop_gc_full"]` counts the full passes. `_mark` = (sample number, the loop
+    thread's CPU clock at its start) is written by the loop only; `_taken` = (sample number, stack)
+    by the watchdog only (each a tuple swapped whole, so either side reads a consistent pair)."""
 
     def __init__(self, interval: float = 0.01, *, stall: float = 0.1, clock: Callable[[], float] = time.perf_counter,
-                 cpu: Callable[[], float] = time.thread_time):
+                 cpu: Callable[[], float] = time.thread_time, gc_clock: Callable[[], float] = time.thread_time,
+                 stacks: bool = True):
         if interval <= 0:
             raise ValueError(f"loop lag interval must be > 0, got {interval}")
         self.interval = interval
         self.stall = stall
         self.clock = clock
         self.cpu = cpu
+        self.gc_clock = gc_clock  # its own: a collection inside a sample must not take the sample's readings
         self.longest = self.busiest = 0.0
-        self.counters: dict[str, float] = {"loop_stalls": 0, "loop_late": 0}
+        self.gc_longest = self.gc_full_longest = 0.0
+        self.counters: dict[str, float] = {"loop_stalls": 0, "loop_late": 0, "loop_gc_full": 0}
+        self._gc_start = 0.0
+        self.stacks = stacks and hasattr(time, "pthread_getcpuclockid")
+        self._mark: tuple[int, float] = (0, 0.0)
+        self._taken: tuple[int, str] | None = None
 
     def record(self, lag: float, busy: float) -> None:
         self.longest = max(self.longest, lag)
@@ -40,15 +67,56 @@ class LoopLag:
         if lag > self.stall:
             self.counters["loop_late"] += 1
 
+    def collected(self, phase: str, info: dict[str, int]) -> None:
+        """gc.callbacks' signature: a pass starts or stops (passes do not nest)."""
+        if phase == "start":
+            self._gc_start = self.gc_clock()
+            return
+        took = self.gc_clock() - self._gc_start
+        self.gc_longest = max(self.gc_longest, took)
+        if info.get("generation") == 2:
+            self.gc_full_longest = max(self.gc_full_longest, took)
+            self.counters["loop_gc_full"] += 1
+
     def gauges(self) -> dict[str, float]:
-        return {"loop_lag_max": self.longest, "loop_busy_max": self.busiest}
+        return {"loop_lag_max": self.longest, "loop_busy_max": self.busiest,
+                "loop_gc_max": self.gc_longest, "loop_gc_full_max": self.gc_full_longest}
+
+    def _watch(self, tid: int, stop: threading.Event) -> None:
+        # The watchdog thread: every interval, the loop thread's CPU since the current sample began;
+        # past half of `stall` (plus the sample's own interval), its stack, once per sample.
+        clk = time.pthread_getcpuclockid(tid)
+        limit = self.stall / 2 + self.interval
+        while not stop.wait(self.interval):
+            seq, c0 = self._mark
+            if (self._taken is None or self._taken[0] != seq) and time.clock_gettime(clk) - c0 > limit:
+                frame = sys._current_frames().get(tid)
+                if frame is not None:
+                    self._taken = (seq, "".join(traceback.format_stack(frame, limit=16)))
 
     async def run(self) -> None:
         clock, cpu, interval = self.clock, self.cpu, self.interval
-        while True:
-            t, c = clock(), cpu()
-            await asyncio.sleep(interval)
-            self.record(max(0.0, clock() - t - interval), max(0.0, cpu() - c - interval))
+        gc.callbacks.append(self.collected)
+        stop = threading.Event()
+        if self.stacks:
+            threading.Thread(target=self._watch, args=(threading.get_ident(), stop), name="loop-watchdog",
+                             daemon=True).start()
+        seq = 0
+        try:
+            while True:
+                seq += 1
+                self._mark = (seq, time.thread_time())
+                t, c = clock(), cpu()
+                await asyncio.sleep(interval)
+                busy = max(0.0, cpu() - c - interval)
+                self.record(max(0.0, clock() - t - interval), busy)
+                taken = self._taken
+                if busy > self.stall and taken is not None and taken[0] == seq:
+                    log.warning("the event loop was held %.0f ms (loop thread CPU); where it was mid-way:\n%s",
+                                busy * 1000, taken[1])
+        finally:
+            stop.set()
+            gc.callbacks.remove(self.collected)
 
 
 class PassBudget:

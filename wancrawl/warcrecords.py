@@ -14,6 +14,7 @@ from urllib.parse import quote, urlsplit
 from isal import isal_zlib
 
 from wancrawl.errors import InvalidArgument
+from wancrawl.urls import split_target
 
 WARC_VERSION = "1.1"
 DEFAULT_LEVEL = 4  # the agent's default too (storage_out.gzip_level): ratio ~4.5 for 2/3 of level 6's CPU
@@ -256,17 +257,13 @@ def build_capture(fetch: FetchResult, *, level: int = DEFAULT_LEVEL, record_id: 
 def _request_target(url: str) -> str:
     """The request line's target: path and query (what urlsplit gives; tests compare the two).
     An http(s) URL without a fragment, whitespace or backslash (every canonical URL) is cut by
-    hand: urlsplit was a tenth of build_capture's time (issue 24)."""
+    index (wancrawl/urls.py split_target): urlsplit was a tenth of build_capture's time (issue 24)."""
     if ("#" in url or "\\" in url or "[" in url or "]" in url or " " in url or not url.isprintable()
             or not url.startswith(("http://", "https://"))):
         parts = urlsplit(url)
         return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    start = url.index("//") + 2
-    q = url.find("?", start)
-    p = url.find("/", start, q if q >= 0 else len(url))
-    path = "" if p < 0 else (url[p:q] if q >= 0 else url[p:])
-    query = url[q + 1:] if q >= 0 else ""
-    return (path or "/") + (f"?{query}" if query else "")
+    _, path, query = split_target(url)
+    return f"{path}?{query}" if query else path
 
 
 def build_revisit(

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from selectolax.lexbor import LexborAttributes, LexborHTMLParser
 
@@ -66,14 +67,21 @@ def choose_charset(body: bytes, header_charset: str | None) -> str:
     for bom, name in _BOMS:
         if body.startswith(bom):
             return name
-    for label in (header_charset, _sniff_meta(body)):
-        if label:
-            name = _CHARSET_ALIASES.get(label.strip().lower(), label.strip().lower())
-            try:
-                return codecs.lookup(name).name
-            except LookupError:
-                continue
-    return "utf-8"
+    # The <meta> is sniffed only when the header names no codec we know (a regex over the first
+    # 4 KiB: ~5 us a page the lab's pages, labelled in their Content-Type, never needed).
+    return _codec(header_charset) or _codec(_sniff_meta(body)) or "utf-8"
+
+
+@lru_cache(maxsize=256)
+def _codec(label: str | None) -> str | None:
+    """Python's name of the codec a charset label stands for (WHATWG's aliases first), or None."""
+    if not label:
+        return None
+    name = _CHARSET_ALIASES.get(label.strip().lower(), label.strip().lower())
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
 
 
 def _sniff_meta(body: bytes) -> str | None:
@@ -81,9 +89,10 @@ def _sniff_meta(body: bytes) -> str | None:
     return m.group(1).decode("ascii") if m else None
 
 
-def decode_html(body: bytes, header_charset: str | None) -> tuple[str, str]:
-    """(text, codec): undecodable bytes become U+FFFD, so a mislabelled page still parses."""
-    cs = choose_charset(body, header_charset)
+def decode_html(body: bytes, header_charset: str | None, cs: str | None = None) -> tuple[str, str]:
+    """(text, codec): undecodable bytes become U+FFFD, so a mislabelled page still parses.
+    `cs`: what choose_charset(body, header_charset) gave, when the caller has it already."""
+    cs = cs or choose_charset(body, header_charset)
     if cs.startswith("utf-16"):
         # A UTF-16 "HTML" body without a BOM is rare, but with one the BOM must go.
         body = body[2:] if body[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) else body
@@ -115,14 +124,14 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
     cs = choose_charset(body, charset)
     budget = None if max_links is None else max_links * _WORK_PER_LINK
     if piece_bytes is None or (len(body) <= piece_bytes and body.count(b"<") <= PIECE_TAGS):
-        res = _extract(decode_html(body, charset)[0], cs, url, max_links, budget, sort_query=sort_query,
+        res = _extract(decode_html(body, charset, cs)[0], cs, url, max_links, budget, sort_query=sort_query,
                        link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
         res.pieces = 1
         return res
     # ASCII-compatible codecs are cut as they are (a "<" byte is always "<" there); the others
     # (UTF-16/32, the stateful ISO-2022 family) are decoded whole first and cut as UTF-8.
     safe = _ascii_safe(cs)
-    data = body if safe else decode_html(body, charset)[0].encode("utf-8")
+    data = body if safe else decode_html(body, charset, cs)[0].encode("utf-8")
     piece_codec = cs if safe else "utf-8"
     if piece_codec == "utf-8" and data.startswith(codecs.BOM_UTF8):
         data = data[3:]
@@ -286,7 +295,8 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
                 res.nofollow_skipped += 1
                 continue
             hit = by_dir.get(href)
-            u = _resolve(href, page, by_base, by_dir, sort_query, qenc) if hit is None else hit
+            # A miss in the directory's dict is not looked up there again (`looked`).
+            u = _resolve(href, page, by_base, by_dir, sort_query, qenc, True) if hit is None else hit
             if isinstance(u, tuple):
                 _failed(u, res)
                 continue
@@ -352,12 +362,14 @@ def _context(ctx: str, mode: bool | tuple[bool, str], directory: bool) -> dict[s
     return d
 
 
-def _resolve(href: str, page: BaseUrl, by_base: dict, by_dir: dict, sort_query: bool, qenc: str) -> str | tuple[str, str]:
+def _resolve(href: str, page: BaseUrl, by_base: dict, by_dir: dict, sort_query: bool, qenc: str,
+             looked: bool = False) -> str | tuple[str, str]:
     """The canonical URL of `href` on `page` (or ("scheme", name) / ("invalid", "")), through the
-    href cache: the directory's dict when the directory is enough, else the base's."""
+    href cache: the directory's dict when the directory is enough, else the base's. `looked`:
+    the caller found `href` missing from `by_dir` already."""
     global _CACHED
     cache = by_dir if by_dir is not by_base and _directory_is_enough(href) else by_base
-    u = cache.get(href)
+    u = None if looked and cache is by_dir else cache.get(href)
     if u is None:
         try:
             u = canonicalize(href, page, sort_query=sort_query, query_encoding=qenc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from agent.settings import ScopeSettings
+from wancrawl.urls import split_target
 
 # Stable reason names (counter keys), in the order check() tries them.
 REASONS = (
@@ -70,20 +71,9 @@ class Scope:
     def check_traps(self, url: str) -> str | None:
         """Trap guards on the path and query of a canonical URL."""
         s = self.settings
-        # The target is what follows the first "/" after the first "://" (the whole URL's first
-        # "/" without one); the path is the target up to its first "?", the query what follows.
-        # Found by index, without copying the URL (this runs for every link a page yields;
-        # tests/test_agent_scope.py holds it to the split-and-partition reference).
-        k = url.find("://")
-        slash = url.find("/", k + 3 if k >= 0 else 0)
-        if slash < 0:
-            path, query = "/", ""
-        else:
-            q = url.find("?", slash)
-            if q < 0:
-                path, query = url[slash:], ""
-            else:
-                path, query = url[slash:q], url[q + 1 :]
+        # Path and query by index, without splitting the URL (this runs for every link a page
+        # yields; tests/test_agent_scope.py holds it to the split-and-partition reference).
+        _, path, query = split_target(url)
         # Every non-empty segment follows a "/": a path with few slashes has as few segments, and
         # is within both segment limits without splitting it.
         if path.count("/") > min(s.max_path_depth, s.max_segment_repeats):

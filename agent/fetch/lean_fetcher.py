@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import re
 import ssl
 import time
 from typing import cast
@@ -39,6 +38,7 @@ from agent.fetch.base import (
 from agent.fetch.base import (
     late_failure as _late,
 )
+from wancrawl.urls import split_target
 
 # An idle pooled connection older than this is closed, not reused (aiohttp's keepalive_timeout):
 # servers drop idle connections after 5-120 s, and a request on one they dropped costs a retry.
@@ -47,16 +47,18 @@ KEEPALIVE = 15.0
 # a field over max_field_size 16384; a head of 64 KiB is far beyond any real one).
 MAX_HEAD = 64 * 1024
 _DEFAULT_PORT = {"http": 80, "https": 443}
-_URL = re.compile(r"(https?)://([^/?#]*)([^#]*)")
 
 
 def split_url(url: str) -> tuple[str, str, int, str, str]:
     """(scheme, host, port, Host header value, request target) of an absolute http(s) URL; the
     host as written (brackets kept for IPv6), the fragment dropped. ValueError if it is not one."""
-    m = _URL.match(url)
-    if m is None:
+    if url.startswith("http://"):
+        scheme = "http"
+    elif url.startswith("https://"):
+        scheme = "https"
+    else:
         raise ValueError(f"not an absolute http(s) URL: {url[:200]!r}")
-    scheme, authority, target = m.groups()
+    authority, path, query = split_target(url)
     if "@" in authority:
         authority = authority.rpartition("@")[2]
     default = _DEFAULT_PORT[scheme]
@@ -73,8 +75,7 @@ def split_url(url: str) -> tuple[str, str, int, str, str]:
         port = int(rest[1:]) if rest != ":" else default
     if not host or port > 65535:
         raise ValueError(f"bad authority in {url[:200]!r}")
-    if not target.startswith("/"):
-        target = "/" + target
+    target = path if query is None else f"{path}?{query}"
     return scheme, host, port, host if port == default else f"{host}:{port}", target
 
 
