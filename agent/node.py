@@ -56,7 +56,7 @@ from storage.client import StorageClient, storage_client as make_storage_client
 from wancrawl import errors
 from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
-from wancrawl.looplag import LoopLag
+from wancrawl.runtime.looplag import LoopLag
 from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 

@@ -11,8 +11,8 @@ from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
 from wancrawl.config import load
 from wancrawl.errors import ConfigError, InvalidArgument
-from wancrawl.eventloop import DEFAULT_EVENT_LOOP
-from wancrawl.eventloop import check as check_event_loop
+from wancrawl.runtime.eventloop import DEFAULT_EVENT_LOOP
+from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.failover import parse_addresses
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.urls import canonical_host
@@ -172,7 +172,7 @@ class MemorySettings:
     parse_bytes_in_flight: int = 1024 * 1024
     # Free heap the C allocator keeps at its top instead of giving it back to the kernel, and the
     # block size up to which it serves blocks from the heap (glibc's M_TRIM_THRESHOLD and
-    # M_MMAP_THRESHOLD; wancrawl/malloc.py says why: lexbor's parse faulted its tree's pages in
+    # M_MMAP_THRESHOLD; wancrawl/runtime/malloc.py says why: lexbor's parse faulted its tree's pages in
     # anew on every page). 0: glibc's own defaults, nothing set.
     heap_keep_bytes: int = 32 * 1024 * 1024
     heap_mmap_bytes: int = 4 * 1024 * 1024
@@ -386,11 +386,11 @@ class AgentSettings:
     progress_interval: float = 30.0   # seconds between progress lines in the log (0 = none)
     # Sample the event loop's lag every this many seconds (0 = off): gauges loop_lag_max (wall)
     # and loop_busy_max (the loop thread's own CPU), counters loop_stalls and loop_late (over
-    # 0.1 s; wancrawl/looplag.py). Off by default: a 10 ms timer costs the agent ~1% CPU.
+    # 0.1 s; wancrawl/runtime/looplag.py). Off by default: a 10 ms timer costs the agent ~1% CPU.
     loop_lag_interval: float = 0.0
     fetcher: str = DEFAULT_FETCHER    # lean, aiohttp or httpx (docs/agent-fetching.md)
     # The event loop the agent runs on: "uvloop" (libuv; cheaper per page, docs/benchmarks.md
-    # "Session 10, branch uvloop") or "asyncio" (the standard library's). wancrawl/eventloop.py.
+    # "Session 10, branch uvloop") or "asyncio" (the standard library's). wancrawl/runtime/eventloop.py.
     event_loop: str = DEFAULT_EVENT_LOOP
     sort_query: bool = False          # canonicalisation: sort query parameters
     log_level: str = "INFO"

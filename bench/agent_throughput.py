@@ -229,7 +229,10 @@ MEASURED_ID, BACKUP_ID = "bench-agent", "bench-backup"
 def agent_config(path: Path, topo, world: dict, args, *, agent_id: str, port: int, slot: int, data_dir: Path,
                  consultant: str, storage: str, replication: bool, backups: int = 1, event_loop: str = "") -> Path:
     """One agent's TOML; `slot`: which of the first block's agent source addresses it fetches from;
-    `event_loop`: the agent's loop ("": the agent's default)."""
+    `event_loop`: the agent's loop ("": the agent's default). Options of this bench's own that
+    another bench reusing this (bench/scale.py) may not define are read with their defaults."""
+    fetcher = getattr(args, "fetcher", DEFAULT_FETCHER)
+    heap_keep = getattr(args, "heap_keep_bytes", None)
     b = topo.blocks[0]
     src = topo.agent_address(b.isp, b.city, slot)
     hosts = json.dumps([s.host for s in topo.normal_sites])
@@ -244,7 +247,7 @@ hosts_file = "{world['hosts_file']}"
 system_dns = false
 concurrency = {args.concurrency}
 log_level = "WARNING"
-fetcher = "{args.fetcher}"
+fetcher = "{fetcher}"
 {f'event_loop = "{event_loop}"' if event_loop else ""}
 
 [fetch]
@@ -265,7 +268,7 @@ allowed_domains = {hosts}
 [replication]
 enabled = {"true" if replication else "false"}
 backups = {backups}
-{"" if args.heap_keep_bytes is None else f"[memory]{chr(10)}heap_keep_bytes = {args.heap_keep_bytes}"}
+{"" if heap_keep is None else f"[memory]{chr(10)}heap_keep_bytes = {heap_keep}"}
 """
     path.write_text(text)
     return path

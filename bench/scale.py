@@ -19,7 +19,7 @@ from /proc), pages/s, the largest VmHWM, frontier and seen set on disk (their SQ
 with WAL), the queue, and the longest loop lag so far: wall clock, and busy (the loop
 thread's own CPU during a sample beyond its 10 ms; on a shared machine a process that is not
 scheduled is late without a stall of its own making). Stalls counts busy lags over 100 ms; full GC ms is the longest full collection (loop thread
-CPU), and a sample over 100 ms is logged by the agent with the loop's stack (wancrawl/looplag.py).
+CPU), and a sample over 100 ms is logged by the agent with the loop's stack (wancrawl/runtime/looplag.py).
 Targets: the last slice within 10% of the first (0.90-1.10; below it the verdict says the last
 slice was the cheaper, and the fit of CPU against new URLs per page says how much of the first
 slice was finding the web), peak RSS under 1 GB, no stall over 100 ms. The last line:

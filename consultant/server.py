@@ -15,7 +15,8 @@ from consultant.membership import ALIVE, DEAD, LEFT, AgentRecord
 from consultant.service import ConsultantService
 from consultant.settings import ConsultantSettings, load_settings
 from consultant.whereabouts import Evidence, connection_ip
-from wancrawl import eventloop, grpcutil
+from wancrawl import grpcutil
+from wancrawl.runtime import eventloop
 from wancrawl.auth import Rules, peer_source_ips
 from wancrawl.metrics import serve_metrics
 from wancrawl.errors import ConfigError

@@ -9,7 +9,7 @@ from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import build, load, read_toml
-from wancrawl.eventloop import check as check_event_loop
+from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
 
@@ -113,7 +113,7 @@ class _ServiceSettings:
     answer_cache_size: int = 1_000_000  # hosts whose answer is kept for the current epoch
     log_level: str = "INFO"
     metrics_listen: str = ""       # host:port for Prometheus metrics ("" = off)
-    # "asyncio" or "uvloop" (wancrawl/eventloop.py). asyncio by default: uvloop bought Resolve
+    # "asyncio" or "uvloop" (wancrawl/runtime/eventloop.py). asyncio by default: uvloop bought Resolve
     # nothing measurable (docs/benchmarks.md "Session 10, branch uvloop"), a host's placement is
     # the consultant's own Python work, not the loop's.
     event_loop: str = "asyncio"

@@ -11,7 +11,7 @@ import logging
 import sys
 from datetime import datetime, timezone
 
-from wancrawl import eventloop
+from wancrawl.runtime import eventloop
 from wancrawl.errors import WancrawlError
 
 from storage import config as storage_config

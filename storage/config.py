@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wancrawl import config
-from wancrawl.eventloop import check as check_event_loop
+from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 
 FSYNC_POLICIES = ("always", "os")
@@ -142,7 +142,7 @@ class StorageSettings:
     listen: str = "127.0.0.1:7400"
     data_dir: str = "data/storage"
     metrics_listen: str = ""  # host:port for Prometheus metrics ("" = off)
-    event_loop: str = "asyncio"  # or "uvloop" (wancrawl/eventloop.py; not measured for storage yet)
+    event_loop: str = "asyncio"  # or "uvloop" (wancrawl/runtime/eventloop.py; not measured for storage yet)
     # host:port of the consultant. Set: a capture is stored only from an agent the consultant
     # places on its host (owner or backup); "" = no such check (any agent may ingest any host).
     consultant: str = ""

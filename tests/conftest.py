@@ -18,7 +18,7 @@ os.environ["WANCRAWL_INSECURE"] = "1"
 
 # The in-process tests' event loop: asyncio's by default; WANCRAWL_TEST_EVENT_LOOP=uvloop runs
 # them (the `run` fixture, asyncio.run, new_event_loop) on uvloop, the agent's default loop in its
-# own process (wancrawl/eventloop.py). Processes the tests start pick their loop from their config.
+# own process (wancrawl/runtime/eventloop.py). Processes the tests start pick their loop from their config.
 if os.environ.get("WANCRAWL_TEST_EVENT_LOOP", "asyncio") == "uvloop":
     import uvloop
 

@@ -12,7 +12,7 @@ from agent.fetch import FetchResponse
 from agent.settings import ScopeSettings, load_settings
 from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
-from wancrawl.looplag import PassBudget
+from wancrawl.runtime.looplag import PassBudget
 
 from test_looplag import _Passes
 

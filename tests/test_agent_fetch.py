@@ -15,9 +15,10 @@ from agent.crawl.links import extract_links
 from lab import server as lab_server
 from lab.testing import ServerThread, small_topology
 from lab.web import Web
-from wancrawl import config, eventloop
+from wancrawl import config
+from wancrawl.runtime import eventloop
 from wancrawl.errors import ConfigError
-from wancrawl.eventloop import EVENT_LOOPS
+from wancrawl.runtime.eventloop import EVENT_LOOPS
 from wancrawl.hostres import HostResolver
 
 from hostile_http import HostileServer, Reply
@@ -775,7 +776,7 @@ def test_lean_tls_verifies_the_host_name_sends_sni_and_keeps_the_connection(tls_
 
 @pytest.mark.parametrize("loop", EVENT_LOOPS)
 def test_every_backend_fetches_on_every_event_loop(lab, backend, loop):
-    """The agent runs on uvloop by default (wancrawl/eventloop.py) while the rest of this suite
+    """The agent runs on uvloop by default (wancrawl/runtime/eventloop.py) while the rest of this suite
     runs on the suite's loop (asyncio unless WANCRAWL_TEST_EVENT_LOOP says otherwise): a backend
     that leans on asyncio's own classes (an isinstance check on the transport) fails every fetch
     on uvloop, so each backend fetches a page and a kept-alive second one on each loop here."""

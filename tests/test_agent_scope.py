@@ -99,8 +99,10 @@ def _traps_reference(s: ScopeSettings, url: str) -> str | None:
     """check_traps as it was written before it found the path by index (session 10): the split,
     partition and list of segments, kept here as the independent reference."""
     rest = url.split("://", 1)[-1]
-    slash = rest.find("/")
-    target = rest[slash:] if slash >= 0 else "/"
+    # The authority ends at the first "/" or "?" (urlsplit's reading; a canonical URL has its "/"
+    # first, but "h.lab/://?&" split at its "://" leaves "?&": a query on an empty path).
+    ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    target = rest[min(ends):] if ends else "/"
     path, _, query = target.partition("?")
     segs = [x for x in path.split("/") if x]
     if len(segs) > s.max_path_depth:
@@ -122,9 +124,8 @@ def test_check_traps_matches_the_reference(scheme, host, rest, depth, repeats, p
     """check_traps's fast path (few slashes: no split) and split_target's index arithmetic give
     the reference's answer for URLs with an authority and a path, as canonical URLs always have
     (the path at least "/"), and odd ones: no "://", a second "://", "//" and trailing slashes,
-    "?" in the path and the query, queries with and without "&". (A "?" before the first "/",
-    which canonical URLs never have, is a query to split_target, as to urlsplit, and part of
-    the path to this reference: tests/test_shared.py holds split_target to urlsplit.)"""
+    "?" in the path and the query, queries with and without "&", a "?" right after the authority
+    (a query to both, as to urlsplit: tests/test_shared.py holds split_target to urlsplit)."""
     s = ScopeSettings(max_path_depth=depth, max_segment_repeats=repeats, max_query_params=params)
     url = scheme + host + "/" + rest
     assert Scope(s).check_traps(url) == _traps_reference(s, url)

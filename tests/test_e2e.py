@@ -81,7 +81,7 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
     assert "checks each capture's placement with the consultant" in storage_log
     assert "does not answer" not in storage_log
     assert not any("not-placed" in p.name for p in run.glob("agents/*/spool/rejected/*")), "nothing refused"
-    # The agents ran on uvloop, their default event loop (wancrawl/eventloop.py), gRPC with TLS
+    # The agents ran on uvloop, their default event loop (wancrawl/runtime/eventloop.py), gRPC with TLS
     # and all: each says so when it starts serving.
     agent_logs = sorted(run.glob("logs/agent-*.log"))
     assert len(agent_logs) == 3 and all("(event loop: uvloop)" in p.read_text() for p in agent_logs)

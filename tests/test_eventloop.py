@@ -1,4 +1,4 @@
-"""wancrawl/eventloop.py: a service's `event_loop` setting picks the loop its serve() runs on; the
+"""wancrawl/runtime/eventloop.py: a service's `event_loop` setting picks the loop its serve() runs on; the
 agent's own process runs on it (the lab's agents: tests/test_e2e.py reads their start-up line)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import uvloop
 
 from agent.settings import AgentSettings, load_settings
-from wancrawl import eventloop
+from wancrawl.runtime import eventloop
 from wancrawl.errors import ConfigError
 
 from conftest import REPO
@@ -60,7 +60,7 @@ def test_agent_setting_default_and_file(tmp_path):
 def test_the_agents_loop_machinery_works_on_each_loop(name):
     """What the agent asks of its loop beside gRPC (the lab's agents run gRPC with TLS on uvloop,
     tests/test_e2e.py): a signal handler, a thread executor, the pass budget's order."""
-    from wancrawl.looplag import PassBudget
+    from wancrawl.runtime.looplag import PassBudget
 
     async def main() -> tuple[bool, int, int]:
         loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-"""LoopLag (wancrawl/looplag.py): wall and busy lag of the event loop, and the agent setting."""
+"""LoopLag (wancrawl/runtime/looplag.py): wall and busy lag of the event loop, and the agent setting."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from agent.settings import AgentSettings
-from wancrawl.looplag import LoopLag, PassBudget
+from wancrawl.runtime.looplag import LoopLag, PassBudget
 
 
 def test_record_keeps_the_longest_and_counts_only_busy_stalls():
@@ -158,7 +158,7 @@ def test_a_stall_over_the_mark_is_logged_with_where_the_loop_was(caplog):
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    with caplog.at_level(logging.WARNING, logger="wancrawl.looplag"):
+    with caplog.at_level(logging.WARNING, logger="wancrawl.runtime.looplag"):
         asyncio.run(stall_once())
     held = [r.getMessage() for r in caplog.records if "the event loop was held" in r.getMessage()]
     assert len(held) == 1 and "_hold_the_loop" in held[0] and "stall_once" in held[0], held

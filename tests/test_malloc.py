@@ -1,4 +1,4 @@
-"""wancrawl/malloc.py: the C heap kept between lexbor's parses (issue 24)."""
+"""wancrawl/runtime/malloc.py: the C heap kept between lexbor's parses (issue 24)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agent.settings import MemorySettings
 _PROBE = r"""
 import resource, sys
 from selectolax.lexbor import LexborHTMLParser
-from wancrawl import malloc
+from wancrawl.runtime import malloc
 keep = sys.argv[1] == "keep"
 if keep:
     assert malloc.keep_heap(32 * 1024 * 1024, 4 * 1024 * 1024)

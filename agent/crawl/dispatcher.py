@@ -29,7 +29,7 @@ from agent.state.revisit import Visit, changed, conditional_headers, validators
 from agent.waker import HostSignal
 from wancrawl import errors
 from wancrawl.hostres import HostResolver
-from wancrawl.looplag import PassBudget
+from wancrawl.runtime.looplag import PassBudget
 from wancrawl.urls import InvalidUrl, UnsupportedScheme, canonicalize, host_of_canonical
 from wancrawl.warcrecords import Capture, FetchResult, build_capture
 

@@ -1,6 +1,6 @@
 """Fetcher backends side by side on the lab's zero-latency web: pages/s and client CPU ms per request.
 
---loops asyncio uvloop runs each backend on each event loop (wancrawl/eventloop.py); --rounds N
+--loops asyncio uvloop runs each backend on each event loop (wancrawl/runtime/eventloop.py); --rounds N
 repeats every (backend, loop) run N times, interleaved, and prints the medians."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 import statistics  # noqa: E402
 
 from agent.fetch import FETCHERS, FetchRequest, FetchSettings, create_fetcher  # noqa: E402
-from wancrawl import eventloop  # noqa: E402
+from wancrawl.runtime import eventloop  # noqa: E402
 from lab import topology  # noqa: E402
 from lab.web import Web  # noqa: E402
 from wancrawl.urls import host_of  # noqa: E402

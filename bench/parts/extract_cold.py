@@ -1,7 +1,7 @@
 """extract_links with a cold href cache, CPU per page, several rounds in one process: for a
 before/after pair of trees run alternately (`--tree` a worktree of an older commit).
 
-The C heap is kept as the agent keeps it (wancrawl/malloc.py when the tree has it, else glibc's
+The C heap is kept as the agent keeps it (wancrawl/runtime/malloc.py when the tree has it, else glibc's
 M_TRIM_THRESHOLD through the environment: run with MALLOC_TRIM_THRESHOLD_=33554432), and one
 warm-up pass runs first, so the rounds compare code, not the allocator's state. Each round
 clears the href cache (agent/crawl/links.py _CACHE) and extracts the links of --pages lab pages.
