@@ -190,9 +190,14 @@ class Ownership:
         its first fetch; the loop decides promote or claim."""
         now = self.clock()
         # Also before this loop has seen a registration: a Kademlia node is visible to its peers
-        # (who push to it) while it is still joining, before its registration is settled.
+        # (who push to it) while it is still joining, before its registration is settled. And
+        # once an epoch is learnt that this loop has not settled yet (as settling() reads it): the
+        # push that brings a dead owner's host here may have taught the directory the new epoch
+        # itself, before the loop opened its window, and the host's replica is still elsewhere
+        # (a chaos flap run fetched such a root page 10 ms before taking its replica).
         settling = (now < self._settle_until or not self.membership.registered
-                    or self.membership.registrations != self._registrations)
+                    or self.membership.registrations != self._registrations
+                    or self.directory.epoch != self._epoch)
         for h in hosts:
             if self.gate.held(h) or self.ledger.holds(h):
                 continue
