@@ -176,7 +176,12 @@ class Ownership:
         previous owner hands its hosts over as soon as it learns the new epoch), or this agent has
         learnt an epoch it has not settled yet (the previous owner may learn it first: its
         handover then brings the news, through the guard's own look-up)."""
-        return self.gate.held(host) or self.clock() < self._settle_until or self.directory.epoch != self._epoch
+        return self.gate.held(host) or self._unsettled(self.clock())
+
+    def _unsettled(self, now: float) -> bool:
+        # An epoch change or a registration is less than a settle window old, or an epoch is
+        # learnt that this loop has not settled yet: one reading for the guard and for intake.
+        return now < self._settle_until or self.directory.epoch != self._epoch
 
     def promoted_from(self, host: str) -> str | None:
         """The owner whose replica of the host this agent promoted within the settle window."""
@@ -189,15 +194,13 @@ class Ownership:
         but that has a replica here or may have state elsewhere (settle window), is held before
         its first fetch; the loop decides promote or claim."""
         now = self.clock()
-        # Also before this loop has seen a registration: a Kademlia node is visible to its peers
-        # (who push to it) while it is still joining, before its registration is settled. And
-        # once an epoch is learnt that this loop has not settled yet (as settling() reads it): the
-        # push that brings a dead owner's host here may have taught the directory the new epoch
-        # itself, before the loop opened its window, and the host's replica is still elsewhere
-        # (a chaos flap run fetched such a root page 10 ms before taking its replica).
-        settling = (now < self._settle_until or not self.membership.registered
-                    or self.membership.registrations != self._registrations
-                    or self.directory.epoch != self._epoch)
+        # As settling() reads it (an unsettled epoch included: the push that brings a dead
+        # owner's host here may have taught the directory the new epoch itself, before the loop
+        # opened its window; a chaos flap run fetched such a root page 10 ms before taking its
+        # replica), and also before this loop has seen a registration: a Kademlia node is visible
+        # to its peers (who push to it) while it is still joining.
+        settling = (self._unsettled(now) or not self.membership.registered
+                    or self.membership.registrations != self._registrations)
         for h in hosts:
             if self.gate.held(h) or self.ledger.holds(h):
                 continue
