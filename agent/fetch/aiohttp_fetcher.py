@@ -34,6 +34,19 @@ from agent.fetch.base import (
 )
 
 
+def _take_head(resp: FetchResponse, r: aiohttp.ClientResponse, t0: float) -> None:
+    """The response's status line, headers and peer address into `resp`, as they came."""
+    resp.ttfb = time.monotonic() - t0
+    resp.status = r.status
+    resp.reason = r.reason or ""
+    resp.http_version = f"HTTP/{r.version.major}.{r.version.minor}" if r.version else ""
+    resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.raw_headers]
+    resp.request_headers = list(r.request_info.headers.items())
+    if r.connection is not None and r.connection.transport is not None:
+        peer = r.connection.transport.get_extra_info("peername")
+        if peer:
+            resp.ip = peer[0]
+
 class _FramedHandler(ResponseHandler):
     """aiohttp's connection protocol with ResponseFraming in front of its parser: bytes past the
     end of a response never reach the parser (which would fail the whole read on them, losing
@@ -154,16 +167,7 @@ class AiohttpFetcher(BaseFetcher):
         try:
             async with cm:
                 r = await session.get(URL(req.url, encoded=True), headers=headers, allow_redirects=False)
-                resp.ttfb = time.monotonic() - t0
-                resp.status = r.status
-                resp.reason = r.reason or ""
-                resp.http_version = f"HTTP/{r.version.major}.{r.version.minor}" if r.version else ""
-                resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.raw_headers]
-                resp.request_headers = list(r.request_info.headers.items())
-                if r.connection is not None and r.connection.transport is not None:
-                    peer = r.connection.transport.get_extra_info("peername")
-                    if peer:
-                        resp.ip = peer[0]
+                _take_head(resp, r, t0)
                 sink = BodySink(self.settings, finish_headers(resp))
                 content = r.content
                 while True:

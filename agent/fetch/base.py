@@ -451,24 +451,8 @@ class ResponseFraming:
             # anyway), or a chunk-size line, the CRLF after a chunk, a trailer (held back until
             # complete and judged, so the library never sees garbage there).
             start = pos
-            held = 0
-            if self._buf:
-                old = len(self._buf)
-                self._buf += data[pos:]
-                end = _head_end(self._buf, max(0, old - 2)) if st == _HEAD else _line_end(self._buf, old)
-                if end >= 0:
-                    block = bytes(self._buf[:end])
-                    pos += end - old
-                    self._buf.clear()
-                    held = old
-            else:
-                end = _head_end(data, pos) if st == _HEAD else _line_end(data, pos)
-                if end >= 0:
-                    block = data[pos:end]
-                    pos = end
-                else:
-                    self._buf += data[pos:]
-            if end < 0:
+            block, pos, held = self._take_block(data, pos, st == _HEAD)
+            if block is None:
                 pos = n
                 if st != _HEAD:
                     stop = start
@@ -488,6 +472,26 @@ class ResponseFraming:
             pos = stop
         out = data if pos == n else data[:pos]
         return release + out if release else out
+
+    def _take_block(self, data: bytes, pos: int, head: bool) -> tuple[bytes | None, int, int]:
+        """The next complete line-oriented block at data[pos:] (a head, a chunk-size line, the CRLF
+        after a chunk, a trailer), joined to what earlier reads held back in `_buf`: (block, the
+        position after it in data, how many of its bytes came from `_buf`), or (None, pos, 0) when
+        it is not complete yet (then data[pos:] joins `_buf`)."""
+        if self._buf:
+            old = len(self._buf)
+            self._buf += data[pos:]
+            end = _head_end(self._buf, max(0, old - 2)) if head else _line_end(self._buf, old)
+            if end < 0:
+                return None, pos, 0
+            block = bytes(self._buf[:end])
+            self._buf.clear()
+            return block, pos + end - old, old
+        end = _head_end(data, pos) if head else _line_end(data, pos)
+        if end < 0:
+            self._buf += data[pos:]
+            return None, pos, 0
+        return data[pos:end], end, 0
 
     def _cut(self, why: str) -> None:
         self.report.cut = why

@@ -107,6 +107,25 @@ class _Transport(httpx.AsyncHTTPTransport):
         )
 
 
+
+def _take_head(resp: FetchResponse, r: httpx.Response, t0: float) -> _FramedStream | None:
+    """The response's status line, headers and peer address into `resp`, as they came; returns
+    the connection's framed stream (closed at once when the server sends past the message)."""
+    resp.ttfb = time.monotonic() - t0
+    resp.status = r.status_code
+    resp.reason = r.reason_phrase
+    resp.http_version = r.http_version
+    resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.headers.raw]
+    resp.request_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.request.headers.raw]
+    ns = r.extensions.get("network_stream")
+    if ns is None:
+        return None
+    peer = ns.get_extra_info("server_addr")
+    if peer:
+        resp.ip = peer[0]
+    return ns if isinstance(ns, _FramedStream) else None
+
+
 class HttpxFetcher(BaseFetcher):
     name = "httpx"
 
@@ -141,18 +160,7 @@ class HttpxFetcher(BaseFetcher):
                 await self._slots.acquire(req.host)
                 slot = True
                 r = await client.send(client.build_request("GET", req.url, headers=headers), stream=True)
-                resp.ttfb = time.monotonic() - t0
-                resp.status = r.status_code
-                resp.reason = r.reason_phrase
-                resp.http_version = r.http_version
-                resp.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.headers.raw]
-                resp.request_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in r.request.headers.raw]
-                ns = r.extensions.get("network_stream")
-                if ns is not None:
-                    stream = ns if isinstance(ns, _FramedStream) else None
-                    peer = ns.get_extra_info("server_addr")
-                    if peer:
-                        resp.ip = peer[0]
+                stream = _take_head(resp, r, t0)
                 sink = BodySink(self.settings, finish_headers(resp))
                 complete = True
                 async for chunk in r.aiter_raw():

@@ -187,6 +187,85 @@ class _MergeCycle:
         return loads + (self.slices - self.next) + -(-self.rewrite_left // _STEP_FPS) + 1
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring an older database to SCHEMA_VERSION in one transaction (a crash leaves it whole)."""
+    db.executescript(_SCHEMA)
+    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        db.executescript(_SEEN_SCHEMA)
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        columns = [r[1] for r in db.execute("PRAGMA table_info(hosts)")]
+        if "hkey" not in columns:
+            db.execute("ALTER TABLE hosts ADD COLUMN hkey INTEGER NOT NULL DEFAULT 0")
+            rows = db.execute("SELECT hid, host FROM hosts").fetchall()
+            db.executemany("UPDATE hosts SET hkey=? WHERE hid=?", [(host_prefix(h), hid) for hid, h in rows])
+        db.execute("CREATE INDEX IF NOT EXISTS hosts_hkey ON hosts (hkey, host)")
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        old_logs = []
+        if "seen" in tables:  # schema < 2: a row per URL
+            for t in ("seen_log", "seen_merging"):
+                if t in tables:
+                    db.execute(f"ALTER TABLE {t} RENAME TO {t}_v1")
+                    old_logs.append(f"{t}_v1")
+        for stmt in _SEEN_SCHEMA.strip().split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        if "seen" in tables:
+            sieve.Runs(db).write_sorted(db.execute("SELECT hid, fp FROM seen ORDER BY hid, fp"))
+            db.execute("DROP TABLE seen")
+            for t in old_logs:
+                rows = db.execute(f"SELECT hid, fp FROM {t} ORDER BY rowid").fetchall()
+                if rows:
+                    db.execute("INSERT INTO seen_log (hids, fps) VALUES (?, ?)", _pack_log(rows))
+                db.execute(f"DROP TABLE {t}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+
+def _every_fingerprint(db: sqlite3.Connection, runs: sieve.Runs, merging: bool) -> np.ndarray:
+    """Every fingerprint on disk (seen_runs, the log, a log set aside for merging), sorted, once."""
+    parts = list(runs.every())
+    parts += [np.frombuffer(b, dtype=_I8) for (b,) in db.execute("SELECT fps FROM seen_log")]
+    if merging:
+        parts += [np.frombuffer(b, dtype=_I8) for (b,) in db.execute("SELECT fps FROM seen_merging")]
+    every = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    del parts
+    if len(every) > 1:  # a fingerprint in the log and in seen_runs too (a merge cut short) once
+        every = every[np.concatenate(([True], every[1:] != every[:-1]))]
+    return every
+
+
+def _level_for(n: int, bucket: int) -> int:
+    """The smallest level whose 2**level buckets of `bucket` fingerprints hold n (at least _MIN_LEVEL)."""
+    level = _MIN_LEVEL
+    while (bucket << level) < n:
+        level += 1
+    return level
+
+
+def _into_buckets(every: np.ndarray, level: int) -> list[array]:
+    """The sorted fingerprints into 2**level buckets by their low bits, each bucket sorted (a
+    stable sort of a sorted array)."""
+    keys = every & ((1 << level) - 1)
+    order = np.argsort(keys, kind="stable")
+    every = every[order].astype(np.int64)
+    del order
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=1 << level))))
+    del keys
+    out: list[array] = []
+    for k in range(1 << level):
+        a = array("q")
+        a.frombytes(every[bounds[k]:bounds[k + 1]].tobytes())
+        out.append(a)
+    return out
+
+
 class SeenSet:
     """URLs already queued or fetched by this agent, for the hosts it owns.
 
@@ -224,7 +303,7 @@ class SeenSet:
         # transactions: after a checkpoint the WAL file is cut back to 4 MB, not left at its
         # largest (it counts in the seen set's bytes per URL on disk).
         self._db.execute("PRAGMA journal_size_limit=4194304")
-        self._migrate()
+        _migrate(self._db)
         self._hid: dict[str, int] = dict((h, i) for i, h in self._db.execute("SELECT hid, host FROM hosts"))
         self._next_hid = max(self._hid.values(), default=0) + 1
         self._new_hosts: list[tuple[int, str, int]] = []  # (hid, host, hkey) rows not flushed
@@ -233,33 +312,12 @@ class SeenSet:
         # A log set aside for merging when the process stopped: its cycle starts again (below).
         merging = self._db.execute("SELECT 1 FROM sqlite_master WHERE name='seen_merging'").fetchone() is not None
         self._runs = sieve.Runs(self._db)
-        runs = list(self._runs.every())
-        runs += [np.frombuffer(b, dtype=_I8) for (b,) in self._db.execute("SELECT fps FROM seen_log")]
-        if merging:
-            runs += [np.frombuffer(b, dtype=_I8) for (b,) in self._db.execute("SELECT fps FROM seen_merging")]
-        every = np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
-        del runs
-        if len(every) > 1:  # a fingerprint in the log and in seen_runs too (a merge cut short) once
-            every = every[np.concatenate(([True], every[1:] != every[:-1]))]
+        every = _every_fingerprint(self._db, self._runs, merging)
         # Invariants: 2**_level + _split buckets (0 <= _split < 2**_level); every fingerprint in
         # memory sits, once, in bucket _bucket_of(fp, _level, _split), each bucket sorted
         # ascending; _n counts them; a split happens when _n > _grow_at = bucket * buckets.
-        level = _MIN_LEVEL
-        while (bucket << level) < max(len(every), capacity):
-            level += 1
-        self._level, self._split = level, 0
-        # Into buckets by the low bits, each stays sorted (a stable sort of a sorted array).
-        keys = every & ((1 << level) - 1)
-        order = np.argsort(keys, kind="stable")
-        every = every[order].astype(np.int64)
-        del order
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=1 << level))))
-        del keys
-        self._b: list[array] = []
-        for k in range(1 << level):
-            a = array("q")
-            a.frombytes(every[bounds[k]:bounds[k + 1]].tobytes())
-            self._b.append(a)
+        self._level, self._split = _level_for(max(len(every), capacity), bucket), 0
+        self._b: list[array] = _into_buckets(every, self._level)
         self._n = len(every)
         del every
         self._grow_at = bucket * len(self._b)
@@ -269,46 +327,6 @@ class SeenSet:
         if merging:
             rows = self._db.execute("SELECT coalesce(sum(length(fps)), 0) / 8 FROM seen_merging").fetchone()[0]
             self._cycle = self._new_cycle(rows)
-
-    def _migrate(self) -> None:
-        """Bring an older database to SCHEMA_VERSION in one transaction (a crash leaves it whole)."""
-        db = self._db
-        db.executescript(_SCHEMA)
-        if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
-            db.executescript(_SEEN_SCHEMA)
-            return
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            columns = [r[1] for r in db.execute("PRAGMA table_info(hosts)")]
-            if "hkey" not in columns:
-                db.execute("ALTER TABLE hosts ADD COLUMN hkey INTEGER NOT NULL DEFAULT 0")
-                rows = db.execute("SELECT hid, host FROM hosts").fetchall()
-                db.executemany("UPDATE hosts SET hkey=? WHERE hid=?", [(host_prefix(h), hid) for hid, h in rows])
-            db.execute("CREATE INDEX IF NOT EXISTS hosts_hkey ON hosts (hkey, host)")
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            old_logs = []
-            if "seen" in tables:  # schema < 2: a row per URL
-                for t in ("seen_log", "seen_merging"):
-                    if t in tables:
-                        db.execute(f"ALTER TABLE {t} RENAME TO {t}_v1")
-                        old_logs.append(f"{t}_v1")
-            for stmt in _SEEN_SCHEMA.strip().split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
-            if "seen" in tables:
-                sieve.Runs(db).write_sorted(db.execute("SELECT hid, fp FROM seen ORDER BY hid, fp"))
-                db.execute("DROP TABLE seen")
-                for t in old_logs:
-                    rows = db.execute(f"SELECT hid, fp FROM {t} ORDER BY rowid").fetchall()
-                    if rows:
-                        db.execute("INSERT INTO seen_log (hids, fps) VALUES (?, ?)", _pack_log(rows))
-                    db.execute(f"DROP TABLE {t}")
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
 
     # -- in-memory buckets ---------------------------------------------------------------------------
     def _where(self, fp: int) -> tuple[array, int, bool]:
