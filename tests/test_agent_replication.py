@@ -895,7 +895,7 @@ def test_the_balancer_moves_hosts_off_a_slow_agent_and_each_page_is_stored_once(
                                per_agent=[{}, slow, {}]) as (cs, client, agents, stores):
                 await seed(agents[0].node, seeds)
                 balancer = cs.service.balancer
-                await _until(lambda: balancer.counters["balance_moves"] > 0, 60)
+                await _until(lambda: balancer.stats.balance_moves > 0, 60)
                 await wait_idle([a.node for a in agents], timeout=120)
                 snap = await cs.service.snapshot()
                 return stored_urls(stores), [a.node.status_counters() for a in agents], snap, agents[1].node.id
