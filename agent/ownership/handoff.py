@@ -44,8 +44,8 @@ class Handed:
 @dataclass(slots=True)
 class HandOffCounters(Counters):
     """Hosts handed out and in, their bytes, failures and refusals (the metric names:
-    agent/metrics.py HELP). SHARED, summed in status: Ownership counts the handovers it sends
-    itself."""
+    agent/metrics.py HELP). SHARED, summed in status: Ownership (settle.py) counts
+    hosts_handed_out and handover_failures of the handovers it sends itself."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"handover_failures", "hosts_handed_out"})
     hosts_handed_out: int = 0
     hosts_handed_in: int = 0

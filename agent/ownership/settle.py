@@ -112,8 +112,8 @@ class ViewLog(Protocol):
 @dataclass(slots=True)
 class OwnershipCounters(Counters):
     """Hosts promoted, claimed, moved out; replicas dropped or handed; reconcile passes (the metric
-    names: agent/metrics.py HELP). SHARED, summed in status: the handovers it sends itself
-    (hand_out, hand_replicas) beside HandOff's."""
+    names: agent/metrics.py HELP). SHARED, summed in status with HandOff's: hosts_handed_out (by
+    hand_out) and handover_failures (hand_out, hand_replicas), of the handovers sent from here."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"handover_failures", "hosts_handed_out"})
     hosts_promoted: int = 0
     hosts_claimed: int = 0

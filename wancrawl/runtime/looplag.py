@@ -46,10 +46,10 @@ class LoopLagCounters(Counters):
 
 class LoopLag:
     """Samples the running loop's lag. Invariants: `longest` and `busiest` are the largest wall
-    and busy lags sampled since start; `counters["loop_stalls"]` counts the samples whose busy
-    lag exceeded `stall`, `counters["loop_late"]` those whose wall lag did; `gc_longest` and
+    and busy lags sampled since start; `stats.loop_stalls` counts the samples whose busy
+    lag exceeded `stall`, `stats.loop_late` those whose wall lag did; `gc_longest` and
     `gc_full_longest` are the longest collector pass and full (generation 2) pass timed while run()
-    runs, `counters["loop_gc_full"]` counts the full passes. `_mark` = (sample number, the loop
+    runs, `stats.loop_gc_full` counts the full passes. `_mark` = (sample number, the loop
     thread's CPU clock at its start) is written by the loop only; `_taken` = (sample number, stack)
     by the watchdog only (each a tuple swapped whole, so either side reads a consistent pair)."""
 
