@@ -1,8 +1,10 @@
 """The agent's Prometheus metrics: the schema (which numbers are gauges, what each means) and the sample.
 
-Counts are owned by the components (their `counters` dicts and `counts()`), levels by their
-`gauges()` and the node (AgentNode.status_counters sums them). GAUGES below is the one list of
-levels; every other number is a counter, `wancrawl_agent_<name>_total{agent=ID}`.
+Counts are owned by the components (each a typed Counters dataclass in its `stats`, wancrawl/stats.py),
+levels by their `gauges()`; the node registers both once in its StatsRegistry (AgentNode.stats) and
+status_counters() is that registry's snapshot (names two components count, summed) plus the node's
+own levels: the sample below, the Status RPC and the chaos harness read the same numbers. GAUGES
+below is the one list of levels; every other number is a counter, `wancrawl_agent_<name>_total{agent=ID}`.
 docs/metrics.md is generated from HELP.
 """
 

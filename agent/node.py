@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from agent.client import AgentPool
 from agent.crawl.dispatcher import Dispatcher
@@ -57,12 +56,24 @@ from wancrawl import errors
 from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.runtime.looplag import LoopLag
+from wancrawl.stats import Counters, StatsRegistry
 from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
 
 __all__ = ["AgentNode", "IntakeResult"]
+
+
+def _legacy_counts(counts: Mapping[str, float], *typed: Counters) -> dict[str, float]:
+    """TODO(merge): goes when the dispatcher and StoredCheck register typed stats. A component's
+    counters dict read as gauges: a gauge overwrites the registry's counter of the same name, so a
+    name it shares with typed counters (their SHARED) carries their sum here."""
+    out = dict(counts)
+    for c in typed:
+        for name in c.SHARED & out.keys():
+            out[name] += getattr(c, name)
+    return out
 
 
 def _report_end(t: asyncio.Task) -> None:
@@ -162,6 +173,54 @@ class AgentNode:
                                promoted_from=self.ownership.promoted_from)
         self.tasks: list[asyncio.Task] = []
         self.drained = asyncio.Event()
+        self.stats = self._stats_registry()
+
+    def _stats_registry(self) -> StatsRegistry:
+        """Every component's counters, once, under its namespace, and the levels read at a snapshot:
+        status, Prometheus (agent/metrics.py) and the chaos harness read this one registry."""
+        reg = StatsRegistry()
+        reg.register("routing", self.routing.stats)
+        reg.gauges("routing.router", self.routing.counts)  # the router's own Counters, by their metric names
+        reg.gauges("routing.levels", self.routing.gauges)
+        reg.register("intake", self.intake.stats)
+        reg.register("directory", self.directory.stats)
+        reg.register("directory.cache", self.directory.cache.stats)
+        reg.gauges("directory.levels", self.directory.gauges)
+        reg.register("membership", self.membership.stats)
+        reg.register("gate", self.gate.stats)
+        reg.gauges("load.levels", self.load.gauges)
+        reg.register("ownership.settle", self.ownership.stats)
+        reg.gauges("ownership.levels", self.ownership.gauges)
+        reg.register("ownership.handoff", self.handoff.stats)
+        reg.register("ownership.guard", self.guard.stats)
+        if self.replicator is not None:
+            reg.register("ownership.replicator", self.replicator.stats)
+            reg.gauges("ownership.replicator.levels", self.replicator.gauges)
+        if self.replicas is not None:
+            reg.register("ownership.replicas", self.replicas.stats)
+        reg.register("commit", self.commit_log.stats)
+        reg.register("progress", self.progress.stats)
+        reg.gauges("progress.levels", self.progress.gauges)
+        reg.register("shipper", self.shipper.stats)
+        if self.overlay is not None:
+            reg.register("overlay", self.overlay.stats)
+            reg.gauges("overlay.levels", self.overlay.gauges)
+        if self.loop_lag is not None:
+            reg.register("loop_lag", self.loop_lag.stats)
+            reg.gauges("loop_lag.levels", self.loop_lag.gauges)
+        # The consultant's client reports its failovers between replicas (a Kademlia placement has none).
+        placement_metrics = getattr(self.placement, "metrics", None)
+        if callable(placement_metrics):
+            reg.gauges("consultant", placement_metrics)
+        if self.s.revisit.enabled:
+            reg.gauges("frontier.levels", lambda: self.frontier.revisit_counts(self.clock()))
+        # TODO(merge): register(dispatcher.stats)
+        reg.gauges("dispatch", lambda: _legacy_counts(self.dispatcher.counters, self.intake.stats, self.routing.stats))
+        if self.stored_check is not None:
+            stored_check = self.stored_check
+            # TODO(merge): register(stored_check.stats)
+            reg.gauges("stored_check", lambda: dict(stored_check.counters))
+        return reg
 
     def _sitemap_hints(self, entries: list) -> None:
         """A sitemap's lastmod / changefreq of its URLs into the revisit schedule (issue 26): a URL
@@ -291,31 +350,11 @@ class AgentNode:
         )
 
     def status_counters(self, parked: int | None = None) -> dict[str, float]:
-        """Every component's counters (summed where two count the same thing) and gauges;
-        `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
-        out: dict[str, float] = {}
-        parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
-                 self.gate, self.ownership, self.guard, self.commit_log, self.progress,
-                 *(p for p in (self.replicator, self.replicas, self.stored_check, self.overlay, self.loop_lag) if p is not None)]
-        for part in parts:
-            for k, v in part.counters.items():
-                out[k] = out.get(k, 0.0) + v
-        out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
-        # The consultant's client reports its failovers between replicas (a Kademlia placement has none).
-        placement_metrics = getattr(self.placement, "metrics", None)
-        if callable(placement_metrics):
-            out.update(placement_metrics())
-        out.update(self.routing.gauges(), **self.directory.gauges(), **self.ownership.gauges(), **self.load.gauges(),
-                   **self.progress.gauges())
-        if self.replicator is not None:
-            out.update(self.replicator.gauges())
-        if self.loop_lag is not None:
-            out.update(self.loop_lag.gauges())
-        if self.overlay is not None:
-            out.update(overlay_contacts=len(self.overlay.table), overlay_epoch=self.overlay.epoch,
-                       **self.overlay.balancing.gauges())
+        """The registry's snapshot (every component's counters, summed where two count the same
+        thing, and their levels) and the node's own levels; `parked`: the parked-host count when
+        the caller listed them already (one scan, not two)."""
+        out = self.stats.snapshot()
         if self.s.revisit.enabled:
-            out.update(self.frontier.revisit_counts(self.clock()))
             seen_changed, seen_same = out.get("revisits_changed", 0.0), out.get("revisits_unchanged", 0.0)
             out["revisit_freshness"] = seen_same / (seen_changed + seen_same) if seen_changed + seen_same else 1.0
         out.update(frontier=len(self.frontier), in_flight=self.dispatcher.in_flight, hosts_with_work=self.frontier.hosts_with_work(),

@@ -35,6 +35,7 @@ from consultant.membership import Snapshot
 from consultant.partition.asn import isp_of
 from wancrawl import loadmodel
 from wancrawl.geo import great_circle_km
+from wancrawl.stats import Counters
 
 RateOf = Callable[[str, int], "float | None"]  # (agent id, URLs queued) -> the model's pages/s, None: unknown
 
@@ -222,6 +223,13 @@ def load_of(record_load: dict, agent_id: str, *, isp: str, city: str, lat: float
                      isp=isp, city=city, lat=lat, lon=lon)
 
 
+@dataclass(slots=True)
+class BalanceCounters(Counters):
+    """Rounds planned and hosts moved since this balancer was made (a new policy starts a new one)."""
+    balance_rounds: int = 0
+    balance_moves: int = 0
+
+
 class Balancer:
     """Owns one consultant's memory between rounds: when each host was last moved (a host moved
     within `cooldown` seconds stays: no ping-pong), when each agent last gave or got a host (its
@@ -241,7 +249,7 @@ class Balancer:
         self.max_silence = max_silence
         self.moved_at: dict[str, float] = {}
         self.touched_at: dict[str, float] = {}
-        self.counters = {"balance_rounds": 0, "balance_moves": 0}
+        self.stats = BalanceCounters()
 
     def loads(self, snap: Snapshot, rate_of: RateOf | None = None, now: float | None = None) -> list[AgentLoad]:
         """Each fresh agent's load; its rate from `rate_of` (the capacity model) when that knows
@@ -269,7 +277,7 @@ class Balancer:
         `rate_of(agent_id, queued)`: the capacity model's pages/s for the agent, None when it has
         too few samples of it (consultant/capacity/book.py). The allocator's targets come from
         the rates so chosen (`allocate`)."""
-        self.counters["balance_rounds"] += 1
+        self.stats.balance_rounds += 1
         self.moved_at = {h: t for h, t in self.moved_at.items() if now - t < self.cooldown}
         # the state's times too: a host another consultant replica moved lately stays as well
         lately = [h for h, t in snap.balanced_at.items() if now - t < self.cooldown]
@@ -279,4 +287,4 @@ class Balancer:
         for m in moves:
             self.moved_at[m.host] = now
             self.touched_at[m.source] = self.touched_at[m.target] = now
-        self.counters["balance_moves"] += len(moves)
+        self.stats.balance_moves += len(moves)

@@ -27,6 +27,7 @@ from consultant.whereabouts import Evidence, Place, settle
 from wancrawl.checks import shown
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
 from wancrawl.hostres import HostResolver, parse_hosts_file
+from wancrawl.stats import Counters
 from wancrawl.urls import canonical_host, ip_literal
 
 log = logging.getLogger("consultant")
@@ -116,6 +117,19 @@ def validate_address(address: str) -> str:
     return address
 
 
+@dataclass(slots=True)
+class ServiceCounters(Counters):
+    """Counts since start (consultant/metrics.py HELP says what each means)."""
+    resolve_requests: int = 0
+    hosts_resolved: int = 0
+    cache_hits: int = 0
+    epoch_changes: int = 0
+    registrations: int = 0
+    heartbeats: int = 0
+    deregistrations: int = 0
+    leases_expired: int = 0
+
+
 class ConsultantService:
     """Owns the store, the current Directory and the background loops.
 
@@ -143,9 +157,7 @@ class ConsultantService:
         self.directory = self._directory(Snapshot(0))
         self.balancer = self._balancer(settings)
         self.capacity = CapacityBook()  # seed 003's samples and runtime model (docs/balance.md, phase 2)
-        # Counts since start (consultant/metrics.py says what each means).
-        self.counters = {"resolve_requests": 0, "hosts_resolved": 0, "cache_hits": 0, "epoch_changes": 0,
-                         "registrations": 0, "heartbeats": 0, "deregistrations": 0, "leases_expired": 0}
+        self.stats = ServiceCounters()
         self._last_sweep: float | None = None  # clock time of the last lease sweep
         self._refusals_logged: set[str] = set()  # Register refusals already logged (agents retry each heartbeat)
 
@@ -212,7 +224,7 @@ class ConsultantService:
             snap = await self._run(self.store.snapshot)
             if force or snap.epoch != self.directory.epoch or self.directory.partitioner is not self.partitioner:
                 if snap.epoch != self.directory.epoch:
-                    self.counters["epoch_changes"] += 1
+                    self.stats.epoch_changes += 1
                 self.directory = self._directory(snap)
 
     async def _sweep_loop(self) -> None:
@@ -238,7 +250,7 @@ class ConsultantService:
             return
         expired, epoch = await self._run(self.store.expire, now)
         if expired:
-            self.counters["leases_expired"] += len(expired)
+            self.stats.leases_expired += len(expired)
             log.warning("lease expired: %s are dead (epoch %d)", ", ".join(expired), epoch)
             await self.refresh()
 
@@ -350,7 +362,7 @@ class ConsultantService:
         if rec.capacity > 0:
             rec = replace(rec, weight=rec.capacity)
         epoch, bumped = await self._run(self.store.register, rec, self.clock(), self.settings.lease_seconds)
-        self.counters["registrations"] += 1
+        self.stats.registrations += 1
         if bumped:
             log.info("agent %s registered at %s (%s, AS%d): epoch %d", rec.agent_id, rec.address, rec.city or "?", rec.asn, epoch)
             await self.refresh()
@@ -373,7 +385,7 @@ class ConsultantService:
             self.store.heartbeat, agent_id, load, self.clock(), self.settings.lease_seconds, capacity,
             self.partitioner.reweight_threshold,
         )
-        self.counters["heartbeats"] += 1
+        self.stats.heartbeats += 1
         if bumped:
             await self.refresh()
         return epoch
@@ -414,7 +426,7 @@ class ConsultantService:
     async def deregister(self, agent_id: str) -> int:
         validate_agent_id(agent_id)
         epoch = await self._run(self.store.deregister, agent_id, self.clock())
-        self.counters["deregistrations"] += 1
+        self.stats.deregistrations += 1
         log.info("agent %s deregistered: epoch %d", agent_id, epoch)
         await self.refresh()
         return epoch
@@ -436,7 +448,7 @@ class ConsultantService:
         plain reads of the current directory, which is replaced whole, never changed)."""
         d = self.directory
         dead = sum(1 for a in d.snapshot.agents.values() if a.state == DEAD)
-        return {**self.counters, **self.balancer.counters, "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
+        return {**self.stats.as_dict(), **self.balancer.stats.as_dict(), "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
                 "answers_cached": len(d.cache), "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
 
     async def snapshot(self) -> Snapshot:
@@ -451,8 +463,8 @@ class ConsultantService:
         d = self.directory
         if d.empty:
             raise FailedPrecondition("no live agents: none is registered with a valid lease")
-        self.counters["resolve_requests"] += 1
-        self.counters["hosts_resolved"] += len(hosts)
+        self.stats.resolve_requests += 1
+        self.stats.hosts_resolved += len(hosts)
         results: list[HostResult | None] = [None] * len(hosts)
         missing: dict[str, list[int]] = {}
         cache = d.cache
@@ -467,7 +479,7 @@ class ConsultantService:
                 results[i] = HostResult(h, hit)
             else:
                 missing.setdefault(h, []).append(i)
-        self.counters["cache_hits"] += len(hosts) - sum(len(v) for v in missing.values())
+        self.stats.cache_hits += len(hosts) - sum(len(v) for v in missing.values())
         if missing:
             sites = await self.locator.sites(missing, d.needs())
             for h, idxs in missing.items():

@@ -118,10 +118,10 @@ def test_queue_budget_drops_without_recording_and_the_churn_guard_caps_a_query_s
     web = Web(ok)
     n = node(tmp_path, web, scope__max_queued_per_host=10, scope__max_urls_per_query_shape=5)
     n.intake.accept_local(items("q.lab", 50))
-    assert n.frontier.queue_len("q.lab") == 10 and n.intake.counters["over_queue_budget"] == 40
+    assert n.frontier.queue_len("q.lab") == 10 and n.intake.stats.over_queue_budget == 40
     assert "http://q.lab/p10" not in n.seen, "a URL over the budget is not recorded: found again later, it is taken"
     n.intake.accept_local([Item(f"http://s.lab/a?sid={i}&x=1", "s.lab") for i in range(9)] + [Item("http://s.lab/b", "s.lab")])
-    assert n.frontier.queue_len("s.lab") == 6 and n.intake.counters["query_churn"] == 4
+    assert n.frontier.queue_len("s.lab") == 6 and n.intake.stats.query_churn == 4
     assert "http://s.lab/a?sid=8&x=1" not in n.seen, "a trap's URLs do not grow the seen set"
 
 
@@ -301,7 +301,7 @@ def test_a_domain_with_its_hosts_budget_refuses_new_hosts(tmp_path, run):
     n = node(tmp_path, Web(ok), scope__max_hosts_per_domain=3)
     n.intake.accept_local([it for k in range(10) for it in items(f"n{k}.flood.lab", 2)] + items("www.other.lab", 2))
     assert sorted(h for h in (f"n{k}.flood.lab" for k in range(10)) if n.frontier.holds(h)) == ["n0.flood.lab", "n1.flood.lab", "n2.flood.lab"]
-    assert n.frontier.holds("www.other.lab") and n.intake.counters["over_domain_hosts"] == 14
+    assert n.frontier.holds("www.other.lab") and n.intake.stats.over_domain_hosts == 14
     n.intake.accept_local(items("n1.flood.lab", 3, prefix="q"))  # a host it has takes more URLs
     assert n.frontier.queue_len("n1.flood.lab") == 5
 
@@ -322,10 +322,10 @@ def test_a_promoted_replica_is_taken_whole_over_the_domain_budgets_and_a_spent_b
     done_there = "http://n7.flood.lab/fetched-by-the-dead-owner"
     n.ledger.merge(HostState("n7.flood.lab", promoted, [fingerprint(i.url) for i in promoted] + [fingerprint(done_there)],
                              HostCrawlState(None, 0.0, 0, [], 3)))
-    assert n.frontier.queue_len("n7.flood.lab") == 4 and n.intake.counters["over_domain_hosts"] == 0
+    assert n.frontier.queue_len("n7.flood.lab") == 4 and n.intake.stats.over_domain_hosts == 0
     n.intake.accept_local(items("n7.flood.lab", 2, prefix="more") + items("n8.flood.lab", 2))
     assert n.frontier.queue_len("n7.flood.lab") == 6, "a host held here takes more URLs"
-    assert not n.frontier.holds("n8.flood.lab") and n.intake.counters["over_domain_hosts"] == 2
+    assert not n.frontier.holds("n8.flood.lab") and n.intake.stats.over_domain_hosts == 2
     assert n.incidents.counts["domain_hosts"] == 2, "the refusal is counted by reason"
 
     async def go():

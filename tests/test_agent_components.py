@@ -69,7 +69,7 @@ def test_intake_keeps_own_and_unknown_hosts_bounces_foreign_ones_and_answers_aft
     assert durable.queued_at_barrier == [2], "the answer waits for a commit of what was queued"
     assert len(frontier) == 2 and "http://mine.cn/a" in seen and "http://unknown.cn/c" in seen
     assert sorted(woken) == ["mine.cn", "unknown.cn"]
-    assert intake.counters["duplicates"] == 1 and intake.counters["out_of_scope"] == 1
+    assert intake.stats.duplicates == 1 and intake.stats.out_of_scope == 1
 
 
 def test_intake_refuses_everything_once_the_agent_left(tmp_path, run):

@@ -163,7 +163,7 @@ def test_one_unstorable_link_does_not_take_its_batch_with_it(tmp_path, run):
     n = node.intake.accept_local([Item("http://a.cn/1", "a.cn"), Item("http://a.cn/\udc80", "a.cn"),
                                   Item("http://a.cn/3", "a.cn")])
     node.commit_log.commit()
-    assert n == 2 and node.intake.counters["unstorable"] == 1
+    assert n == 2 and node.intake.stats.unstorable == 1
     assert on_disk(tmp_path) == ["http://a.cn/1", "http://a.cn/3"]
 
 
@@ -177,7 +177,7 @@ def test_a_replica_that_cannot_be_promoted_does_not_stop_the_others(tmp_path, ru
     node.ownership.promote(["bad.cn", "good.cn"])
     node.commit_log.commit()
     assert on_disk(tmp_path) == ["http://good.cn/1"] and node.frontier.pages("good.cn") == 3
-    assert node.ownership.counters["promotions_refused"] == 1 and node.ownership.counters["hosts_promoted"] == 1
+    assert node.ownership.stats.promotions_refused == 1 and node.ownership.stats.hosts_promoted == 1
     assert node.replicas.owner("bad.cn") == "dead", "kept for an operator"
 
 
@@ -211,7 +211,7 @@ def test_an_unwritable_row_past_the_entry_checks_is_left_out_and_only_its_reques
     assert len(node.frontier) == 3 and node.frontier.queue_len("mixed.cn") == 2
     assert "http://mixed.cn/deep" not in node.seen and "http://mixed.cn/2" in node.seen
     assert node.seen.add_new("mixed.cn", ["http://mixed.cn/deep"]) == [True]
-    assert node.commit_log.counters["rows_rejected"] == 1 and node.progress.failures == 0
+    assert node.commit_log.stats.rows_rejected == 1 and node.progress.failures == 0
     pops = [node.frontier.pop("mixed.cn"), node.frontier.pop("mixed.cn"), node.frontier.pop("mixed.cn")]
     assert sorted(p.url for p in pops if p) == ["http://mixed.cn/2", "http://mixed.cn/ok"] and pops[2] is None
 

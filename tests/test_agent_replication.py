@@ -120,13 +120,13 @@ def test_gate_fences_on_lease_and_wakes_what_it_refused():
     assert woken == ["x"] and g.allows("x", 5.0) and g.lease_ok(9.9)
     assert not g.allows("y", 10.0), "the lease ran out"
     g.renew(20.0, 10.5)
-    assert woken == ["x", "y"] and g.counters["lease_ran_out"] == 1
+    assert woken == ["x", "y"] and g.stats.lease_ran_out == 1
     g.hold(["z"])
     assert not g.allows("z", 11.0) and g.allows("y", 11.0)
     g.release(["z"])
     assert woken[-1] == "z"
     g.expire()
-    assert not g.allows("y", 11.0) and g.counters["lease_lapses"] == 1
+    assert not g.allows("y", 11.0) and g.stats.lease_lapses == 1
     assert Gate(woken.append, fenced=False).allows("q", 0.0)
 
 
@@ -252,9 +252,9 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
     assert run(shipper.send(max_batches=10)) == 2 and len(spool) == 0
     sent = sorted(c.url for c in victim.captures.values())
     if lapsed:
-        assert sent == urls[2:] and shipper.counters["captures_superseded"] == 2
+        assert sent == urls[2:] and shipper.stats.captures_superseded == 2
     else:
-        assert sent == urls and shipper.counters["captures_superseded"] == 0
+        assert sent == urls and shipper.stats.captures_superseded == 0
         assert victim.timeouts == [4.5], "a send within the lease ends with it (a pause mid-send fails it)"
 
 def test_replication_batches_are_the_bytes_protobuf_makes_of_the_same_messages():
@@ -325,7 +325,7 @@ def test_the_shipper_sends_spool_files_as_they_are_and_parses_only_what_it_must_
     assert storage.sent[0] == storage_pb2.PageBatch(batch_id=storage.sent[0].batch_id), "the old file, its capture dropped"
     assert storage.sent[1] == on_disk, "spooled after the lapse: the file's bytes as they are"
     assert sorted(c.url for c in storage.captures.values()) == ["http://h.lab/new", "http://h.lab/new2"]
-    assert shipper.counters["captures_stored"] == 2 and shipper.counters["captures_superseded"] == 1
+    assert shipper.stats.captures_stored == 2 and shipper.stats.captures_superseded == 1
 
 
 def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
@@ -739,13 +739,13 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
         push_o = asyncio.create_task(a.push(7, [agent_pb2.UrlItem(url=other[1], depth=1)], route=False))
         await both.wait()
         await a.replicator.round()
-        assert b.guard.counters["replicate_hosts_refused"] == 1
+        assert b.guard.stats.replicate_hosts_refused == 1
         assert sorted(i.url for i in b.replicas.export(O).queue) == sorted(i.url for i in a.frontier.export_host(O)) \
             == other[:2], "the host the backup took is applied"
         assert [i.url for i in b.replicas.export(H).queue] == [URLS[0]], "the refused host is left as it was"
         assert (await push_o).accepted == 1
         assert not push_h.done(), "a push answered while its URL is at no backup"
-        assert a.replicator.counters["replica_hosts_refused"] == 1
+        assert a.replicator.stats.replica_hosts_refused == 1
 
         # Not backed off: the next round takes the other host's changes to that backup at once.
         a.intake.accept_local([Item(other[2], O)])
@@ -753,11 +753,11 @@ def test_a_host_its_backup_refuses_lags_alone_and_its_pushes_wait(run, tmp_path)
         await a.replicator.round()
         assert sorted(i.url for i in b.replicas.export(O).queue) == other, "the backup was backed off"
         assert not push_h.done()
-        assert b.guard.counters["replicate_hosts_refused"] == 1, "the refused host sent again at once"
+        assert b.guard.stats.replicate_hosts_refused == 1, "the refused host sent again at once"
         # retry_seconds later it goes again (whole), and is refused again: the views still differ.
         now[0] += a.replicator.retry_seconds
         await a.replicator.round()
-        assert b.guard.counters["replicate_hosts_refused"] == 2 and not push_h.done()
+        assert b.guard.stats.replicate_hosts_refused == 2 and not push_h.done()
 
         # The owner learns the move (the epoch change reaches it) and hands the host to c: the
         # push's URL goes with it, and the next round answers the push.
@@ -895,7 +895,7 @@ def test_the_balancer_moves_hosts_off_a_slow_agent_and_each_page_is_stored_once(
                                per_agent=[{}, slow, {}]) as (cs, client, agents, stores):
                 await seed(agents[0].node, seeds)
                 balancer = cs.service.balancer
-                await _until(lambda: balancer.counters["balance_moves"] > 0, 60)
+                await _until(lambda: balancer.stats.balance_moves > 0, 60)
                 await wait_idle([a.node for a in agents], timeout=120)
                 snap = await cs.service.snapshot()
                 return stored_urls(stores), [a.node.status_counters() for a in agents], snap, agents[1].node.id

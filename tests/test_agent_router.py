@@ -35,7 +35,7 @@ def test_own_hosts_go_local_foreign_ones_wait_for_one_batched_resolve():
     assert [i.url for i in local] == ["http://a.cn/p1", "http://a.cn/p2"]
     # Cached now: the next URL of a.cn does not wait for the consultant.
     assert r.submit([item("a.cn", 3)], now=1) == [item("a.cn", 3)]
-    assert r.cache.hits == 1
+    assert r.cache.stats.host_cache_hits == 1
 
 
 def test_pushes_are_batched_per_owner_at_alpha_or_after_the_flush_interval():

@@ -123,13 +123,13 @@ def test_an_agent_whose_first_consultant_dies_keeps_its_lease_and_crawls_on_thro
                     lapses = [n.gate.lapsed_at(n.clock()) for n in nodes]
                     await srv_a.stop(0)  # the replica every agent was using
                     # At least two leases' worth of heartbeats answered by B alone.
-                    rpcs = [n.membership.counters["consultant_rpcs"] for n in nodes]
-                    while not all(n.membership.counters["consultant_rpcs"] >= r + 20 for n, r in zip(nodes, rpcs)):
+                    rpcs = [n.membership.stats.consultant_rpcs for n in nodes]
+                    while not all(n.membership.stats.consultant_rpcs >= r + 20 for n, r in zip(nodes, rpcs)):
                         await asyncio.sleep(0.05)
                     await wait_idle(nodes)
                     listed = {x.agent_id for x in (await b.list_agents()).agents}
                     return ([n.gate.lapsed_at(n.clock()) for n in nodes], lapses, [n.membership.registrations for n in nodes],
-                            [n.gate.counters["lease_lapses"] + n.gate.counters["lease_ran_out"] for n in nodes], [n.placement.replicas.counters for n in nodes],
+                            [n.gate.stats.lease_lapses + n.gate.stats.lease_ran_out for n in nodes], [n.placement.replicas.counters for n in nodes],
                             listed, {c.url for st in stores for c in st.captures.values()}, {n.id for n in nodes})
                 finally:
                     for srv in agents:

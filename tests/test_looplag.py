@@ -20,7 +20,7 @@ def test_record_keeps_the_longest_and_counts_only_busy_stalls():
     lag.record(0.15, 0.12)  # the loop itself held for 120 ms
     lag.record(0.01, 0.0)
     assert lag.gauges() == {"loop_lag_max": 0.5, "loop_busy_max": 0.12, "loop_gc_max": 0.0, "loop_gc_full_max": 0.0}
-    assert lag.counters == {"loop_stalls": 1, "loop_late": 2, "loop_gc_full": 0}
+    assert lag.stats.as_dict() == {"loop_stalls": 1, "loop_late": 2, "loop_gc_full": 0}
 
 
 def test_collector_passes_are_timed_by_generation():
@@ -33,7 +33,7 @@ def test_collector_passes_are_timed_by_generation():
     lag.collected("start", {"generation": 2})
     lag.collected("stop", {"generation": 2})   # 100 ms, full
     assert lag.gc_longest == pytest.approx(0.25) and lag.gc_full_longest == pytest.approx(0.25)
-    assert lag.counters["loop_gc_full"] == 2
+    assert lag.stats.loop_gc_full == 2
 
 
 def test_run_times_the_collections_made_while_it_runs_and_only_those():
@@ -48,10 +48,10 @@ def test_run_times_the_collections_made_while_it_runs_and_only_those():
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(collect_while_running())
-    full = lag.counters["loop_gc_full"]
+    full = lag.stats.loop_gc_full
     assert full >= 2 and lag.gc_full_longest > 0  # at least our two (asyncio.run may add its own)
     gc.collect(2)  # after run() ended: not counted
-    assert lag.counters["loop_gc_full"] == full and lag.collected not in gc.callbacks
+    assert lag.stats.loop_gc_full == full and lag.collected not in gc.callbacks
 
 
 def test_run_measures_a_sample_from_its_clocks():
@@ -62,13 +62,13 @@ def test_run_measures_a_sample_from_its_clocks():
 
     async def first_sample() -> None:
         task = asyncio.create_task(lag.run())
-        while not lag.counters["loop_late"]:
+        while not lag.stats.loop_late:
             await asyncio.sleep(0.001)
         task.cancel()
 
     asyncio.run(first_sample())
     assert lag.longest == pytest.approx(0.3) and lag.busiest == pytest.approx(0.2)
-    assert lag.counters["loop_stalls"] == lag.counters["loop_late"] >= 1
+    assert lag.stats.loop_stalls == lag.stats.loop_late >= 1
 
 
 def test_setting_is_off_by_default_and_refuses_a_negative_interval():
@@ -153,7 +153,7 @@ def test_a_stall_over_the_mark_is_logged_with_where_the_loop_was(caplog):
         while lag._mark[0] < 2:  # that sample is over
             await asyncio.sleep(0.001)
         _hold_the_loop(lag, 0.15, until_taken=True)
-        while not lag.counters["loop_stalls"]:
+        while not lag.stats.loop_stalls:
             await asyncio.sleep(0.001)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

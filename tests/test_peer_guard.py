@@ -207,7 +207,7 @@ def test_replicate_from_a_non_owner_leaves_the_replica_as_the_owner_made_it(tmp_
         for hostile in (batch("c", urls=URLS[10:11]), batch("c", drop=True)):
             resp = await servicer.Replicate(stream(hostile), Context())
             assert resp.applied == 0 and [n.host for n in resp.refused] == [H] and "c" in resp.refused[0].reason
-        assert node.guard.counters["replicate_hosts_refused"] == 2
+        assert node.guard.stats.replicate_hosts_refused == 2
         assert node.replicas is not None and node.replicas.owner(H) == "b"
         assert [i.url for i in node.replicas.export(H).queue] == URLS[:3]
         await done(node)

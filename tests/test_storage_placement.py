@@ -216,14 +216,14 @@ def test_the_shipper_resends_a_not_placed_capture_until_it_is_placed_and_sets_it
             shipper = StorageShipper(spool, GrpcStorageClient(ssrv.address), retry_seconds=1.0,
                                      not_placed_hold=60.0, clock=clock)
             assert await shipper.send(max_batches=10) == 1
-            assert shipper.counters["storage_captures_not_placed"] == 3
+            assert shipper.stats.storage_captures_not_placed == 3
             assert len(spool) == 1 and not spool.rejected_dir.exists(), "kept for a resend, not set aside"
             assert spool.shipped_through() < seq, "its pages do not count as shipped"
             assert await shipper.send(max_batches=10) == 0, "not resent at once"
             # A later batch is not held up by the waiting one.
             spool.put(batch("p2", cap(c, late, 2)))
             assert await shipper.send(max_batches=10) == 1
-            assert shipper.counters["storage_captures_not_placed"] == 4 and len(spool) == 2
+            assert shipper.stats.storage_captures_not_placed == 4 and len(spool) == 2
 
             await client.register(late, "127.0.0.13:7003")  # back: on its hosts' lists again
             clock.t += 1.0
@@ -231,7 +231,7 @@ def test_the_shipper_resends_a_not_placed_capture_until_it_is_placed_and_sets_it
             # Its own host's pages are stored now (storage's cached route, refused before, was asked again) ...
             assert stored_by(ssrv, a) == [late] == stored_by(ssrv, b)
             # ... the other host's pages are still refused: in their files under their seqs (a restart sees them).
-            assert shipper.counters["storage_captures_not_placed"] == 6 and shipper.counters["captures_stored"] == 2
+            assert shipper.stats.storage_captures_not_placed == 6 and shipper.stats.captures_stored == 2
             again = Spool(tmp_path / "spool", fsync=False)
             assert (len(again), again.pages, again.shipped_through()) == (2, 2, seq - 1)
             assert [[x.url for x in Spool.read(p).captures] for p in again.oldest(2)] == [[d], [c]]
@@ -247,7 +247,7 @@ def test_the_shipper_resends_a_not_placed_capture_until_it_is_placed_and_sets_it
             assert len(kept) == 2 and all("-not-placed-" in k for k in kept)
             assert sorted(x.url for k in kept for x in Spool.read(spool.rejected_dir / k).captures) == [c, d]
             assert stored_by(ssrv, c) == [] == stored_by(ssrv, d)
-            assert shipper.counters["storage_captures_rejected"] == 2 and shipper.counters["captures_stored"] == 2
+            assert shipper.stats.storage_captures_rejected == 2 and shipper.stats.captures_stored == 2
             assert await shipper.send(max_batches=10) == 0 and not shipper._refused_since
             await shipper.close()
 

@@ -256,7 +256,7 @@ def test_a_batch_storage_refuses_as_invalid_is_set_aside_not_retried(run, tmp_pa
     assert run(shipper.send(max_batches=10)) == 4
     assert len(spool) == 0 and storage.sends[0] == ["one", "bad", "half", "two"]
     assert sorted(map(tuple, storage.sends[1:])) == [("bad",), ("half",), ("one",), ("two",)]
-    assert shipper.counters["storage_batches_rejected"] == 1 and shipper.counters["storage_captures_rejected"] == 1
+    assert shipper.stats.storage_batches_rejected == 1 and shipper.stats.storage_captures_rejected == 1
     kept = sorted(p.name for p in spool.rejected_dir.iterdir())
     assert kept == ["000000000002-2.batch", "000000000003-2-captures.batch"]
     half = Spool.read(spool.rejected_dir / kept[1])
@@ -293,10 +293,10 @@ def test_a_pushed_epoch_the_consultant_has_not_given_is_checked_and_not_adopted(
     owns = run(d.owners(hosts[:3], sender_epoch=2**62))
     assert owns == dict.fromkeys(hosts[:3], True)
     assert d.epoch == 5 and placement.asked[1:] == [["h0.cn"]]
-    assert d.counters["epoch_claims_refuted"] == 1
-    hits = d.cache.hits
+    assert d.stats.epoch_claims_refuted == 1
+    hits = d.cache.stats.host_cache_hits
     run(d.routes(hosts))
-    assert d.cache.hits == hits + 20 and len(placement.asked) == 2
+    assert d.cache.stats.host_cache_hits == hits + 20 and len(placement.asked) == 2
     # The same lie again within the check interval costs nothing; after it, one more check.
     run(d.owners(hosts[:1], sender_epoch=2**62))
     assert len(placement.asked) == 2 and d.epoch == 5

@@ -24,8 +24,10 @@ be older than the sender's) and feeds them what this agent knows locally.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from agent.placement.port import HostRoute
+from wancrawl.stats import Counters
 
 
 def handover_refusal(self_id: str, sender: str, route: HostRoute | None, *, settling: bool,
@@ -67,6 +69,13 @@ def replicate_refusal(self_id: str, sender: str, route: HostRoute | None, *, dro
 Routes = Callable[[list[str]], Awaitable[dict[str, HostRoute]]]
 
 
+@dataclass(slots=True)
+class GuardCounters(Counters):
+    """Hosts of a peer's handover or Replicate refused (the metric names: agent/metrics.py HELP)."""
+    handover_hosts_refused: int = 0
+    replicate_hosts_refused: int = 0
+
+
 class PeerGuard:
     """Applies the rules with fresh routes. Owns nothing but its counters; what it knows of a
     host locally comes through the callables (ownership's settling, the replicas)."""
@@ -80,7 +89,7 @@ class PeerGuard:
         self.settling = settling
         self.replica_owner = replica_owner
         self.promoted_from = promoted_from
-        self.counters: dict[str, float] = {"handover_hosts_refused": 0, "replicate_hosts_refused": 0}
+        self.stats = GuardCounters()
 
     async def _decide(self, hosts: list[str], why: Callable[[str, HostRoute | None], str | None]) -> dict[str, str]:
         routes = await self.routes(hosts)
@@ -98,7 +107,7 @@ class PeerGuard:
         out = await self._decide(hosts, lambda h, r: handover_refusal(
             self.self_id, sender, r, settling=self.settling(h),
             replica_owner=self.replica_owner(h), promoted_from=self.promoted_from(h)))
-        self.counters["handover_hosts_refused"] += len(out)
+        self.stats.handover_hosts_refused += len(out)
         return out
 
     async def replicate(self, sender: str, hosts: list[str], drops: set[str]) -> dict[str, str]:
@@ -106,5 +115,5 @@ class PeerGuard:
         (`drops`: the hosts whose message is a drop)."""
         out = await self._decide(hosts, lambda h, r: replicate_refusal(
             self.self_id, sender, r, drop=h in drops, replica_owner=self.replica_owner(h)))
-        self.counters["replicate_hosts_refused"] += len(out)
+        self.stats.replicate_hosts_refused += len(out)
         return out

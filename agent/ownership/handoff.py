@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
@@ -12,6 +13,7 @@ from agent.placement.directory import HostDirectory
 from agent.state.commit import Durable
 from agent.state.frontier import Item
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -39,6 +41,21 @@ class Handed:
     kept_hosts: int = 0
 
 
+@dataclass(slots=True)
+class HandOffCounters(Counters):
+    """Hosts handed out and in, their bytes, failures and refusals (the metric names:
+    agent/metrics.py HELP). SHARED, summed in status: Ownership (settle.py) counts
+    hosts_handed_out and handover_failures of the handovers it sends itself."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"handover_failures", "hosts_handed_out"})
+    hosts_handed_out: int = 0
+    hosts_handed_in: int = 0
+    handover_failures: int = 0
+    handover_bytes_out: int = 0
+    handover_dropped_done: int = 0
+    handover_refused_out: int = 0
+    replicas_handed_in: int = 0
+
+
 class HandOff:
     """Sends hosts to their next owner and takes hosts in. A host leaves this agent only once
     the receiver answered, i.e. once its state is durable there; until then it stays whole here
@@ -62,9 +79,7 @@ class HandOff:
         # that promotes fetches those pages again (issue 23, kill2 with a balance move off the
         # first victim: docs/balance.md "Stored twice after a move at a death").
         self.replicate = replicate
-        self.counters: dict[str, float] = {"hosts_handed_out": 0, "hosts_handed_in": 0, "handover_failures": 0,
-                                           "handover_bytes_out": 0, "handover_dropped_done": 0,
-                                           "handover_refused_out": 0, "replicas_handed_in": 0}
+        self.stats = HandOffCounters()
 
     async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
         """host -> (agent id, address) of the next agent of its preference list other than this
@@ -104,7 +119,7 @@ class HandOff:
         try:
             resp = await self.send(address, states)
         except errors.WancrawlError as exc:
-            self.counters["handover_failures"] += 1
+            self.stats.handover_failures += 1
             log.warning("handover of %d hosts to %s failed: %s", len(states), agent_id, exc)
             return
         states = self.taken(agent_id, states, resp)
@@ -113,7 +128,7 @@ class HandOff:
         urls = sum(len(st.queue) for st in states)
         res.hosts += len(states)
         res.urls += urls
-        self.counters["hosts_handed_out"] += len(states)
+        self.stats.hosts_handed_out += len(states)
         log.info("handed %d hosts (%d queued URLs) to %s", len(states), urls, agent_id)
 
     def taken(self, agent_id: str, states: Iterable[HostState], resp: agent_pb2.HandOverResponse) -> list[HostState]:
@@ -123,7 +138,7 @@ class HandOff:
         since this agent does not own it: kept here it would be fetched by nobody or by two."""
         refused = {n.host: n.reason for n in resp.refused}
         if refused:
-            self.counters["handover_refused_out"] += len(refused)
+            self.stats.handover_refused_out += len(refused)
             host, why = next(iter(refused.items()))
             log.warning("%s refused %d of the hosts handed to it (%s: %s); their URLs go to it as pushes",
                         agent_id, len(refused), host, why)
@@ -146,7 +161,7 @@ class HandOff:
                 for p in st.parts():
                     m = agent_pb2.HandOverRequest(sender_id=self.self_id, epoch=epoch, host=p.to_proto(),
                                                   replica_of=marks.get(st.host, ""))
-                    self.counters["handover_bytes_out"] += m.ByteSize()
+                    self.stats.handover_bytes_out += m.ByteSize()
                     yield m
 
         return await self.peers.get(address).hand_over(parts())
@@ -196,11 +211,11 @@ class HandOff:
         dropped = 0
         for h, (q_urls, fps) in theirs.items():
             dropped += self.ledger.reconcile(h, q_urls, fps)
-        self.counters["handover_dropped_done"] += dropped
+        self.stats.handover_dropped_done += dropped
         if replica_urls and self.may_be_stored is not None:
             self.may_be_stored(replica_urls)
         if from_replica:
-            self.counters["replicas_handed_in"] += len(from_replica)
+            self.stats.replicas_handed_in += len(from_replica)
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(from_replica), sender or "?",
                      ", ".join(from_replica[:3]))
         if hosts:
@@ -209,7 +224,7 @@ class HandOff:
         await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
         if hosts and self.replicate is not None:
             self.replicate(sorted(hosts))  # their backups get them whole (see __init__)
-        self.counters["hosts_handed_in"] += len(hosts)
+        self.stats.hosts_handed_in += len(hosts)
         if refused:
             log.warning("refused %d hosts of a handover (%s)", len(refused), "; ".join(f"{h}: {r}" for h, r in list(refused.items())[:3]))
         return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen,

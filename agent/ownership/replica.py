@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.crawl.dispatcher import HostCrawlState
 from agent.ownership.ledger import HostState, revisit_of_proto
 from agent.state.frontier import Item
 from agent.state.seen import SeenSet
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 _SCHEMA = """
@@ -28,6 +30,14 @@ CREATE TABLE IF NOT EXISTS rq (
 CREATE TABLE IF NOT EXISTS rhost (host TEXT PRIMARY KEY, owner TEXT NOT NULL, crawl BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rrevisit (host TEXT NOT NULL, url TEXT NOT NULL, entry BLOB NOT NULL, PRIMARY KEY (host, url)) WITHOUT ROWID;
 """
+
+
+@dataclass(slots=True)
+class ReplicaCounters(Counters):
+    """Replicate messages applied here as a backup, and replicas dropped on request (the metric
+    names: agent/metrics.py HELP)."""
+    replica_messages: int = 0
+    replica_drops: int = 0
 
 
 class ReplicaStore:
@@ -43,7 +53,7 @@ class ReplicaStore:
         self._db.executescript(_SCHEMA)
         self.seen = SeenSet(d / "seen.sqlite")
         self._owner: dict[str, str] = dict(self._db.execute("SELECT host, owner FROM rhost"))
-        self.counters: dict[str, float] = {"replica_messages": 0, "replica_drops": 0}
+        self.stats = ReplicaCounters()
 
     # -- reading --------------------------------------------------------------------------------
     def hosts(self) -> dict[str, str]:
@@ -91,7 +101,7 @@ class ReplicaStore:
                 if m.drop:
                     if self._owner.get(h) == sender:
                         self._forget(h)
-                        self.counters["replica_drops"] += 1
+                        self.stats.replica_drops += 1
                     continue
                 if m.reset or self._owner.get(h) != sender:
                     self._forget(h)
@@ -117,7 +127,7 @@ class ReplicaStore:
             db.execute("ROLLBACK")
             raise
         self.seen.flush()
-        self.counters["replica_messages"] += n
+        self.stats.replica_messages += n
         return n
 
     def _crawl(self, host: str, st: agent_pb2.HostState, replace_robots: bool) -> bytes:

@@ -33,6 +33,7 @@ from agent.state.frontier import AddRow, Item
 from agent.state.revisit import Entry
 from agent.waker import Waker
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -94,6 +95,19 @@ class _Pending:
     revisits: dict[str, Entry] = field(default_factory=dict)  # url -> its latest schedule entry
 
 
+@dataclass(slots=True)
+class ReplicatorCounters(Counters):
+    """Replicate rounds sent to backups, their bytes, failures and refusals (the metric names:
+    agent/metrics.py HELP)."""
+    replica_sends: int = 0
+    replica_send_failures: int = 0
+    replica_full_copies: int = 0
+    replica_bytes_out: int = 0
+    replica_drops_sent: int = 0
+    replica_overflows: int = 0
+    replica_hosts_refused: int = 0
+
+
 class Replicator:
     """Owns what each backup has of this agent's hosts. Invariants: a backup is in
     `_synced[host]` only if it acknowledged a full copy and every change since is in
@@ -138,10 +152,7 @@ class Replicator:
         # a view that stays apart from the backup's costs a full copy per retry_seconds, not per round.
         self._refusals: dict[str, dict[str, float]] = {}
         self.waker = Waker()
-        self.counters: dict[str, float] = {
-            "replica_sends": 0, "replica_send_failures": 0, "replica_full_copies": 0, "replica_bytes_out": 0,
-            "replica_drops_sent": 0, "replica_overflows": 0, "replica_hosts_refused": 0,
-        }
+        self.stats = ReplicatorCounters()
 
     # -- state -----------------------------------------------------------------------------------
     def gauges(self) -> dict[str, float]:
@@ -223,7 +234,7 @@ class Replicator:
             self._dirty.add(h)
         if sum(len(p.adds) + len(p.done) + len(p.revisits) for p in self._pending.values()) > self.max_pending:
             # A backup that cannot keep up: its hosts go whole later instead of piling up here.
-            self.counters["replica_overflows"] += 1
+            self.stats.replica_overflows += 1
             self._need_full.update(self._pending)
             self._pending.clear()
 
@@ -337,7 +348,7 @@ class Replicator:
                 # DELETE_BACKUP: that copy is stale (the host moved, or that backup left the first r).
                 drop = agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True)
                 by_backup.setdefault(old, []).append(Wire(h, True, drop.SerializeToString()))
-                self.counters["replica_drops_sent"] += 1
+                self.stats.replica_drops_sent += 1
             synced &= want
             if not want:
                 self._pending.pop(h, None)
@@ -395,7 +406,7 @@ class Replicator:
             out.append(agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=host, reset=i == 0,
                                                   state=part.to_proto()))
         out[-1].unshipped.extend(it.seq for it in held)  # after every queue part is in
-        self.counters["replica_full_copies"] += 1
+        self.stats.replica_full_copies += 1
         return [Wire(host, False, m.SerializeToString()) for m in out]
 
     def _delta(self, host: str, p: _Pending, epoch: int) -> Wire:
@@ -416,7 +427,7 @@ class Replicator:
         try:
             resp = await self.peers.get(backup[1]).replicate(batches(msgs))
         except errors.WancrawlError as exc:
-            self.counters["replica_send_failures"] += 1
+            self.stats.replica_send_failures += 1
             self._backoff[backup[0]] = self.clock() + self.retry_seconds
             hosts = {m.host for m in msgs if not m.drop}
             # What that backup has of these hosts is unknown now: it gets them whole later.
@@ -432,7 +443,7 @@ class Replicator:
         drops = {m.host for m in msgs if m.drop}
         refused = {n.host: n.reason for n in resp.refused if n.host not in drops}
         if refused:
-            self.counters["replica_hosts_refused"] += len(refused)
+            self.stats.replica_hosts_refused += len(refused)
             self._unsynced(backup, refused)
             until = self.clock() + self.retry_seconds
             for h in refused:
@@ -449,8 +460,8 @@ class Replicator:
         for h in fulls:
             if h not in refused:
                 self._synced.setdefault(h, set()).add(backup)
-        self.counters["replica_sends"] += 1
-        self.counters["replica_bytes_out"] += sum(len(m.data) for m in msgs)
+        self.stats.replica_sends += 1
+        self.stats.replica_bytes_out += sum(len(m.data) for m in msgs)
         return set(refused)
 
     def _unsynced(self, backup: Backup, hosts: Collection[str]) -> None:

@@ -30,7 +30,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from agent.client import AgentPool
 from agent.ownership.handoff import HandOff
@@ -47,6 +47,7 @@ from agent.state.frontier import Item
 from agent.state.storable import Unstorable
 from agent.waker import Waker
 from wancrawl import errors, xorspace
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -108,6 +109,29 @@ class ViewLog(Protocol):
     def changes_since(self, seq: int) -> ViewChanges | None: ...
 
 
+@dataclass(slots=True)
+class OwnershipCounters(Counters):
+    """Hosts promoted, claimed, moved out; replicas dropped or handed; reconcile passes (the metric
+    names: agent/metrics.py HELP). SHARED, summed in status with HandOff's: hosts_handed_out (by
+    hand_out) and handover_failures (hand_out, hand_replicas), of the handovers sent from here."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"handover_failures", "hosts_handed_out"})
+    hosts_promoted: int = 0
+    hosts_claimed: int = 0
+    claims_sent: int = 0
+    claim_failures: int = 0
+    hosts_moved_out: int = 0
+    replicas_dropped: int = 0
+    replicas_handed_out: int = 0
+    replicas_superseded_unhanded: int = 0
+    claims_timed_out: int = 0
+    promotions_refused: int = 0
+    reconcile_full: int = 0
+    reconcile_ranged: int = 0
+    reconcile_hosts_read: int = 0
+    hosts_handed_out: int = 0
+    handover_failures: int = 0
+
+
 class Ownership:
     """Owns the settling of hosts: the hosts held while their state is asked for (with the
     agents still to answer and a deadline), the epoch last settled, the settle window."""
@@ -157,11 +181,7 @@ class Ownership:
         # own handover of the host is still taken for a settle window (a drain promotes first).
         self._promoted: dict[str, tuple[str, float]] = {}
         self.waker = Waker()
-        self.counters: dict[str, float] = {
-            "hosts_promoted": 0, "hosts_claimed": 0, "claims_sent": 0, "claim_failures": 0, "hosts_moved_out": 0,
-            "replicas_dropped": 0, "replicas_handed_out": 0, "replicas_superseded_unhanded": 0, "claims_timed_out": 0, "promotions_refused": 0,
-            "reconcile_full": 0, "reconcile_ranged": 0, "reconcile_hosts_read": 0,
-        }
+        self.stats = OwnershipCounters()
 
     def gauges(self) -> dict[str, float]:
         return {"hosts_settling": self.gate.holding, "replica_hosts": len(self.replicas) if self.replicas else 0}
@@ -252,7 +272,7 @@ class Ownership:
             self._promoted = {h: p for h, p in self._promoted.items() if p[1] > gone}
         late = [h for h, t in self._deadline.items() if t <= now]
         if late:
-            self.counters["claims_timed_out"] += len(late)
+            self.stats.claims_timed_out += len(late)
             log.warning("%d hosts released unsettled after %.0fs (claims unanswered)", len(late), self._window())
             self._release(late)
 
@@ -266,17 +286,17 @@ class Ownership:
         if self.view is not None:
             self._view_seq = ch.seq if ch is not None else self.view.seq
         if ch is None:
-            self.counters["reconcile_full"] += 1
+            self.stats.reconcile_full += 1
             held = self.ledger.owned_hosts()
         else:
-            self.counters["reconcile_ranged"] += 1
+            self.stats.reconcile_ranged += 1
             held = list(dict.fromkeys(h for n in ch.joined for h in self.ledger.hosts_moving(ch.me, n)))
             if not ch.removed:
                 rep = {h: o for h, o in rep.items()
                        if any(xorspace.moves_to(xorspace.host_key(h), ch.me, n) for n in ch.joined)}
             for h in (*held, *rep):
                 self.directory.forget(h)  # an admission takes no epoch: cached routes may predate it
-        self.counters["reconcile_hosts_read"] += len(held) + len(rep)
+        self.stats.reconcile_hosts_read += len(held) + len(rep)
         return held, rep
 
     def _view_news(self) -> bool:
@@ -307,7 +327,7 @@ class Ownership:
                 self._hold([h], now)
                 self._new.add(h)
         if drop and self.replicas is not None:
-            self.counters["replicas_dropped"] += self.replicas.drop(drop)
+            self.stats.replicas_dropped += self.replicas.drop(drop)
         for peer, hosts in out.items():
             await self.hand_out(peer, hosts)
         for peer, hosts in give.items():
@@ -375,7 +395,7 @@ class Ownership:
             except Unstorable as exc:
                 # A replica this agent cannot take in (a value its disk cannot hold) must not stop
                 # the promotion of the others; it stays in the replica store for an operator.
-                self.counters["promotions_refused"] += 1
+                self.stats.promotions_refused += 1
                 log.error("the replica of %s cannot be promoted, kept in the replica store: %s", h, exc)
                 continue
             self.replicas.drop([h])
@@ -383,7 +403,7 @@ class Ownership:
             if owner is not None:
                 self._promoted[h] = (owner, now)
             log.info("promoted the replica of %s (%d queued, %d seen)", h, len(st.queue), len(st.seen))
-        self.counters["hosts_promoted"] += len(promoted)
+        self.stats.hosts_promoted += len(promoted)
         if self.replicator is not None:
             self.replicator.sync(promoted)
         self._release(hosts)
@@ -423,7 +443,7 @@ class Ownership:
         if done:
             if self.replicas is not None:
                 # The owner's handover superseded what this agent had as its backup.
-                self.counters["replicas_dropped"] += self.replicas.drop([h for h in done if self.replicas.owner(h)])
+                self.stats.replicas_dropped += self.replicas.drop([h for h in done if self.replicas.owner(h)])
             if self.replicator is not None:
                 self.replicator.sync(done)
             self._release(done)
@@ -433,16 +453,16 @@ class Ownership:
         addr = self._addresses.get(agent_id)
         if addr is None or self._claim_backoff.get(agent_id, 0.0) > self.clock():
             return agent_id, []
-        self.counters["claims_sent"] += 1
+        self.stats.claims_sent += 1
         try:
             settled: list[str] = []
             for i in range(0, len(hosts), CLAIM_BATCH):  # a restarted agent may claim all it holds
                 r = await self.peers.get(addr).claim(self.self_id, self.address(), epoch, hosts[i : i + CLAIM_BATCH])
                 self.directory.saw_epoch(r.epoch)
-                self.counters["hosts_claimed"] += len(r.handed)
+                self.stats.hosts_claimed += len(r.handed)
                 settled += list(r.handed) + list(r.not_held)
         except errors.WancrawlError as exc:
-            self.counters["claim_failures"] += 1
+            self.stats.claim_failures += 1
             # Unreachable (dead, its lease not yet expired): ask again in a second, not every step.
             self._claim_backoff[agent_id] = self.clock() + 1.0
             log.warning("claim of %d hosts from %s failed: %s", len(hosts), agent_id, exc)
@@ -473,7 +493,7 @@ class Ownership:
                 marks = {h: p for h in hosts if (p := self.promoted_from(h)) is not None}
                 resp = await self.handoff.send(peer[1], states, replica_of=marks)
             except errors.WancrawlError as exc:
-                self.handoff.counters["handover_failures"] += 1
+                self.stats.handover_failures += 1
                 log.warning("handover of %d hosts to %s failed: %s", len(hosts), peer[0], exc)
                 return []
             # Refused hosts leave too, as plain URLs to their owner (HandOff.taken); either way
@@ -484,8 +504,8 @@ class Ownership:
             if self.replicator is not None:
                 for h in hosts:
                     self.replicator.forget(h)
-            self.handoff.counters["hosts_handed_out"] += len(states)
-            self.counters["hosts_moved_out"] += len(states)
+            self.stats.hosts_handed_out += len(states)
+            self.stats.hosts_moved_out += len(states)
             log.info("handed %d hosts to %s (epoch %d)", len(states), peer[0], self.directory.epoch)
             return [st.host for st in states]
         finally:
@@ -518,7 +538,7 @@ class Ownership:
             try:
                 resp = await self.handoff.send(peer[1], states, replica_of=owners)
             except errors.WancrawlError as exc:
-                self.handoff.counters["handover_failures"] += 1
+                self.stats.handover_failures += 1
                 log.warning("handover of %d replicas of dead owners to %s failed: %s", len(owners), peer[0], exc)
                 return []
             refused = {n.host: n.reason for n in resp.refused}
@@ -536,8 +556,8 @@ class Ownership:
             for o in set(owners.values()):
                 gone += self.replicas.drop([h for h, x in owners.items() if x == o], owner=o)
             taken = [h for h in owners if h not in refused]
-            self.counters["replicas_handed_out"] += len(taken)
-            self.counters["replicas_dropped"] += gone
+            self.stats.replicas_handed_out += len(taken)
+            self.stats.replicas_dropped += gone
             if taken:
                 log.info("handed the replicas of %d hosts of dead owners to %s (%s)", len(taken), peer[0],
                          ", ".join(taken[:3]))
@@ -568,7 +588,7 @@ class Ownership:
                 # Not handed (the handover failed, or placement named another owner): the
                 # owner's replication is applied anyway; refusing it stalled every host's
                 # replication to this backup (tests/test_agent_replication.py two failures).
-                self.counters["replicas_superseded_unhanded"] += len(left)
+                self.stats.replicas_superseded_unhanded += len(left)
                 log.warning("%d replicas of other owners replaced by %s's before they were handed to it (%s)",
                             len(left), sender, left[0])
 

@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from agent.placement.hostcache import HostCache
 from agent.placement.port import HostRoute, Placement
 from wancrawl import errors
+from wancrawl.stats import Counters
 
 log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class DirectoryCounters(Counters):
+    """Resolve RPCs and the epoch claims of peers checked with the consultant (the metric names:
+    agent/metrics.py HELP). SHARED, summed in status: consultant_rpcs with membership's."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"consultant_rpcs"})
+    consultant_rpcs: int = 0
+    epoch_claims: int = 0
+    epoch_checks: int = 0
+    epoch_claims_refuted: int = 0
 
 
 class HostDirectory:
@@ -38,8 +52,7 @@ class HostDirectory:
         self.check_interval = check_interval
         self._claimed = 0                   # newest epoch a peer claimed, above the consultant's
         self._next_check = float("-inf")    # clock time the next check may be made
-        self.counters: dict[str, float] = {"consultant_rpcs": 0, "epoch_claims": 0, "epoch_checks": 0,
-                                           "epoch_claims_refuted": 0}
+        self.stats = DirectoryCounters()
 
     @property
     def epoch(self) -> int:
@@ -60,7 +73,7 @@ class HostDirectory:
         news until the consultant says so)."""
         if epoch > self.cache.epoch and epoch > self._claimed:
             self._claimed = epoch
-            self.counters["epoch_claims"] += 1
+            self.stats.epoch_claims += 1
         return False
 
     async def check_epoch(self, hosts: list[str]) -> None:
@@ -76,19 +89,15 @@ class HostDirectory:
         if host is None:
             return  # nothing cached: the next look-up brings the consultant's epoch anyway
         self._next_check = now + self.check_interval
-        self.counters["epoch_checks"] += 1
+        self.stats.epoch_checks += 1
         claimed = self._claimed
         if await self.lookup([host]) is None:
             return  # the consultant cannot say now: keep the claim for a later check
         if claimed > self.cache.epoch:
-            self.counters["epoch_claims_refuted"] += 1
+            self.stats.epoch_claims_refuted += 1
             log.warning("a peer claimed epoch %d; the consultant's is %d: not adopted", claimed, self.cache.epoch)
         if self._claimed <= claimed:
             self._claimed = 0
-
-    def counts(self) -> dict[str, float]:
-        """The host cache's look-ups (they only grow; `gauges` has the levels)."""
-        return {"host_cache_hits": self.cache.hits, "host_cache_misses": self.cache.misses}
 
     def gauges(self) -> dict[str, float]:
         return {"epoch": self.cache.epoch, "host_cache_hit_ratio": self.cache.hit_ratio, "host_cache_size": len(self.cache)}
@@ -101,7 +110,7 @@ class HostDirectory:
         """One Resolve of at most beta hosts: the routes with agents (now cached) and the per-host
         errors, or None when placement cannot be reached."""
         try:
-            self.counters["consultant_rpcs"] += 1
+            self.stats.consultant_rpcs += 1
             answers = await self.placement.resolve(hosts)
         except errors.WancrawlError as exc:
             log.warning("resolve of %d hosts failed: %s", len(hosts), exc)

@@ -17,6 +17,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from wancrawl.stats import Counters
+
+
+@dataclass(slots=True)
+class GateCounters(Counters):
+    """Fetches the fence refused and the lease's lapses (the metric names: agent/metrics.py HELP)."""
+    fence_refusals: int = 0
+    lease_lapses: int = 0
+    lease_ran_out: int = 0
 
 
 class Gate:
@@ -36,7 +47,7 @@ class Gate:
         self.settling = False
         self._held: set[str] = set()
         self._refused: set[str] = set()
-        self.counters: dict[str, float] = {"fence_refusals": 0, "lease_lapses": 0, "lease_ran_out": 0}
+        self.stats = GateCounters()
 
     def lease_ok(self, now: float) -> bool:
         return not self.fenced or now < self.lease_until
@@ -58,7 +69,7 @@ class Gate:
         if host in self._held or self.settling or not self.lease_ok(now):
             if host not in self._refused:
                 self._refused.add(host)
-                self.counters["fence_refusals"] += 1
+                self.stats.fence_refusals += 1
             return False
         return True
 
@@ -67,7 +78,7 @@ class Gate:
         registered: it was a Register; hosts stay closed until `settled()`."""
         lapsed = not self.lease_ok(now)
         if lapsed and self.lease_until:
-            self.counters["lease_ran_out"] += 1
+            self.stats.lease_ran_out += 1
             self._lapse_wall = max(self._lapse_wall, self.wall() - (now - self.lease_until))
         self.lease_until = max(self.lease_until, until)
         if registered and self.fenced:
@@ -84,7 +95,7 @@ class Gate:
     def expire(self) -> None:
         """The consultant forgot this agent (or it left): no fetch until it registers again."""
         if self.lease_until:
-            self.counters["lease_lapses"] += 1
+            self.stats.lease_lapses += 1
             if self.fenced:
                 self._lapse_wall = max(self._lapse_wall, self.wall())
         self.lease_until = 0.0

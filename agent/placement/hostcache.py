@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from agent.placement.port import HostRoute
+from wancrawl.stats import Counters
 
-__all__ = ["HostCache", "HostRoute"]
+__all__ = ["HostCache", "HostCacheCounters", "HostRoute"]
+
+
+@dataclass(slots=True)
+class HostCacheCounters(Counters):
+    """Look-ups answered from the cache and those that needed the consultant (each counted once
+    per decision: `get(count=False)` is a second look)."""
+    host_cache_hits: int = 0
+    host_cache_misses: int = 0
 
 
 class HostCache:
@@ -20,8 +30,7 @@ class HostCache:
         self.capacity = capacity
         self.routes: OrderedDict[str, tuple[HostRoute, float]] = OrderedDict()  # host -> (route, expires)
         self.epoch = 0  # the newest consultant epoch seen in any reply
-        self.hits = 0
-        self.misses = 0
+        self.stats = HostCacheCounters()
 
     def saw_epoch(self, epoch: int) -> bool:
         """Record an epoch from any consultant reply; True when it is newer than known."""
@@ -36,9 +45,9 @@ class HostCache:
         e = self.routes.get(host)
         if e is not None and e[1] > now and e[0].epoch >= self.epoch:
             self.routes.move_to_end(host)
-            self.hits += count
+            self.stats.host_cache_hits += count
             return e[0]
-        self.misses += count
+        self.stats.host_cache_misses += count
         return None
 
     def stale(self, host: str) -> HostRoute | None:
@@ -61,5 +70,5 @@ class HostCache:
 
     @property
     def hit_ratio(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
+        total = self.stats.host_cache_hits + self.stats.host_cache_misses
+        return self.stats.host_cache_hits / total if total else 0.0

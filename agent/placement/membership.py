@@ -5,14 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from agent.placement.gate import Gate
 from agent.placement.port import Placement
 from agent.settings import AgentSettings, bind_ip
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.v1 import common_pb2
 
 log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class MembershipCounters(Counters):
+    """Register and heartbeat RPCs, and the heartbeats withheld while stalled (the metric names:
+    agent/metrics.py HELP). SHARED, summed in status: consultant_rpcs with the host directory's."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"consultant_rpcs"})
+    consultant_rpcs: int = 0
+    heartbeats_withheld: int = 0
 
 
 class Membership:
@@ -41,14 +53,14 @@ class Membership:
         self.registered = False
         self.left = False       # deregistered for good (a drain): never registers again
         self.lease = 15.0       # the consultant's lease, learnt at Register
-        self.counters: dict[str, float] = {"consultant_rpcs": 0, "heartbeats_withheld": 0}
+        self.stats = MembershipCounters()
 
     async def register(self) -> None:
         loc = self.s.location
         location = common_pb2.Location(city=loc.city, country=loc.country, asn=loc.asn)
         if loc.lat is not None and loc.lon is not None:
             location.lat, location.lon, location.has_coordinates = loc.lat, loc.lon, True
-        self.counters["consultant_rpcs"] += 1
+        self.stats.consultant_rpcs += 1
         sent = self.clock()
         reg = await self.placement.register(self.id, self.address, location=location, source_ip=bind_ip(self.s),
                                             capacity=self.s.capacity)
@@ -71,13 +83,13 @@ class Membership:
         if self.stalled():
             # No heartbeat: the consultant's lease on this agent runs out and its hosts go to
             # their backups; the gate's lease (the fence) stops this agent's fetches meanwhile.
-            self.counters["heartbeats_withheld"] += 1
+            self.stats.heartbeats_withheld += 1
             return
         try:
             if not self.registered:
                 await self.register()
                 return
-            self.counters["consultant_rpcs"] += 1
+            self.stats.consultant_rpcs += 1
             sent = self.clock()
             lapsed = not self.gate.lease_ok(sent)
             self.saw_epoch(await self.placement.heartbeat(self.id, self.load()))
@@ -100,7 +112,7 @@ class Membership:
         if not self.registered:
             return
         try:
-            self.counters["consultant_rpcs"] += 1
+            self.stats.consultant_rpcs += 1
             self.saw_epoch(await self.placement.deregister(self.id))
             self.registered = False
         except errors.WancrawlError as exc:

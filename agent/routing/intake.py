@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from agent.crawl.incidents import Incidents
 from agent.crawl.scope import Scope, query_shape
@@ -11,6 +12,7 @@ from agent.state.commit import Durable
 from agent.state.frontier import Frontier, Item, item_problem
 from agent.state.seen import SeenSet
 from agent.validate import url_problem
+from wancrawl.stats import Counters
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
 
@@ -46,6 +48,27 @@ def parse_push(urls: Sequence[agent_pb2.UrlItem], sort_query: bool) -> tuple[lis
     return parsed, errs
 
 
+@dataclass(slots=True)
+class IntakeCounters(Counters):
+    """URLs arriving: pushes received, URLs taken, and those dropped by reason (the metric names:
+    agent/metrics.py HELP). SHARED, summed in status: out_of_scope with the dispatcher's links,
+    agent_rpcs with the routing service's."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"agent_rpcs", "out_of_scope"})
+    duplicates: int = 0
+    pushed_in: int = 0
+    not_mine_sent: int = 0
+    out_of_scope: int = 0
+    agent_rpcs: int = 0
+    over_queue_budget: int = 0
+    over_page_budget: int = 0
+    query_churn: int = 0
+    over_domain_page_budget: int = 0
+    over_domain_hosts: int = 0
+    pushes_received: int = 0
+    urls_received: int = 0
+    unstorable: int = 0
+
+
 class Intake:
     """The only way URLs enter this agent's frontier. PushUrls answers "not mine" only with an
     answer at least as new as the sender's epoch; an acknowledged URL is durable (the answer
@@ -77,10 +100,7 @@ class Intake:
         self.replicated = replicated  # returns once what is committed of these hosts is at their backups
         self.sort_query = sort_query
         self.incidents = incidents   # refusals by reason, for the operator (the dispatcher's)
-        self.counters: dict[str, float] = {"duplicates": 0, "pushed_in": 0, "not_mine_sent": 0, "out_of_scope": 0,
-                                           "agent_rpcs": 0, "over_queue_budget": 0, "over_page_budget": 0, "query_churn": 0,
-                                           "over_domain_page_budget": 0, "over_domain_hosts": 0,
-                                           "pushes_received": 0, "urls_received": 0, "unstorable": 0}
+        self.stats = IntakeCounters()
         # host -> query shape -> URLs queued with it (the parameter-churn guard); in memory, so a
         # restart forgives a host once (its queue budget, on disk, still holds).
         self._shapes: dict[str, dict[str, int]] = {}
@@ -96,7 +116,7 @@ class Intake:
         by_host: dict[str, list[Item]] = {}
         for it in items:
             if item_problem(it) is not None:
-                self.counters["unstorable"] += 1
+                self.stats.unstorable += 1
                 continue
             by_host.setdefault(it.host, []).append(it)
         self.arriving(list(by_host))
@@ -104,10 +124,10 @@ class Intake:
         joining: dict[str, int] = {}  # registered domain -> hosts new to the frontier in this call
         for host, its in by_host.items():
             if self.scope.host_full(self.frontier.pages(host)):
-                self.counters["over_page_budget"] += len(its)
+                self.stats.over_page_budget += len(its)
                 continue
             if self.scope.domain_full(self.frontier.domain_pages(host)):
-                self.counters["over_domain_page_budget"] += len(its)
+                self.stats.over_domain_page_budget += len(its)
                 self._note("domain_page_budget", host, len(its))
                 continue
             if not self.frontier.holds(host):
@@ -116,7 +136,7 @@ class Intake:
                 # The hosts this call queues count too (the frontier sees them at the end).
                 dom = self.frontier.domain_of(host)
                 if self.scope.domain_crowded(self.frontier.domain_hosts(host) + joining.get(dom, 0)):
-                    self.counters["over_domain_hosts"] += len(its)
+                    self.stats.over_domain_hosts += len(its)
                     self._note("domain_hosts", host, len(its), f"{dom} has {self.frontier.domain_hosts(host)} hosts here")
                     continue
                 joining[dom] = joining.get(dom, 0) + 1
@@ -140,16 +160,16 @@ class Intake:
         room = self.scope.queue_room(self.frontier.queue_len(host))
         if room is None or room >= len(its):
             flags = self.seen.add_new(host, [i.url for i in its])
-            self.counters["duplicates"] += len(its) - sum(flags)
+            self.stats.duplicates += len(its) - sum(flags)
             return [Item(i.url, host, i.depth, i.via) for i, new in zip(its, flags) if new or i.force]
         out: list[Item] = []  # near the budget: one URL at a time
         for i in its:
             if i.url in self.seen and not (i.force and len(out) < room):
-                self.counters["duplicates"] += 1
+                self.stats.duplicates += 1
             elif len(out) < room and (self.seen.add_new(host, [i.url])[0] or i.force):
                 out.append(Item(i.url, host, i.depth, i.via))
             else:
-                self.counters["over_queue_budget"] += 1
+                self.stats.over_queue_budget += 1
         return out
 
     def _churn_guard(self, host: str, items: list[Item]) -> list[Item]:
@@ -171,7 +191,7 @@ class Intake:
                 continue
             n = shapes.get(shape, 0)
             if n >= cap:
-                self.counters["query_churn"] += 1
+                self.stats.query_churn += 1
                 self._note("trap_query_churn", host, 1, shape[:200])
                 continue
             if not n:
@@ -186,7 +206,7 @@ class Intake:
     def screen(self, urls: Sequence[agent_pb2.UrlItem]) -> tuple[list[Item], list[str]]:
         """Seeds to be routed by this agent (PushUrls with route): the valid, in-scope items and
         the errors of the others."""
-        self.counters["agent_rpcs"] += 1
+        self.stats.agent_rpcs += 1
         parsed, errs = parse_push(urls, self.sort_query)
         items: list[Item] = []
         for i, it in parsed:
@@ -195,15 +215,15 @@ class Intake:
                 items.append(it)
             else:
                 errs.append(f"{i}: out of scope ({why})")  # the manager lists it as refused
-        self.counters["out_of_scope"] += len(parsed) - len(items)
+        self.stats.out_of_scope += len(parsed) - len(items)
         return items, errs
 
     async def accept_push(self, epoch: int, urls: Sequence[agent_pb2.UrlItem]) -> IntakeResult:
         """PushUrls from a peer: keep the URLs of hosts this agent owns, answer "not mine" for the
         others, then wait for the commit so an acknowledged URL is durable."""
-        self.counters["agent_rpcs"] += 1
-        self.counters["pushes_received"] += 1
-        self.counters["urls_received"] += len(urls)
+        self.stats.agent_rpcs += 1
+        self.stats.pushes_received += 1
+        self.stats.urls_received += len(urls)
         parsed, errs = parse_push(urls, self.sort_query)
         owns = await self.owners(sorted({it.host for _, it in parsed}), epoch)
         accepted: list[Item] = []
@@ -216,13 +236,13 @@ class Intake:
             # Owner, or placement cannot say now: keep it (the sender routed it here).
             why = self.scope.check(it.url, it.host, it.depth)
             if why is not None:
-                self.counters["out_of_scope"] += 1
+                self.stats.out_of_scope += 1
                 errs.append(f"{i}: out of scope ({why})")
                 continue
             accepted.append(it)
         self.accept_local(accepted)
-        self.counters["pushed_in"] += len(accepted)
-        self.counters["not_mine_sent"] += len(not_mine)
+        self.stats.pushed_in += len(accepted)
+        self.stats.not_mine_sent += len(not_mine)
         # Raises (and this push fails, so its sender keeps the URLs) if the commit had to leave
         # out rows of these hosts as unwritable (agent/state/commit.py).
         await self.durable({it.host for it in accepted})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 from agent.client import AgentPool
 from agent.placement.directory import HostDirectory
@@ -13,9 +15,20 @@ from agent.state.frontier import Item
 from agent.state.outbox import Outbox
 from agent.waker import Waker
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class RoutingCounters(Counters):
+    """Pushed URLs refused as invalid and the Agent-service RPCs made to peers (the metric names:
+    agent/metrics.py HELP). SHARED, summed in status: invalid_urls with the dispatcher's links,
+    agent_rpcs with the intake's."""
+    SHARED: ClassVar[frozenset[str]] = frozenset({"agent_rpcs", "invalid_urls"})
+    invalid_urls: int = 0
+    agent_rpcs: int = 0
 
 
 class RoutingService:
@@ -48,7 +61,7 @@ class RoutingService:
         self.clock = clock
         self._pushes: set[asyncio.Task] = set()
         self._poke = Waker()
-        self.counters: dict[str, float] = {"invalid_urls": 0, "agent_rpcs": 0}
+        self.stats = RoutingCounters()
 
     def route(self, items: list[Item]) -> None:
         if not items:
@@ -131,14 +144,14 @@ class RoutingService:
         routes, errs = answer
         local, rejected = self.router.resolved(hosts, routes, now, errs, self.retry_seconds)
         if rejected:
-            self.counters["invalid_urls"] += len(rejected)
+            self.stats.invalid_urls += len(rejected)
             self.outbox.delivered(rejected)
         self._local(local)
 
     async def _push(self, batch: PushBatch) -> None:
         urls = [agent_pb2.UrlItem(url=i.url, depth=i.depth, via=i.via, force=i.force) for i in batch.items]
         try:
-            self.counters["agent_rpcs"] += 1
+            self.stats.agent_rpcs += 1
             resp = await self.peers.get(batch.address).push(self.self_id, batch.epoch, urls)
         except errors.WancrawlError as exc:
             log.warning("push of %d URLs to %s failed: %s", len(batch.items), batch.owner_id, exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 from agent.state.frontier import Frontier, Item
@@ -15,6 +16,7 @@ from agent.state.spool import Spool
 from agent.state.storable import Unstorable
 from storage.client import make_batch
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.warcrecords import Capture
 
 log = logging.getLogger("agent")
@@ -24,6 +26,13 @@ class Durable(Protocol):
     """CommitLog.barrier as the components that wait for a commit receive it."""
 
     def __call__(self, hosts: Collection[str] | None = None) -> Awaitable[None]: ...
+
+
+@dataclass(slots=True)
+class CommitCounters(Counters):
+    """Frontier changes left out of a commit (poison rows) (the metric names: agent/metrics.py
+    HELP)."""
+    rows_rejected: int = 0
 
 
 class CommitLog:
@@ -66,7 +75,7 @@ class CommitLog:
         self._waiters: list[tuple[asyncio.Future[None], frozenset[str] | None]] = []
         self._rejected: set[str] = set()
         self.progress = progress
-        self.counters: dict[str, float] = {"rows_rejected": 0}
+        self.stats = CommitCounters()
 
     def finish(self, item: Item | None, capture: Capture | None = None) -> None:
         """The item is finished (fetched, given up or refused), with its capture if it has one.
@@ -129,7 +138,7 @@ class CommitLog:
             for host, us in urls.items():
                 self.seen.forget(host, us)  # before the seen set's flush, in this same commit
             self._rejected.update(urls, hosts)
-            self.counters["rows_rejected"] = self.frontier.rejected_rows
+            self.stats.rows_rejected = self.frontier.rejected_rows
         self.seen.flush()
 
     async def barrier(self, hosts: Collection[str] | None = None) -> None:

@@ -18,8 +18,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from wancrawl.stats import Counters
 
 log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class ProgressCounters(Counters):
+    """Failed group commits and stalls (the metric names: agent/metrics.py HELP)."""
+    commit_failures: int = 0
+    stalls: int = 0
 
 
 class ProgressWatch:
@@ -39,7 +49,7 @@ class ProgressWatch:
         self.failures = 0
         self.error = ""
         self.reported = False
-        self.counters: dict[str, float] = {"commit_failures": 0, "stalls": 0}
+        self.stats = ProgressCounters()
 
     def committed(self) -> None:
         """A group commit completed: what was accepted before it is durable."""
@@ -51,7 +61,7 @@ class ProgressWatch:
         """A group commit raised (its changes stay buffered for the next one)."""
         self.failures += 1
         self.error = f"{type(exc).__name__}: {exc}"[:300]
-        self.counters["commit_failures"] += 1
+        self.stats.commit_failures += 1
 
     def stalled(self) -> bool:
         """No commit completed for more than stall_seconds. Logs each change of the answer once."""
@@ -60,7 +70,7 @@ class ProgressWatch:
         if stalled != self.reported:
             self.reported = stalled
             if stalled:
-                self.counters["stalls"] += 1
+                self.stats.stalls += 1
                 log.error("NO DURABLE PROGRESS for %.1fs (commit_stall_seconds %.1f; %d failed commits, last: %s): "
                           "reporting NOT_SERVING and withholding heartbeats so this agent's hosts fail over",
                           since, self.stall_seconds, self.failures, self.error or "the commit loop is not running")

@@ -8,14 +8,29 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Container
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.state.spool import Spool
 from storage.client import Ack, Batch, StorageClient
 from wancrawl import errors
+from wancrawl.stats import Counters
 from wancrawl.v1 import storage_pb2
 
 log = logging.getLogger("agent")
+
+
+@dataclass(slots=True)
+class ShipperCounters(Counters):
+    """Batches and captures storage acknowledged, refused or superseded, and failed calls (the
+    metric names: agent/metrics.py HELP)."""
+    spool_batches_sent: int = 0
+    storage_failures: int = 0
+    storage_batches_rejected: int = 0
+    storage_captures_rejected: int = 0
+    storage_captures_not_placed: int = 0
+    captures_stored: int = 0
+    captures_superseded: int = 0
 
 
 class StorageShipper:
@@ -57,10 +72,7 @@ class StorageShipper:
         self.clock = clock
         self._refused_since: dict[str, float] = {}  # record id -> when storage first refused it as not placed
         self._not_before: dict[Path, float] = {}    # spool file -> clock time before which it is not sent again
-        self.counters: dict[str, float] = {"spool_batches_sent": 0, "storage_failures": 0,
-                                           "storage_batches_rejected": 0, "storage_captures_rejected": 0,
-                                           "storage_captures_not_placed": 0,
-                                           "captures_stored": 0, "captures_superseded": 0}
+        self.stats = ShipperCounters()
 
     def idle(self) -> bool:
         """Nothing waits for storage (without storage, pages stay in the spool by design)."""
@@ -145,20 +157,20 @@ class StorageShipper:
         for i, b in maybe.items():
             keep = [c for c in b.captures if not (c.fetched_at < lapsed_at and c.url in done)]
             if len(keep) < len(b.captures):
-                self.counters["captures_superseded"] += len(b.captures) - len(keep)
+                self.stats.captures_superseded += len(b.captures) - len(keep)
                 log.info("%d captures of %s dropped: storage has those URLs from the agent that held their hosts "
                          "while this one's lease had lapsed", len(b.captures) - len(keep), paths[i].name)
                 out[i] = storage_pb2.PageBatch(batch_id=b.batch_id, captures=keep)
         return out
 
     def _failed(self, exc: errors.WancrawlError) -> int:
-        self.counters["storage_failures"] += 1
+        self.stats.storage_failures += 1
         log.warning("storage unavailable (%s); %d batches stay in the spool", exc, len(self.spool))
         return -1
 
     def _set_aside(self, path: Path, exc: errors.WancrawlError) -> int:
         dest = self.spool.set_aside(path)
-        self.counters["storage_batches_rejected"] += 1
+        self.stats.storage_batches_rejected += 1
         log.error("storage refused batch %s as invalid, not retried; kept in %s: %s", path.name, dest, exc)
         return 1
 
@@ -169,7 +181,7 @@ class StorageShipper:
                        for p, b in zip(paths, sent))  # before a refusal replaces a file
         held, retrying = self._not_placed(paths, batches, ack) if ack.not_placed else (set(), set())
         if ack.rejected:
-            self.counters["storage_captures_rejected"] += len(ack.rejected)
+            self.stats.storage_captures_rejected += len(ack.rejected)
             log.warning("storage rejected %d captures (kept in %s): %s", len(ack.rejected), self.spool.rejected_dir,
                         ack.rejected[:3])
             by_id = {b.batch_id: (p, b) for p, b in zip(paths, batches)}
@@ -183,8 +195,8 @@ class StorageShipper:
                 kept = storage_pb2.PageBatch(batch_id=batch_id, captures=[b.captures[i] for i in idxs if i < len(b.captures)])
                 self.spool.keep_rejected(kept, f"{p.stem}-captures.batch")
         self.spool.remove([p for p in paths if p not in held])
-        self.counters["spool_batches_sent"] += len(paths)
-        self.counters["captures_stored"] += captures - len(ack.rejected) - len(ack.not_placed)
+        self.stats.spool_batches_sent += len(paths)
+        self.stats.captures_stored += captures - len(ack.rejected) - len(ack.not_placed)
         if self._refused_since:
             for b in batches:  # stored (or set aside) now: their refusals are over
                 for c in b.captures:
@@ -196,7 +208,7 @@ class StorageShipper:
         or set them aside once refused for longer than the hold. Returns the files kept and the
         record ids to be sent again."""
         now = self.clock()
-        self.counters["storage_captures_not_placed"] += len(ack.not_placed)
+        self.stats.storage_captures_not_placed += len(ack.not_placed)
         by_id = {b.batch_id: (p, b) for p, b in zip(paths, batches)}
         refused: dict[str, list[int]] = {}
         for batch_id, index, _rid, _reason in ack.not_placed:
@@ -224,7 +236,7 @@ class StorageShipper:
             if give_up:
                 dest = self.spool.keep_rejected(storage_pb2.PageBatch(batch_id=batch_id, captures=give_up),
                                                 f"{p.stem}-not-placed-{uuid.uuid4().hex[:8]}.batch")
-                self.counters["storage_captures_rejected"] += len(give_up)
+                self.stats.storage_captures_rejected += len(give_up)
                 log.error("storage refused %d captures of %s as not placed for %.0f s: set aside in %s, not sent again "
                           "(their hosts' owners fetch again what storage lacks)", len(give_up), p.name, self.not_placed_hold, dest)
             if again:

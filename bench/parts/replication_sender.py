@@ -136,7 +136,7 @@ def crawl(tmp: Path, replication: bool, args) -> tuple[float, int, int, int]:
     t0 = time.process_time()
     pages = asyncio.run(go())
     cpu = time.process_time() - t0
-    calls = int(rep.counters["replica_sends"]) if rep is not None else 0
+    calls = int(rep.stats.replica_sends) if rep is not None else 0
     fr.close()
     seen.close()
     return cpu, pages, calls, sum(peers.bytes)

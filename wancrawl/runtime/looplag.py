@@ -28,16 +28,28 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from wancrawl.stats import Counters
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class LoopLagCounters(Counters):
+    """Lag samples over the stall bound (busy, wall clock) and full collections timed (the metric
+    names: agent/metrics.py HELP)."""
+    loop_stalls: int = 0
+    loop_late: int = 0
+    loop_gc_full: int = 0
+
+
 class LoopLag:
     """Samples the running loop's lag. Invariants: `longest` and `busiest` are the largest wall
-    and busy lags sampled since start; `counters["loop_stalls"]` counts the samples whose busy
-    lag exceeded `stall`, `counters["loop_late"]` those whose wall lag did; `gc_longest` and
+    and busy lags sampled since start; `stats.loop_stalls` counts the samples whose busy
+    lag exceeded `stall`, `stats.loop_late` those whose wall lag did; `gc_longest` and
     `gc_full_longest` are the longest collector pass and full (generation 2) pass timed while run()
-    runs, `counters["loop_gc_full"]` counts the full passes. `_mark` = (sample number, the loop
+    runs, `stats.loop_gc_full` counts the full passes. `_mark` = (sample number, the loop
     thread's CPU clock at its start) is written by the loop only; `_taken` = (sample number, stack)
     by the watchdog only (each a tuple swapped whole, so either side reads a consistent pair)."""
 
@@ -53,7 +65,7 @@ class LoopLag:
         self.gc_clock = gc_clock  # its own: a collection inside a sample must not take the sample's readings
         self.longest = self.busiest = 0.0
         self.gc_longest = self.gc_full_longest = 0.0
-        self.counters: dict[str, float] = {"loop_stalls": 0, "loop_late": 0, "loop_gc_full": 0}
+        self.stats = LoopLagCounters()
         self._gc_start = 0.0
         self.stacks = stacks and hasattr(time, "pthread_getcpuclockid")
         self._mark: tuple[int, float] = (0, 0.0)
@@ -63,9 +75,9 @@ class LoopLag:
         self.longest = max(self.longest, lag)
         self.busiest = max(self.busiest, busy)
         if busy > self.stall:
-            self.counters["loop_stalls"] += 1
+            self.stats.loop_stalls += 1
         if lag > self.stall:
-            self.counters["loop_late"] += 1
+            self.stats.loop_late += 1
 
     def collected(self, phase: str, info: dict[str, int]) -> None:
         """gc.callbacks' signature: a pass starts or stops (passes do not nest)."""
@@ -76,7 +88,7 @@ class LoopLag:
         self.gc_longest = max(self.gc_longest, took)
         if info.get("generation") == 2:
             self.gc_full_longest = max(self.gc_full_longest, took)
-            self.counters["loop_gc_full"] += 1
+            self.stats.loop_gc_full += 1
 
     def gauges(self) -> dict[str, float]:
         return {"loop_lag_max": self.longest, "loop_busy_max": self.busiest,

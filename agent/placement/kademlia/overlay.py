@@ -36,6 +36,7 @@ from agent.placement.kademlia.lookup import LookupStats, lookup_many
 from agent.placement.kademlia.table import Contact, RoutingTable
 from agent.settings import KademliaSettings
 from wancrawl import errors, xorspace
+from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 
 log = logging.getLogger("agent")
@@ -112,6 +113,22 @@ class Round:
         return self.answered + len(self.dead) == self.asked
 
 
+@dataclass(slots=True)
+class OverlayCounters(Counters):
+    """The overlay's RPCs, contacts admitted, lost and refused, lookups and delegations (the metric
+    names: agent/metrics.py HELP)."""
+    overlay_pings: int = 0
+    overlay_find_nodes: int = 0
+    overlay_rpc_failures: int = 0
+    overlay_dead: int = 0
+    overlay_joined: int = 0
+    overlay_find_nodes_answered: int = 0
+    overlay_left: int = 0
+    overlay_refused_ids: int = 0
+    overlay_lookups: int = 0
+    overlay_delegations: int = 0
+
+
 class Overlay:
     """Owns the routing table, when each contact was last heard from, the view epoch and whether
     this node has left. Inbound messages (`pinged`, `find`, `left_by`) and outbound rounds
@@ -139,17 +156,17 @@ class Overlay:
         self._pending: dict[int, tuple[Contact, int]] = {}
         # Load balancing (docs/kademlia.md): loads and delegations heard in Pings, and this node's own.
         self.balancing = Delegations(me, limit=settings.balance_max_delegations)
-        self.stats = LookupStats()
+        self.lookup_stats = LookupStats()  # the batched lookups' calls and rounds, since start
         # The view's changes, for ownership to look only at the hosts they can move (seed 000's
         # firstdiff, agent/state/keyindex.py): (seq, "join" | "remove" | "reset", node id).
         # "reset" (this node joined or came back): anything may have moved.
         self.seq = 0
         self._log: collections.deque[tuple[int, str, int]] = collections.deque(maxlen=VIEW_LOG)
-        self.counters: dict[str, float] = {
-            "overlay_pings": 0, "overlay_find_nodes": 0, "overlay_rpc_failures": 0, "overlay_dead": 0,
-            "overlay_joined": 0, "overlay_find_nodes_answered": 0, "overlay_left": 0, "overlay_refused_ids": 0, "overlay_lookups": 0,
-            "overlay_delegations": 0,
-        }
+        self.stats = OverlayCounters()
+
+    def gauges(self) -> dict[str, float]:
+        """Verified contacts, the view epoch and the delegations now (docs/kademlia.md)."""
+        return {"overlay_contacts": len(self.table), "overlay_epoch": self.epoch, **self.balancing.gauges()}
 
     # -- the view ---------------------------------------------------------------------------------
     def neighbourhood(self) -> list[Contact]:
@@ -179,7 +196,7 @@ class Overlay:
             self._note("join", c.node_id)
             # No new epoch here: the newcomer took one when it joined (or came back) and carries
             # it in its messages, which every node adopts; so one change is one epoch everywhere.
-            self.counters["overlay_joined"] += 1
+            self.stats.overlay_joined += 1
         elif lrs is not None:
             # Full bucket: the least-recently seen contact is kept if it still answers
             # (Kademlia §2.2: old contacts that are alive are the most likely to stay).
@@ -192,7 +209,10 @@ class Overlay:
         near = self._near(c)
         if self.table.remove(c.node_id) is not None:
             self._heard.pop(c.node_id, None)
-            self.counters["overlay_dead" if why == "dead" else "overlay_left"] += 1
+            if why == "dead":
+                self.stats.overlay_dead += 1
+            else:
+                self.stats.overlay_left += 1
             log.info("overlay: %s (%s) %s", c.agent_id, xorspace.id_hex(c.node_id)[:8], why)
             self._note("remove", c.node_id)
             if self.balancing.forget(c.node_id):
@@ -245,7 +265,7 @@ class Overlay:
         try:
             who, epoch, said = await self.transport.ping(lrs, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
-            self.counters["overlay_rpc_failures"] += 1
+            self.stats.overlay_rpc_failures += 1
             self._remove(lrs, "dead")
             return
         self.saw_epoch(epoch)
@@ -260,16 +280,16 @@ class Overlay:
             return c.node_id in self.table
         self._verifying.add(c.node_id)
         try:
-            self.counters["overlay_pings"] += 1
+            self.stats.overlay_pings += 1
             who, epoch, said = await self.transport.ping(c, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
-            self.counters["overlay_rpc_failures"] += 1
+            self.stats.overlay_rpc_failures += 1
             self._candidate(c, failed=True)
             return False
         finally:
             self._verifying.discard(c.node_id)
         if who != c:
-            self.counters["overlay_refused_ids"] += 1
+            self.stats.overlay_refused_ids += 1
             self._pending.pop(c.node_id, None)  # another key answers there: never this contact
             return False
         self._pending.pop(c.node_id, None)
@@ -321,7 +341,7 @@ class Overlay:
 
     def find(self, targets: Iterable[int], count: int) -> list[list[Contact]]:
         """FIND_NODE: the `count` closest this node knows to each target, itself included."""
-        self.counters["overlay_find_nodes_answered"] += 1
+        self.stats.overlay_find_nodes_answered += 1
         out = []
         for t in targets:
             near = self.table.closest(t, count)
@@ -346,7 +366,7 @@ class Overlay:
         answered = False
         for addr in others:
             try:
-                self.counters["overlay_pings"] += 1
+                self.stats.overlay_pings += 1
                 who, epoch, _said = await self.transport.bootstrap_ping(addr, self.me, self.epoch, self.balancing.announce())
             except errors.WancrawlError as exc:
                 log.info("overlay: bootstrap %s does not answer (%s)", addr, exc)
@@ -379,22 +399,22 @@ class Overlay:
         results: the table answers) while the table is complete, unless forced (join, refresh)."""
         if not keys or len(self.table) == 0 or (self.complete and not force):
             return {k: [] for k in keys}
-        self.counters["overlay_lookups"] += 1
+        self.stats.overlay_lookups += 1
         now = self.clock()
         for k in keys:
             self.table.refreshed(k, now)
         return await lookup_many(keys, lambda t: self.table.closest(t, self.s.k), self._find_nodes, k=self.s.k,
-                                 alpha=self.s.alpha, stats=self.stats)
+                                 alpha=self.s.alpha, stats=self.lookup_stats)
 
     async def _find_nodes(self, to: Contact, targets: list[int]) -> dict[int, list[Contact]]:
         out: dict[int, list[Contact]] = {}
         for i in range(0, len(targets), FIND_BATCH):
             part = targets[i : i + FIND_BATCH]
-            self.counters["overlay_find_nodes"] += 1
+            self.stats.overlay_find_nodes += 1
             try:
                 found, epoch = await self.transport.find_node(to, self.me, part, self.s.k, self.epoch)
             except errors.WancrawlError:
-                self.counters["overlay_rpc_failures"] += 1
+                self.stats.overlay_rpc_failures += 1
                 self._failed(to)
                 raise
             self.saw_epoch(epoch)
@@ -446,14 +466,14 @@ class Overlay:
         return Round(sent, len(near), answered, dead)
 
     async def _ping(self, c: Contact) -> bool:
-        self.counters["overlay_pings"] += 1
+        self.stats.overlay_pings += 1
         try:
             who, epoch, said = await self.transport.ping(c, self.me, self.epoch, self.balancing.announce())
         except errors.WancrawlError:
-            self.counters["overlay_rpc_failures"] += 1
+            self.stats.overlay_rpc_failures += 1
             return False
         if who != c:
-            self.counters["overlay_refused_ids"] += 1
+            self.stats.overlay_refused_ids += 1
             return False
         self._admit(c, self.clock())
         self.learned(c.node_id, epoch, said)

@@ -107,7 +107,7 @@ class KademliaPlacement:
             to = ov.table.get(m.target)
             if to is not None:
                 d.delegate(m.key, to, now)
-                ov.counters["overlay_delegations"] += 1
+                ov.stats.overlay_delegations += 1
                 log.info("balance: %s (%d URLs) delegated to %s (bucket %d)", m.host, m.urls, to.agent_id, m.bucket)
         return self._changed(changed or bool(moves))
 
