@@ -89,33 +89,56 @@ class AgentNode:
 
     def __init__(self, settings: AgentSettings, *, address: str = "", placement: Placement | None = None,
                  storage: StorageClient | None = None, fetcher: Fetcher | None = None, clock=time.time):
-        s = self.s = settings
+        self.s = settings
         self.id = settings.agent_id
         self.clock = clock
-        self.address = address
+        self.address = address  # fixed for the node's life (the server binds first)
+        # Phase one: every component, in dependency order, each handed what was built before it.
+        resolver = self._build_disk()
+        self._build_placement(placement, fetcher, resolver)
+        self._build_commit(storage)
+        self._build_crawl(resolver)
+        self._build_ownership()
+        # Phase two: the few links that close a cycle, as named calls (docs/architecture.md "Wiring").
+        self._attach()
+        self.tasks: list[asyncio.Task] = []
+        self.drained = asyncio.Event()
+        self.stats = self._stats_registry()
+
+    def _build_disk(self) -> HostResolver:
+        """The agent's disk (frontier, seen set, outbox, spool, replicas) and what wakes a host."""
+        s = self.s
         data = Path(s.data_dir)
         data.mkdir(parents=True, exist_ok=True)
-        rep = s.replication
         self.signal = HostSignal()
-        self.gate = Gate(self.signal.wake, fenced=rep.fence)
-        changes = ChangeLog() if rep.enabled else None
-        self.frontier = Frontier(data / "frontier.sqlite", changes=changes, revisit=s.revisit, clock=clock, wake=self.signal.wake,
-                                 domain_of=registered_domain)
+        self.gate = Gate(self.signal.wake, fenced=s.replication.fence)
+        self.changes = ChangeLog() if s.replication.enabled else None
+        self.frontier = Frontier(data / "frontier.sqlite", changes=self.changes, revisit=s.revisit, clock=self.clock,
+                                 wake=self.signal.wake, domain_of=registered_domain)
         self.seen = SeenSet(data / "seen.sqlite")
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
-        self.replicas = ReplicaStore(data / "replicas") if rep.enabled else None
-        resolver = HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
+        self.replicas = ReplicaStore(data / "replicas") if s.replication.enabled else None
+        return HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
+
+    def _build_placement(self, placement: Placement | None, fetcher: Fetcher | None, resolver: HostResolver) -> None:
+        """Who owns a host: the consultant, or (mode = "kademlia") this agent's overlay node; the
+        host directory over it; the fetcher and the peers' client."""
+        s, clock = self.s, self.clock
         self.fetcher = fetcher or create_fetcher(s.fetcher, fetch_settings(s), resolver)
-        # Who places hosts: the consultant, or (mode = "kademlia") this agent's overlay node.
         self.overlay: Overlay | None = None
         if placement is None and s.mode == "kademlia":
-            kad = kademlia_placement(s, address, clock=clock)
+            kad = kademlia_placement(s, self.address, clock=clock)
             self.overlay, placement = kad.overlay, kad
         self.placement: Placement = placement or consultant_placement(s)
         self.peers = AgentPool(tls=s.tls)
-        r = s.routing
-        self.directory = HostDirectory(self.id, self.placement, HostCache(r.host_cache_size), beta=r.beta, clock=clock)
+        self.directory = HostDirectory(self.id, self.placement, HostCache(s.routing.host_cache_size), beta=s.routing.beta,
+                                       clock=clock)
+        self.incidents = Incidents(clock)  # the hostile web by reason: dispatcher and intake note, status reads
+
+    def _build_commit(self, storage: StorageClient | None) -> None:
+        """The group commit, its stall watch and the way to storage (spool -> shipper)."""
+        s, clock, rep = self.s, self.clock, self.s.replication
         # Fed by every commit; read by membership (no heartbeat while stalled) and the server's health.
         self.progress = ProgressWatch(s.commit_stall_seconds, clock)
         self.loop_lag = LoopLag(s.loop_lag_interval) if s.loop_lag_interval > 0 else None
@@ -126,23 +149,23 @@ class AgentNode:
         # Pages spooled before a lease lapse are checked at storage first: the agent that took
         # the hosts over meanwhile may have stored them already.
         self.shipper = StorageShipper(self.spool, storage_client, retry_seconds=s.storage_out.retry_seconds,
-                                      lease_left=(lambda: self.gate.lease_left(clock())) if check else None,
-                                      lapsed_at=(lambda: self.gate.lapsed_at(clock())) if check else None,
+                                      lease_left=self.gate.lease_left if check else None,
+                                      lapsed_at=self.gate.lapsed_at if check else None,
                                       transient=RETRY_STATUSES, not_placed_hold=s.storage_out.not_placed_hold, clock=clock)
         # A promoted replica's "unshipped" URLs are asked of storage before they are fetched again.
         self.stored_check = StoredCheck(storage_client.lookup, RETRY_STATUSES) if check and storage_client is not None else None
+
+    def _build_crawl(self, resolver: HostResolver) -> None:
+        """Membership, intake (the only way into the frontier), routing and the dispatcher, then
+        the load figures that read the dispatcher's rate."""
+        s, clock, r = self.s, self.clock, self.s.routing
         scope = Scope(s.scope)
-        self.incidents = Incidents(clock)  # the hostile web by reason: dispatcher and intake note, status reads
-        self.load = LoadGauge(s.load, lambda: self.dispatcher.pages_per_second(), clock)
-        self.interval = IntervalMeter(clock)
-        self.resources = probe_resources()  # seed 003's node parameters, read once
-        self.membership = Membership(s, self.placement, address, saw_epoch=self.directory.consultant_epoch, load=self.load_report,
-                                     gate=self.gate, clock=clock, stalled=self.progress.stalled)
-        # Intake asks ownership about hosts new here; ownership is built last (it needs the ledger).
-        self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=lambda: self.membership.left,
+        self.membership = Membership(s, self.placement, self.address, saw_epoch=self.directory.consultant_epoch,
+                                     load=self.load_report, gate=self.gate, clock=clock, stalled=self.progress.stalled)
+        # Ownership's hook and the replicator's barrier are attached in phase two (_attach).
+        self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=self.membership.has_left,
                              wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
-                             arriving=lambda hosts: self.ownership.arriving(hosts),
-                             replicated=self._replicated if rep.enabled else None, incidents=self.incidents)
+                             incidents=self.incidents)
         router = Router(self.id, self.directory.cache, alpha=r.alpha, beta=r.beta, flush_interval=r.flush_interval)
         self.routing = RoutingService(self.id, router, self.outbox, self.directory, self.peers, self.intake.accept_local,
                                       retry_seconds=r.retry_seconds, max_pushes_in_flight=r.max_pushes_in_flight, clock=clock)
@@ -150,30 +173,45 @@ class AgentNode:
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
                                      incidents=self.incidents,
                                      sitemap_hints=self._sitemap_hints if s.revisit.enabled else None,
-                                     epoch=lambda: self.directory.epoch)
+                                     epoch=self.directory.current_epoch)
+        self.load = LoadGauge(s.load, self.dispatcher.pages_per_second, clock)
+        self.interval = IntervalMeter(clock)
+        self.resources = probe_resources()  # seed 003's node parameters, read once
+
+    def _build_ownership(self) -> None:
+        """Hosts moving between agents: the ledger (a host's whole state), the replicator (r
+        backups), HandOver, the settle loop, and the peer guard that asks it."""
+        s, clock, rep = self.s, self.clock, self.s.replication
         self.ledger = HostLedger(self.frontier, self.seen, self.dispatcher, wake=self.signal.wake)
         self.replicator = Replicator(
-            self.id, changes, self.ledger, self.directory, self.peers, spooled=lambda: self.spool.last_seq,
+            self.id, self.changes, self.ledger, self.directory, self.peers, spooled=self.spool.last_seq,
             shipped=self.spool.shipped_through, interval=rep.interval, retry_seconds=rep.retry_seconds,
-            max_pending=rep.max_pending, clock=clock, backups=rep.backups) if changes is not None else None
-        # Handovers in are taken only as the peer guard (built last: it asks ownership) says.
+            max_pending=rep.max_pending, clock=clock, backups=rep.backups) if self.changes is not None else None
+        may_be_stored = self.stored_check.watch if self.stored_check is not None else None
+        # Handovers in are taken only as the peer guard says: attached in phase two (_attach).
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
-                               admit=lambda sender, hosts: self.guard.handover(sender, hosts), reroute=self.routing.route,
-                               may_be_stored=self.stored_check.watch if self.stored_check is not None else None,
+                               reroute=self.routing.route, may_be_stored=may_be_stored,
                                replicate=self.replicator.sync if self.replicator is not None else None)
+        address = self.address
         self.ownership = Ownership(
-            self.id, lambda: self.address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
+            self.id, lambda: address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,
             self.replicator, self.membership, in_flight=self.frontier.in_flight_of, durable=self.commit_log.barrier,
             settle_seconds=rep.settle_seconds, backups=rep.backups, wait_in_flight=s.fetch.total_timeout + 5,
-            unshipped_grace=rep.unshipped_grace, clock=clock,
-            may_be_stored=self.stored_check.watch if self.stored_check is not None else None, view=self.overlay)
+            unshipped_grace=rep.unshipped_grace, clock=clock, may_be_stored=may_be_stored, view=self.overlay)
         replicas = self.replicas
         self.guard = PeerGuard(self.id, self.directory.routes, self.directory.forget, settling=self.ownership.settling,
                                replica_owner=replicas.owner if replicas is not None else (lambda h: None),
                                promoted_from=self.ownership.promoted_from)
-        self.tasks: list[asyncio.Task] = []
-        self.drained = asyncio.Event()
-        self.stats = self._stats_registry()
+
+    def _attach(self) -> None:
+        """Phase two: the links that close the build order's cycles. Intake -> ownership (a host
+        new here may be held until it settles) and -> the replicator (a push is answered once its
+        URLs are at the host's backups); HandOff -> the peer guard (who may send a host's state).
+        Each is a call down at run time the import contracts cannot see: docs/architecture.md
+        draws them."""
+        self.intake.attach(arriving=self.ownership.arriving,
+                           replicated=self.replicator.barrier if self.replicator is not None else None)
+        self.handoff.attach(admit=self.guard.handover)
 
     def _stats_registry(self) -> StatsRegistry:
         """Every component's counters, once, under its namespace, and the levels read at a snapshot:
@@ -228,10 +266,6 @@ class AgentNode:
         for e in entries:
             if e.lastmod is not None or e.changefreq is not None:
                 self.frontier.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
-
-    async def _replicated(self, hosts: set[str]) -> None:
-        if self.replicator is not None:  # built after Intake, which needs this
-            await self.replicator.barrier(hosts)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:

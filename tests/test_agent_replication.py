@@ -247,8 +247,8 @@ def test_pages_spooled_before_a_lease_lapse_are_not_stored_again_after_the_new_o
     spool.put(make_batch([page(u, "a") for u in urls[:3]]))
     spool.put(make_batch([page(urls[3], "a")]))
     # fetch_result's pages were fetched at 1_700_000_000 (+ a little): before or after the lapse.
-    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_left=lambda: -1.0 if lapsed else 4.5,
-                             lapsed_at=lambda: 1_700_000_100.0 if lapsed else 1_600_000_000.0, transient=RETRY_STATUSES)
+    shipper = StorageShipper(spool, victim, retry_seconds=1.0, lease_left=lambda now: -1.0 if lapsed else 4.5,
+                             lapsed_at=lambda now: 1_700_000_100.0 if lapsed else 1_600_000_000.0, transient=RETRY_STATUSES)
     assert run(shipper.send(max_batches=10)) == 2 and len(spool) == 0
     sent = sorted(c.url for c in victim.captures.values())
     if lapsed:
@@ -319,7 +319,7 @@ def test_the_shipper_sends_spool_files_as_they_are_and_parses_only_what_it_must_
     restarted = Spool(tmp_path / "spool", fsync=False)              # ... and found on disk at start
     path = restarted.put(make_batch([page("http://h.lab/new", "a", 60.0), page("http://h.lab/new2", "a", 61.0)]))
     on_disk = path.read_bytes()
-    shipper = StorageShipper(restarted, storage, retry_seconds=1.0, lapsed_at=lambda: 50.0)
+    shipper = StorageShipper(restarted, storage, retry_seconds=1.0, lapsed_at=lambda now: 50.0)
     assert run(shipper.send(max_batches=10)) == 2 and len(restarted) == 0
     assert storage.asked == ["http://h.lab/old"], "only the captures that may be superseded are asked about"
     assert storage.sent[0] == storage_pb2.PageBatch(batch_id=storage.sent[0].batch_id), "the old file, its capture dropped"

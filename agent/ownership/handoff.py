@@ -81,6 +81,11 @@ class HandOff:
         self.replicate = replicate
         self.stats = HandOffCounters()
 
+    def attach(self, *, admit: Admit) -> None:
+        """The node's second wiring phase: the peer guard, built after this (it asks ownership,
+        which needs this), says which hosts of a HandOver are taken. Called once, before start."""
+        self.admit = admit
+
     async def successors(self, hosts: list[str]) -> dict[str, tuple[str, str]]:
         """host -> (agent id, address) of the next agent of its preference list other than this
         one: the agent that owns the host once this one is gone. Hosts without one are absent."""

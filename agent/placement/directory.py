@@ -59,6 +59,10 @@ class HostDirectory:
         """The newest epoch the consultant has given this agent."""
         return self.cache.epoch
 
+    def current_epoch(self) -> int:
+        """`epoch` as a callable, for a component that reads it when it needs it (the dispatcher)."""
+        return self.cache.epoch
+
     def consultant_epoch(self, epoch: int) -> bool:
         """An epoch from the consultant's own answer; True when it is news (cached routes of older
         epochs are asked again at their next use)."""

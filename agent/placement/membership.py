@@ -55,6 +55,10 @@ class Membership:
         self.lease = 15.0       # the consultant's lease, learnt at Register
         self.stats = MembershipCounters()
 
+    def has_left(self) -> bool:
+        """Deregistered for good (a drain): intake refuses every push from then on."""
+        return self.left
+
     async def register(self) -> None:
         loc = self.s.location
         location = common_pb2.Location(city=loc.city, country=loc.country, asn=loc.asn)

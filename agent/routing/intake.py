@@ -106,6 +106,14 @@ class Intake:
         self._shapes: dict[str, dict[str, int]] = {}
         self._shape_count = 0
 
+    def attach(self, *, arriving: Callable[[list[str]], None],
+               replicated: Callable[[set[str]], Awaitable[None]] | None) -> None:
+        """The node's second wiring phase: ownership's hook and the replicator's barrier. Both are
+        built after intake (routing needs intake, the dispatcher routing, the ledger the dispatcher,
+        ownership and the replicator the ledger), so they are attached here, once, before start."""
+        self.arriving = arriving
+        self.replicated = replicated
+
     def accept_local(self, items: list[Item]) -> int:
         """Dedup through the seen set, queue the new ones within the host's budgets; returns how
         many were queued. Durable at the next commit. A URL over the queue budget is dropped

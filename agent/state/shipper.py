@@ -43,8 +43,8 @@ class StorageShipper:
     complete is dropped, not stored a second time. While the lease holds, a send must finish
     within it (its deadline): a send that a pause (SIGSTOP) catches under way fails when the
     process resumes after its lease, and is checked like the rest.
-    `lease_left()`: seconds the lease still holds (<= 0: lapsed); `lapsed_at()`: wall-clock time
-    of its last lapse (agent.gate.Gate); `transient`: statuses that do not complete a URL
+    `lease_left(now)`: seconds the lease still holds (<= 0: lapsed); `lapsed_at(now)`: wall-clock
+    time of its last lapse (agent/placement/gate.py Gate's own methods); `transient`: statuses that do not complete a URL
     (agent.outcome.RETRY_STATUSES).
 
     Captures storage refuses as *not placed* (this agent is not on their host's preference list
@@ -59,7 +59,7 @@ class StorageShipper:
     a restart gives the captures a new hold."""
 
     def __init__(self, spool: Spool, storage: StorageClient | None, *, retry_seconds: float,
-                 lease_left: Callable[[], float] | None = None, lapsed_at: Callable[[], float] | None = None,
+                 lease_left: Callable[[float], float] | None = None, lapsed_at: Callable[[float], float] | None = None,
                  transient: Container[int] = (), not_placed_hold: float = 120.0,
                  clock: Callable[[], float] = time.monotonic):
         self.spool = spool
@@ -104,14 +104,14 @@ class StorageShipper:
         paths = [p for p in self.spool.oldest(max_batches + len(self._not_before)) if p not in self._not_before][:max_batches]
         if not paths:
             return 0
-        left = self.lease_left() if self.lease_left is not None else math.inf
+        left = self.lease_left(self.clock()) if self.lease_left is not None else math.inf
         # Within the lease: the call's deadline is the lease's end.
         within: dict[str, float] = {"timeout": left} if 0 < left < math.inf else {}
         # The files' bytes go to storage as they are (a spool file is a serialized PageBatch):
         # parsed only when something must be read in them (issue 24: ~20 us per page).
         batches: list[Batch] = [self.spool.read_bytes(p) for p in paths]
         if self.lapsed_at is not None:
-            batches = await self._not_superseded(paths, batches, self.lapsed_at())
+            batches = await self._not_superseded(paths, batches, self.lapsed_at(self.clock()))
         try:
             ack = await self.storage.send(batches, **within)
         except errors.InvalidArgument as exc:

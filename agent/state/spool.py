@@ -118,7 +118,6 @@ class Spool:
             self._files.pop(p, None)
             self._since.pop(p, None)
 
-    @property
     def last_seq(self) -> int:
         """Seq of the newest batch written (0: none yet)."""
         return self._next - 1
