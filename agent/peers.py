@@ -44,6 +44,7 @@ from wancrawl.v1 import agent_pb2, consultant_pb2
 K = 20           # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
 ALPHA = 3        # lookups' parallelism (Kademlia, libp2p: 3)
 ROUTE_TTL = 300  # seconds a host's preference list may be cached
+
 FIND_BATCH = 1_000  # targets per FindNode (the agents' limit, agent/validate.py)
 MAX_NAME = 253      # a DNS name
 STRATEGY = "kademlia"
@@ -128,7 +129,7 @@ def routes(hosts: Sequence[str], k: Keyed, found: Mapping[int, Sequence[Contact]
 
 
 class PeerDirectory:
-    """The overlay through its agents, for the manager: `list_agents` and `resolve` as
+    """The overlay through its agents, for the manager and storage: `list_agents` and `resolve` as
     consultant.client.ConsultantClient answers them. Owns its agent clients.
 
     addresses: agents to ask, in order (any live member will do); preference: the length of a
