@@ -17,7 +17,8 @@ from agent.node import AgentNode
 from agent.placement.kademlia.identity import caller_node_id
 from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from agent.settings import AgentSettings
-from wancrawl import grpcutil, xorspace
+from wancrawl import grpcutil
+from wancrawl.kademlia import xorspace
 from wancrawl.runtime import eventloop, malloc
 from wancrawl.auth import Rules
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable

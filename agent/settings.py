@@ -9,6 +9,7 @@ from typing import Any
 
 from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
+from agent.peers import ALPHA, K, ROUTE_TTL
 from wancrawl.config import load
 from wancrawl.errors import ConfigError, InvalidArgument
 from wancrawl.runtime.eventloop import DEFAULT_EVENT_LOOP
@@ -301,8 +302,8 @@ class KademliaSettings:
     consultant's (15 s)."""
 
     bootstrap: tuple[str, ...] = ()  # host:port of agents to join through (this agent's own address is skipped)
-    k: int = 20                      # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
-    alpha: int = 3                   # lookups' parallelism (Kademlia, libp2p: 3)
+    k: int = K                       # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
+    alpha: int = ALPHA               # lookups' parallelism (Kademlia, libp2p: 3)
     # An owner fetches only while all its k closest answered a ping within this. The pings are
     # the agent's heartbeats: every `heartbeat_interval` seconds (0: a third of the lease).
     lease_seconds: float = 15.0
@@ -310,7 +311,7 @@ class KademliaSettings:
     # closest. At least the lease: the owner's fence closes first (docs/kademlia.md, "Leases").
     dead_after: float = 15.0
     refresh_interval: float = 600.0  # bucket refresh (Kademlia: 3600 s; libp2p: 600 s)
-    route_ttl: int = 300             # seconds an agent caches a host's preference list
+    route_ttl: int = ROUTE_TTL       # seconds an agent caches a host's preference list (300)
     # Load balancing by diffusion (seed 000 §1.4; docs/kademlia.md "Load balancing in this mode"):
     # each node sends its load level in its Pings and, when heavy, delegates some of the hosts it
     # owns by XOR to light neighbours, nearest k-bucket first. Off by default (unlike consultant

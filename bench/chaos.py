@@ -158,7 +158,7 @@ CONSULTANT_ONLY = ("consultant", "consultant-stop", "consultant-replica", "consu
 SCENARIOS = ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
              "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
              "consultant-replica", "consultant-rolling")
-# Scenarios run with two consultant replicas over PostgreSQL (wancrawl.procs.PG_URL).
+# Scenarios run with two consultant replicas over PostgreSQL (manager.procs.PG_URL).
 REPLICA_SCENARIOS = ("consultant-replica", "consultant-rolling")
 ROLLING_EVERY_S = 20.0  # consultant-rolling: a kill of the replica in use this often
 ROLLING_DOWN_S = 3.0    # ... started again this long after each kill (a supervisor's restart)
@@ -1583,7 +1583,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if not args.run_dir:
-            from wancrawl import procs
+            from manager import procs
 
             for n in names:  # the replicas' state goes with the temporary run dirs
                 if n in REPLICA_SCENARIOS:

@@ -1,5 +1,5 @@
 """Issue 22 item 8, internet scale in simulation: 10,000 Kademlia nodes in one process, driving the
-agent's own routing core (agent/placement/kademlia/table.py and lookup.py, not a copy of it).
+agent's own routing core (wancrawl/kademlia/table.py and lookup.py, not a copy of it).
 
     python bench/kademlia_sim.py                       # 10,000 nodes, the defaults below
     python bench/kademlia_sim.py --nodes 2000 --lookups 500
@@ -50,9 +50,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.placement.kademlia.lookup import Lookup, LookupStats, lookup_many
-from agent.placement.kademlia.table import Contact, RoutingTable
-from wancrawl.xorspace import ID_BITS
+from wancrawl.kademlia.lookup import Lookup, LookupStats, lookup_many
+from wancrawl.kademlia.table import Contact, RoutingTable
+from wancrawl.kademlia.xorspace import ID_BITS
 
 PAPER_REFRESH = 3600.0
 

@@ -179,7 +179,7 @@ def best_run(tmp: Path, name: str, tables, batches, args, side_pid: int | None =
 def object_store_columns(tmp: Path, batches, args, local_per_core: float) -> list[str]:
     """The object-store rows: one writer into SeaweedFS, then two over one PostgreSQL index."""
     from wancrawl.errors import Unavailable
-    from wancrawl.seaweedfs import SeaweedFS, storage_tables
+    from manager.seaweedfs import SeaweedFS, storage_tables
 
     if args.no_object_store:
         return []

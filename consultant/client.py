@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import grpc
 
 from wancrawl import errors, failover, grpcutil
-from wancrawl.v1 import common_pb2, consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
-
-@dataclass(frozen=True)
-class HostRoute:
-    """One host's answer: agents owner first, as (agent_id, address) pairs."""
-
-    host: str
-    agents: tuple[tuple[str, str], ...]
-    ttl: int
-    epoch: int
-    error: str = ""
-
-    @property
-    def owner(self) -> tuple[str, str] | None:
-        return self.agents[0] if self.agents else None
-
-
-@dataclass
-class Registration:
-    epoch: int
-    lease_seconds: float
-    location: common_pb2.Location = field(default_factory=common_pb2.Location)
-    strategy: str = ""
+# The answers' types live at the bottom floor, shared with storage and the overlay's query client.
+from wancrawl.placement import HostRoute, Registration
+from wancrawl.v1 import consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
 
 
 class ConsultantClient:

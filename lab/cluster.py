@@ -9,7 +9,7 @@ harness, bench/chaos.py), `kill_all` and `restart_all` several at the same momen
 that hangs, then comes back); `add_agent` starts one more agent in a running cluster (a join).
 
 `consultants=2` (or more) starts that many consultant replicas ("consultant", "consultant-2",
-...) over one PostgreSQL state (wancrawl.procs.PG_URL, a fresh schema per run directory); every
+...) over one PostgreSQL state (manager.procs.PG_URL, a fresh schema per run directory); every
 agent and storage list them all, first one first, and fail over between them (docs/consultant.md).
 
 Two modes: "consultant" (seed 002: a consultant process places hosts) and "kademlia" (seeds 000
@@ -31,11 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab import geodb, topology
-from wancrawl.seaweedfs import SeaweedFS, storage_tables
-from wancrawl import procs
+from manager import procs
+from manager.procs import Proc, free_port
+from manager.seaweedfs import SeaweedFS, storage_tables
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 from wancrawl.grpcutil import TlsSettings, register_client_tls
-from wancrawl.procs import Proc, free_port
 
 # Seed 002's scheme B: agents in three cities, each on a different ISP.
 DEFAULT_GROUPS = ("unicom-beijing", "cernet-harbin", "telecom-guangzhou")
@@ -266,7 +266,7 @@ def kademlia_table(bootstrap: list[str], lease: float) -> str:
     return f"[kademlia]\nbootstrap = {_toml_list(bootstrap)}\nlease_seconds = {lease}\ndead_after = {lease}\n"
 
 
-# Process start, health and liveness are shared with `manager crawl` (wancrawl/procs.py).
+# Process start, health and liveness are shared with `manager crawl` (manager/procs.py).
 # Own session: the services outlive `lab up` and a Ctrl-C in its terminal.
 _start = procs.start
 _healthy = procs.healthy

@@ -1,6 +1,6 @@
 """`manager crawl URLS`: a whole crawl on one machine, against the real web.
 
-Starts a consultant, a storage and N agents as local processes (wancrawl/procs.py, as `lab up`
+Starts a consultant, a storage and N agents as local processes (manager/procs.py, as `lab up`
 does) or, with `--mode kademlia`, a storage and N agents that form a Kademlia overlay and place
 hosts by XOR distance among themselves, with no consultant process (docs/kademlia.md); with
 mutual TLS from a CA of its own under OUT/pki, system DNS (after `--hosts-file`), robots.txt and
@@ -33,9 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wancrawl import pki, procs
+from manager import procs
+from manager.procs import Proc
+from wancrawl import pki
 from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
-from wancrawl.procs import Proc
 
 OPERATOR = "manager"  # the operator certificate the manager's own calls use
 USER_AGENT = "wancrawl/0.1 (+{contact})"
@@ -250,7 +251,7 @@ def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list
                  writer: int = 1, endpoint: str = "") -> str:
     # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
     # "" (Kademlia mode): the agents' overlay answers that question instead (`peers`).
-    from wancrawl.seaweedfs import storage_tables
+    from manager.seaweedfs import storage_tables
 
     line = f"consultant = {_q(consultant)}\n" if consultant else ""
     if not consultant and peers:
@@ -302,7 +303,7 @@ class Run:
     storage: str = ""
     agents: dict[str, str] = field(default_factory=dict)  # agent id -> address
     storage_writers: list[str] = field(default_factory=list)  # every writer's address (the first is `storage`)
-    object_store: list[str] = field(default_factory=list)  # `python -m wancrawl.seaweedfs` arguments, when one runs
+    object_store: list[str] = field(default_factory=list)  # `python -m manager.seaweedfs` arguments, when one runs
     procs: list[Proc] = field(default_factory=list)
     manager_pid: int = 0
 
@@ -366,7 +367,7 @@ def _configs(plan: Plan, run: Run) -> dict[str, Path]:
     run.storage = run.storage_writers[0]
     endpoint = ""
     if plan.object_store:
-        from wancrawl.seaweedfs import SeaweedFS
+        from manager.seaweedfs import SeaweedFS
 
         seaweed = SeaweedFS(out / "seaweedfs")
         run.object_store = seaweed.args()
@@ -408,7 +409,7 @@ def _start_all(plan: Plan, run: Run, paths: dict[str, Path], timeout: float = 60
     cons = [(f"consultant{'' if i == 0 else f'-{i + 1}'}", "consultant.cli", paths["consultant"], a)
             for i, a in enumerate(replicas)]
     if run.object_store:  # storage needs its bucket first
-        from wancrawl.seaweedfs import SeaweedFS
+        from manager.seaweedfs import SeaweedFS
 
         p = procs.start("seaweedfs", run.object_store, plan.out, cwd=plan.out)
         run.procs.append(p)

@@ -1,8 +1,8 @@
 """The manager's view of a cluster without a consultant: the overlay's query client
-(agent/placement/kademlia/query.py PeerDirectory), shared with storage."""
+(agent/peers.py PeerDirectory), shared with storage."""
 
 from __future__ import annotations
 
-from agent.placement.kademlia.query import PeerDirectory, contact_of, keyed, listing, routes
+from agent.peers import PeerDirectory, contact_of, keyed, listing, routes
 
 __all__ = ["PeerDirectory", "contact_of", "keyed", "listing", "routes"]

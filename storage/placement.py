@@ -33,10 +33,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 from wancrawl import errors
 from wancrawl.checks import shown
+from wancrawl.placement import HostRoute
 from wancrawl.v1 import storage_pb2
 
 from storage import validate
@@ -46,32 +47,22 @@ log = logging.getLogger(__name__)
 RESOLVE_CHUNK = 1_000  # hosts per Resolve (the consultant takes up to its max_batch, 10,000 by default)
 
 
-@dataclass(frozen=True)
-class Route:
-    """One host's placement: agent ids owner first (empty with `error`), the epoch and TTL of
-    the consultant's answer."""
-
-    host: str
-    agents: tuple[str, ...]
-    epoch: int
-    ttl: float
-    error: str = ""
+# The consultant's Resolve, or the overlay's (agent/peers.py), which answers alike: hosts -> one
+# route each, in the order asked. Storage compares the agent ids alone (HostRoute.agent_ids).
+Resolve = Callable[[list[str]], Awaitable[list[HostRoute]]]
 
 
-Resolve = Callable[[list[str]], Awaitable[list[Route]]]
-
-
-def placed(route: Route, agent_id: str) -> bool:
+def placed(route: HostRoute, agent_id: str) -> bool:
     """May `agent_id` store pages of the route's host: is it the owner or a backup?"""
-    return agent_id in route.agents
+    return agent_id in route.agent_ids
 
 
-def refusal(route: Route, agent_id: str) -> str:
+def refusal(route: HostRoute, agent_id: str) -> str:
     """The Rejection reason for a capture `route` does not place its sender."""
     if route.error:
         return f"the consultant cannot place host {shown(route.host)}: {route.error}"
     return (f"agent {shown(agent_id)} is neither owner nor backup of host {shown(route.host)} "
-            f"(consultant epoch {route.epoch}: {', '.join(route.agents) or 'no agent'})")
+            f"(consultant epoch {route.epoch}: {', '.join(route.agent_ids) or 'no agent'})")
 
 
 class RouteCache:
@@ -81,21 +72,21 @@ class RouteCache:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.routes: OrderedDict[str, tuple[Route, float]] = OrderedDict()  # host -> (route, expires)
+        self.routes: OrderedDict[str, tuple[HostRoute, float]] = OrderedDict()  # host -> (route, expires)
         self.epoch = 0  # the newest epoch of any answer
 
-    def fresh(self, host: str, now: float) -> Route | None:
+    def fresh(self, host: str, now: float) -> HostRoute | None:
         e = self.routes.get(host)
         if e is not None and e[1] > now and e[0].epoch >= self.epoch:
             self.routes.move_to_end(host)
             return e[0]
         return None
 
-    def stale(self, host: str) -> Route | None:
+    def stale(self, host: str) -> HostRoute | None:
         e = self.routes.get(host)
         return None if e is None else e[0]
 
-    def put(self, route: Route, now: float) -> None:
+    def put(self, route: HostRoute, now: float) -> None:
         self.epoch = max(self.epoch, route.epoch)
         self.routes[route.host] = (route, now + route.ttl)
         self.routes.move_to_end(route.host)
@@ -108,7 +99,7 @@ class RouteCache:
 
 class PlacementCheck:
     """Decides, per ingest batch, which captures come from an agent not placed on their host.
-    Receives `resolve` (hosts -> Routes in the same order; raises a WancrawlError when the
+    Receives `resolve` (hosts -> HostRoutes in the same order; raises a WancrawlError when the
     consultant cannot answer) and a clock; owns the route cache and its counters."""
 
     def __init__(self, resolve: Resolve, cache: RouteCache, clock: Callable[[], float]):
@@ -153,10 +144,10 @@ class PlacementCheck:
                     out[i] = refusal(route, captures[i].agent_id)
         return out
 
-    async def _ask(self, hosts: list[str]) -> dict[str, Route]:
+    async def _ask(self, hosts: list[str]) -> dict[str, HostRoute]:
         """Asked host -> the consultant's route (now cached when it names agents); the hosts it
         could not be asked about are absent."""
-        got: dict[str, Route] = {}
+        got: dict[str, HostRoute] = {}
         for k in range(0, len(hosts), RESOLVE_CHUNK):
             chunk = hosts[k:k + RESOLVE_CHUNK]
             self.counters["placement_resolves"] += 1
@@ -176,5 +167,5 @@ class PlacementCheck:
             for asked, route in zip(chunk, routes):
                 got[asked] = route
                 if route.agents and not route.error:
-                    self.cache.put(Route(asked, route.agents, route.epoch, route.ttl), now)
+                    self.cache.put(replace(route, host=asked), now)  # cached under the name asked
         return got

@@ -7,13 +7,14 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agent.placement.kademlia.query import PeerDirectory
+# The agent's client-side face alone (the overlay's query client, docs/architecture.md floors).
+from agent.peers import PeerDirectory
 from consultant.client import ConsultantClient
 from storage import validate
 from storage.config import StorageSettings
 from storage.index import Row
 from storage.metrics import SCHEMA as METRICS
-from storage.placement import PlacementCheck, Resolve, Route, RouteCache
+from storage.placement import PlacementCheck, RouteCache
 from storage.store import BatchResult, Store
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
@@ -267,14 +268,6 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         return out
 
 
-def consultant_resolve(client: ConsultantClient | PeerDirectory) -> Resolve:
-    """The consultant's Resolve (or the overlay's, which answers alike) as the placement check
-    needs it: agent ids, no addresses."""
-    async def resolve(hosts: list[str]) -> list[Route]:
-        return [Route(r.host, tuple(a for a, _ in r.agents), r.epoch, r.ttl, r.error) for r in await client.resolve(hosts)]
-    return resolve
-
-
 class StorageService:
     """Server plus the things that must stop with it (writer, store, the consultant's channel)."""
 
@@ -295,11 +288,12 @@ class StorageService:
         p = settings.placement
         if settings.consultant:
             self.consultant = ConsultantClient(settings.consultant, timeout=p.timeout, tls=settings.tls)
-            self.placement = PlacementCheck(consultant_resolve(self.consultant), RouteCache(p.cache_size), time.monotonic)
+            self.placement = PlacementCheck(self.consultant.resolve, RouteCache(p.cache_size), time.monotonic)
         elif settings.peers:
-            # No consultant: the agents' overlay answers, asked as a non-node (docs/kademlia.md).
+            # No consultant: the agents' overlay answers alike (the same HostRoutes), asked as a
+            # non-node (docs/kademlia.md).
             self.peers = PeerDirectory(settings.peers, tls=settings.tls, timeout=p.timeout, preference=p.preference)
-            self.placement = PlacementCheck(consultant_resolve(self.peers), RouteCache(p.cache_size), time.monotonic)
+            self.placement = PlacementCheck(self.peers.resolve, RouteCache(p.cache_size), time.monotonic)
         self.servicer = StorageServicer(self.store, self.committer, self.placement,
                                         writer_id=obj.writer_id if s3 else "", sink=settings.warc.sink)
         storage_pb2_grpc.add_StorageServicer_to_server(self.servicer, self.server)

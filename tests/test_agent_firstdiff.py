@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agent.state.frontier import SCHEMA_VERSION, Frontier, Item
 from agent.state.seen import SeenSet
-from wancrawl.xorspace import MAX_ID, host_key, key_prefix, moves_to
+from wancrawl.kademlia.xorspace import MAX_ID, host_key, key_prefix, moves_to
 
 POOL = [f"h{i}.example" for i in range(40)]
 

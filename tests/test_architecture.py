@@ -74,6 +74,8 @@ BACK_ARROWS = [
     ("agent/crawl/dispatcher.py", "import consultant.client", "placement-only"),       # only placement asks the consultant
     ("agent/state/frontier.py", "from agent.state.changes import ChangeLog", "acyclic"),  # the cycle issue 20 removed
     ("storage/index.py", "import storage.server", "acyclic"),
+    ("storage/server.py", "import agent.settings", "floors"),                       # storage past the agent's faces
+    ("agent/peers.py", "import agent.settings", "agent-rooms"),                     # a face pulls the settings (fetchers)
 ]
 
 

@@ -11,7 +11,7 @@ from agent_helpers import fetched_urls, kademlia_cluster, lab_web, normal_hosts,
 
 from lab import checks
 from lab.testing import ServerThread
-from wancrawl import xorspace
+from wancrawl.kademlia import xorspace
 from wancrawl.urls import host_of
 
 HOSTS = [f"www.site{i}.example" for i in range(200)]
@@ -144,7 +144,7 @@ def test_two_nodes_that_missed_each_other_meet_at_the_next_rounds(run):
     """A ping back that failed (a slow moment) is tried again in later rounds: nodes that know of
     each other only through a lookup's answer still end up in each other's tables."""
     from agent.placement.kademlia.overlay import Overlay
-    from agent.placement.kademlia.table import Contact
+    from wancrawl.kademlia.table import Contact
     from agent.settings import KademliaSettings
     from wancrawl import errors
 

@@ -17,9 +17,10 @@ from agent.placement.kademlia.balance import Host, Neighbour, NodeLoad, Policy, 
 from agent.placement.kademlia.delegation import Announce
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import KademliaPlacement
-from agent.placement.kademlia.table import Contact
 from agent.settings import KademliaSettings
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.table import Contact
 
 from agent_helpers import fenced_of, fetched_urls, kademlia_cluster, overlay_formed, seed, unfenced_refetches, wait_idle
 from test_agent_replication import lab_site, stored_urls

@@ -1,5 +1,5 @@
 """Node ids bound to certificates (S/Kademlia): an agent cannot take an id its certificate does not
-give it. The id is the SHA-1 of the certificate's public key (wancrawl/xorspace.py); a caller's
+give it. The id is the SHA-1 of the certificate's public key (wancrawl/kademlia/xorspace.py); a caller's
 contact is checked against its certificate, and a contact is dialed with TLS asking for its id's
 name, so an address cannot answer for an id that is not its own."""
 
@@ -11,10 +11,11 @@ import pytest
 
 from agent.client import AgentClient
 from agent.placement.kademlia.overlay import to_proto
-from agent.placement.kademlia.table import Contact
 from agent.server import create_server
-from wancrawl import errors, pki, xorspace
+from wancrawl import errors, pki
 from wancrawl.grpcutil import TlsSettings
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.table import Contact
 
 from agent_helpers import agent_config
 

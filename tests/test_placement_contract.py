@@ -67,12 +67,13 @@ from agent.placement.consultant import consultant_placement
 from agent.placement.kademlia.delegation import EMPTY, Announce
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import KademliaPlacement
-from agent.placement.kademlia.table import Contact
 from agent.placement.port import HostRoute, Placement, Registration
 from agent.settings import AgentSettings, KademliaSettings
 from consultant.server import ConsultantServer
 from consultant.service import ConsultantService
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.table import Contact
 from wancrawl.v1 import common_pb2
 
 HOSTS = [f"www.site{i}.example" for i in range(200)]

@@ -27,7 +27,8 @@ from agent.server import AUTH_RULES as AGENT_RULES, create_server as create_agen
 from consultant.server import AUTH_RULES as CONSULTANT_RULES, create_server as create_consultant
 from storage.config import load as storage_settings
 from storage.server import AUTH_RULES as STORAGE_RULES, create_server as create_storage
-from wancrawl import grpcutil, pki, xorspace
+from wancrawl import grpcutil, pki
+from wancrawl.kademlia import xorspace
 from wancrawl.auth import Rules
 from wancrawl.errors import ConfigError
 from wancrawl.grpcutil import TlsSettings
@@ -299,7 +300,7 @@ def test_pki_command(tmp_path, capsys):
     cert = x509.load_pem_x509_certificate((d / "agent-unicom-beijing.crt").read_bytes())
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.UniformResourceIdentifier) == ["wancrawl://agent/unicom-beijing"]
-    # ... and the name of the Kademlia id its key gives (wancrawl/xorspace.py), which peers verify.
+    # ... and the name of the Kademlia id its key gives (wancrawl/kademlia/xorspace.py), which peers verify.
     node_name = xorspace.id_san(xorspace.node_id_of_cert((d / "agent-unicom-beijing.crt").read_bytes()))
     assert set(san.get_values_for_type(x509.DNSName)) == {"localhost", "agent1.example", node_name}
     assert {str(i) for i in san.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "10.0.0.7"}

@@ -12,7 +12,7 @@ from storage.server import create_server
 from storage.store import Store
 from storage.testing import fetch_result, pages
 from wancrawl.errors import ConfigError, Unavailable
-from wancrawl.procs import free_port
+from manager.procs import free_port
 from wancrawl.warcrecords import build_capture
 
 def test_one_address_is_a_plain_client_several_fail_over():

@@ -11,7 +11,7 @@ import pytest
 
 from lab import topology
 from lab.cluster import down, up
-from wancrawl.seaweedfs import SeaweedFS, weed_binary
+from manager.seaweedfs import SeaweedFS, weed_binary
 from lab.truth import Scope, Truth
 from lab.web import Web
 from manager.seed import parse_seeds

@@ -4,8 +4,11 @@ consultant, and the agent's shipper copes with the refusals."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,15 +19,16 @@ from consultant.client import ConsultantClient
 from consultant.server import create_server as create_consultant
 from storage.client import GrpcStorageClient, make_batch
 from storage.config import load as storage_settings
-from storage.placement import PlacementCheck, Route, RouteCache
+from storage.placement import PlacementCheck, RouteCache
 from storage.server import create_server as create_storage
 from storage.testing import fetch_result
 from wancrawl import errors, pki
 from wancrawl.grpcutil import TlsSettings
+from wancrawl.placement import HostRoute
 from wancrawl.v1 import storage_pb2
 from wancrawl.warcrecords import build_capture
 
-from conftest import free_port
+from conftest import REPO, free_port
 from consultant_helpers import register_n, settings_for
 
 HOSTS = [f"site{i}.example" for i in range(40)]
@@ -298,9 +302,9 @@ def test_one_resolve_per_batch_for_every_host_to_ask_and_cached_routes_only_acce
     epoch = [7]
     now = [0.0]
 
-    async def resolve(hosts: list[str]) -> list[Route]:
+    async def resolve(hosts: list[str]) -> list[HostRoute]:
         asked.append(hosts)
-        return [Route(h, table[h], epoch[0], 300) for h in hosts]
+        return [HostRoute(h, tuple((a, f"{a}:1") for a in table[h]), 300, epoch[0]) for h in hosts]
 
     check = PlacementCheck(resolve, RouteCache(100), lambda: now[0])
     caps = [cap(f"http://{h}/{i}.html", "x", i) for i in range(3) for h in table]
@@ -330,7 +334,7 @@ def test_without_a_consultant_storage_asks_the_agents_overlay(tmp_path, run):
     its host's XOR owner or backups (the preference list computed here, independently, from the
     agents' ids), and refused from any other agent."""
     from lab.testing import ServerThread
-    from wancrawl import xorspace
+    from wancrawl.kademlia import xorspace
 
     from agent_helpers import kademlia_cluster, lab_web, overlay_formed
 
@@ -362,3 +366,36 @@ def test_without_a_consultant_storage_asks_the_agents_overlay(tmp_path, run):
                     await ssrv.stop(0)
 
         run(go())
+
+
+# -- what storage loads of the agent -----------------------------------------------------------------
+
+HTTP_CLIENTS = ("aiohttp", "httpx", "httptools")  # the agent's fetch backends' libraries (agent/fetch/)
+
+
+def loaded_by(module: str) -> tuple[list[str], list[str]]:
+    """The agent's modules and the HTTP client libraries that `import module` loads, in a fresh
+    interpreter (this one has the whole agent loaded already)."""
+    code = (f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'agent')); "
+            f"print([m for m in {HTTP_CLIENTS!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    agent, http = (ast.literal_eval(line) for line in p.stdout.splitlines())
+    return agent, http
+
+
+@pytest.mark.parametrize("module,faces", [
+    ("storage.server", ["agent", "agent.client", "agent.peers"]),  # its placement check without a consultant
+    ("agent.peers", ["agent", "agent.client", "agent.peers"]),
+    ("agent.client", ["agent", "agent.client"]),
+])
+def test_storage_loads_only_the_agents_client_side_faces(module, faces):
+    """Storage asks the overlay through agent/peers.py on agent/client.py and nothing else of the
+    agent's: not its settings, whose defaults drag in every fetch backend, nor any room."""
+    assert loaded_by(module) == (faces, [])
+
+
+def test_the_agents_settings_load_the_fetch_backends_storage_does_without():
+    """The probe above can fail: the agent's settings load the fetchers and their libraries."""
+    agent, http = loaded_by("agent.settings")
+    assert "agent.fetch" in agent and sorted(http) == sorted(HTTP_CLIENTS)

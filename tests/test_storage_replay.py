@@ -19,7 +19,7 @@ from storage.client import make_batch
 from storage.config import IndexSettings, IngestSettings, ObjectStoreSettings, StorageSettings, WarcSettings
 from storage.store import Store, timestamp14
 from storage.testing import fetch_result, pages
-from wancrawl.procs import free_port
+from manager.procs import free_port
 from wancrawl.warcrecords import build_capture
 
 

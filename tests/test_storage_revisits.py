@@ -188,7 +188,7 @@ def test_pywb_replays_a_304_revisit_as_the_earlier_capture(tmp_path):
 
     pytest.importorskip("pywb", reason="pywb (the dev extra) is not installed")
     from storage.store import timestamp14
-    from wancrawl.procs import free_port
+    from manager.procs import free_port
 
     from test_storage_replay import _get_when_up
 

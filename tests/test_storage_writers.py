@@ -160,7 +160,7 @@ def test_manager_status_shows_each_writers_ingest_rate_and_lag(writers, run):
     from manager.status import Snapshot, WriterRates, render_writers, storage_status
     from storage.client import GrpcStorageClient
     from storage.server import create_server
-    from wancrawl.procs import free_port
+    from manager.procs import free_port
 
     settings, _ = writers
     caps, _ = corpus(40)

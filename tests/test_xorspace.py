@@ -1,4 +1,4 @@
-"""wancrawl/xorspace.py's firstdiff arithmetic against brute force: the ranges a join moves."""
+"""wancrawl/kademlia/xorspace.py's firstdiff arithmetic against brute force: the ranges a join moves."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from bisect import bisect_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wancrawl import xorspace
-from wancrawl.xorspace import (
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.xorspace import (
     ID_BITS,
     KEY_PREFIX_SHIFT,
     MAX_ID,

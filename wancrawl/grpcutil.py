@@ -399,7 +399,7 @@ def channel(target: str, tls: TlsSettings | None = None, *, server_name: str = "
     """An async channel with wancrawl's message limits and keepalives: mutual TLS with `tls`
     (or what effective_tls finds for the target), plaintext only when that says insecure.
     server_name: the name the server's certificate must carry instead of the target's host (a
-    Kademlia node's id name, wancrawl/xorspace.py id_san). options: more channel options
+    Kademlia node's id name, wancrawl/kademlia/xorspace.py id_san). options: more channel options
     (wancrawl/failover.py's faster reconnects)."""
     t = effective_tls(tls, target)
     opts = CHANNEL_OPTIONS + list(options)

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from wancrawl import xorspace
+from wancrawl.kademlia import xorspace
 from wancrawl.errors import ConfigError, InvalidArgument
 
 ROLES = ("agent", "operator", "service")
@@ -178,7 +178,7 @@ def issue(directory: str | Path, role: str, name: str, *, sans: list[str] | tupl
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(f"{URI_PREFIX}{role}/{name}")]
     if role == "agent":
-        # The agent's Kademlia id is the hash of this key (wancrawl/xorspace.py): a peer dialing
+        # The agent's Kademlia id is the hash of this key (wancrawl/kademlia/xorspace.py): a peer dialing
         # the node by its id asks TLS for this name, so an address cannot answer for another id.
         spki = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         names.append(x509.DNSName(xorspace.id_san(xorspace.node_id_of_spki(spki))))

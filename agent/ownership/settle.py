@@ -46,7 +46,8 @@ from agent.state.commit import Durable
 from agent.state.frontier import Item
 from agent.state.storable import Unstorable
 from agent.waker import Waker
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
 from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 

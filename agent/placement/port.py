@@ -6,14 +6,15 @@ implementation passes tests/test_placement_contract.py.
 
 `HostRoute` (a host's ranked preference list: owner first, then its backups, with a TTL and the
 epoch it was decided in) and `Registration` (the epoch and lease a registration was given) are
-the port's answers. The consultant's client defines them, and the agent reads them from here.
+the port's answers. They are defined once at the bottom floor (wancrawl/placement.py, shared with
+the consultant's client and storage), and the agent reads them from here.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from consultant.client import HostRoute, Registration
+from wancrawl.placement import HostRoute, Registration
 from wancrawl.v1 import common_pb2
 
 __all__ = ["HostRoute", "Placement", "Registration"]

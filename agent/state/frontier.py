@@ -16,7 +16,7 @@ from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_movin
 from agent.state.revisit import FIELDS as RV_FIELDS, Entry, Planner, Policy, Visit, entry_of
 from agent.state.storable import INT64_MAX, Unstorable, text_ok, write_all
 from wancrawl.checks import MAX_COUNT
-from wancrawl.xorspace import host_prefix
+from wancrawl.kademlia.xorspace import host_prefix
 
 if TYPE_CHECKING:  # not at run time: agent.settings pulls in the fetchers (seconds of imports)
     from agent.settings import RevisitSettings

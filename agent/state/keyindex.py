@@ -1,5 +1,5 @@
 """The host-key index the frontier and the seen set keep (seed 000's firstdiff, issue 22): each
-host's 64-bit key prefix (wancrawl.xorspace.key_prefix) in an SQLite index, and the reads a join
+host's 64-bit key prefix (wancrawl.kademlia.xorspace.key_prefix) in an SQLite index, and the reads a join
 or a leave makes of it: the hosts closer to a newcomer than to this node, reading only the index
 ranges that can hold them, instead of every host.
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from agent.state.storable import INT64_MAX
-from wancrawl.xorspace import (
+from wancrawl.kademlia.xorspace import (
     KEY_PREFIX_OFFSET,
     KEY_PREFIX_SHIFT,
     firstdiff,

@@ -18,7 +18,7 @@ import numpy as np
 from agent.state import sieve
 from agent.state.keyindex import IndexRead, IndexSql, read_key_range, read_moving
 from agent.state.storable import Unstorable, text_ok
-from wancrawl.xorspace import host_prefix
+from wancrawl.kademlia.xorspace import host_prefix
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS hosts (hid INTEGER PRIMARY KEY, host TEXT NOT NULL UNIQUE, hkey INTEGER NOT NULL DEFAULT 0);

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from agent.state.frontier import Frontier, Item
 from agent.state.keyindex import full_scan
 from agent.state.seen import SeenSet
-from wancrawl.xorspace import (
+from wancrawl.kademlia.xorspace import (
     KEY_PREFIX_OFFSET,
     KEY_PREFIX_SHIFT,
     firstdiff,

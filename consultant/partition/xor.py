@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from consultant.partition.base import AgentView, Partitioner, Placement, Scored, Site, register
-from wancrawl import xorspace
+from wancrawl.kademlia import xorspace
 
 ID_BITS = 160  # SHA-1 sized ids, as in Kademlia
 
@@ -30,7 +30,7 @@ def node_key(text: str) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest(), "big")
 
 
-host_key = xorspace.host_key  # the same key in both modes (wancrawl/xorspace.py)
+host_key = xorspace.host_key  # the same key in both modes (wancrawl/kademlia/xorspace.py)
 
 
 def xor_order(ids: Sequence[int], key: int, lo: int, hi: int) -> Iterator[int]:

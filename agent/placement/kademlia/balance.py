@@ -26,7 +26,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from wancrawl import loadmodel, xorspace
+from wancrawl import loadmodel
+from wancrawl.kademlia import xorspace
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.placement.kademlia.balance import NodeLoad
-from agent.placement.kademlia.table import Contact
+from wancrawl.kademlia.table import Contact
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Node ids bound to certificates (S/Kademlia's idea; wancrawl/xorspace.py): this agent's own id,
+"""Node ids bound to certificates (S/Kademlia's idea; wancrawl/kademlia/xorspace.py): this agent's own id,
 and the id a caller's certificate gives it, which its claimed contact must carry."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.settings import AgentSettings
-from wancrawl import grpcutil, xorspace
+from wancrawl import grpcutil
+from wancrawl.kademlia import xorspace
 
 
 def node_id_for(settings: AgentSettings) -> int:

@@ -32,10 +32,11 @@ from typing import Protocol
 
 from agent.placement.kademlia.balance import NodeLoad
 from agent.placement.kademlia.delegation import Announce, Delegations
-from agent.placement.kademlia.lookup import LookupStats, lookup_many
-from agent.placement.kademlia.table import Contact, RoutingTable
 from agent.settings import KademliaSettings
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.lookup import LookupStats, lookup_many
+from wancrawl.kademlia.table import Contact, RoutingTable
 from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
 

@@ -26,11 +26,12 @@ from agent.placement.kademlia import balance
 from agent.placement.kademlia.balance import NodeLoad
 from agent.placement.kademlia.identity import node_id_for
 from agent.placement.kademlia.overlay import Overlay
-from agent.placement.kademlia.table import Contact
 from agent.placement.kademlia.wire import GrpcTransport
 from agent.placement.port import HostRoute, Registration
 from agent.settings import AgentSettings
-from wancrawl import checks, errors, grpcutil, loadmodel, xorspace
+from wancrawl import checks, errors, grpcutil, loadmodel
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.table import Contact
 from wancrawl.urls import canonical_host
 from wancrawl.v1 import common_pb2
 

@@ -1,6 +1,6 @@
 """The overlay's messages over the agents' gRPC service (agent/client.py): Ping, FindNode and
 Leave. A node is dialed by its id: with TLS the channel asks for the certificate name its id
-gives (wancrawl/xorspace.py id_san), so an address that answers with another key fails the call."""
+gives (wancrawl/kademlia/xorspace.py id_san), so an address that answers with another key fails the call."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from agent import validate
 from agent.client import AgentPool
 from agent.placement.kademlia.delegation import Announce
 from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
-from agent.placement.kademlia.table import Contact
-from wancrawl import errors, xorspace
+from wancrawl import errors
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.table import Contact
 from wancrawl.v1 import agent_pb2
 
 

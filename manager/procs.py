@@ -5,6 +5,10 @@ Ctrl-C in the terminal reaches only the command that started it, which then stop
 output in a log file, and recorded as a `Proc` (name, pid, command, log, address). `alive`
 checks that a pid still runs the recorded command (a reused pid is left alone); `stop` stops
 agents first (they deregister and flush), then the rest in reverse order of start.
+
+Tools-only: no service starts processes, so this lives at the lowest tool floor (the manager),
+not in the services' base package; `manager crawl`, the lab (lab/cluster.py), the benches and
+the tests import it from here, as the import-linter floors allow (bench > lab > manager).
 """
 
 from __future__ import annotations

