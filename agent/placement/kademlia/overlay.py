@@ -5,7 +5,7 @@ are its lease, failure detection, join, leave, and the PING / FIND_NODE / LEAVE 
 Decisions (docs/kademlia.md says why):
 
 * A contact enters the routing table only after it answered a Ping over a channel that verified
-  its id (TLS with the id's name, wancrawl/xorspace.py id_san): a node cannot put a contact that
+  its id (TLS with the id's name, wancrawl/kademlia/xorspace.py id_san): a node cannot put a contact that
   is not its own certificate's into another's table, so nobody sits at an id next to a victim's
   hosts. A caller's own contact is checked against its certificate on every call
   (`check_caller`, in the server).
