@@ -94,8 +94,12 @@ CRAWLER_CORE, SERVICE_CORE = {0}, {1}  # the backup agent runs on the service co
 POLL = 0.05
 
 
-def spawn(cmd: list, log: Path, cores: set[int], **kw) -> subprocess.Popen:
-    return subprocess.Popen([str(c) for c in cmd], cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+def spawn(cmd: list, log: Path, cores: set[int], src: Path = ROOT, **kw) -> subprocess.Popen:
+    """`cmd` pinned to `cores`; `python -m` modules come from the source tree `src` (its root first
+    on sys.path: `--baseline-src` runs an earlier commit's agent beside this one's)."""
+    if src != ROOT:
+        kw["env"] = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.Popen([str(c) for c in cmd], cwd=src, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             preexec_fn=pin(cores), **kw)
 
 
@@ -388,7 +392,7 @@ def tls_table(agents: list[dict]) -> dict[bool, float]:
 
 
 async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profile: Path | None, tls: bool = False,
-                    backups: int = 1, event_loop: str = "") -> dict:
+                    backups: int = 1, event_loop: str = "", src: Path = ROOT) -> dict:
     """One crawl by the measured agent (with `backups` backup agents, r, when `replication`), in
     its own consultant, storage and data dirs under `tmp`, every agent on `event_loop` ("": the
     agent's default). Every process started here is stopped on return."""
@@ -417,7 +421,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
         prefix = [sys.executable]
         if profile:
             prefix += ["-m", "cProfile", "-o", str(profile)]
-        agent = spawn(prefix + ["-m", "agent.cli", "run", "--config", cfg], logs["agent"], CRAWLER_CORE)
+        agent = spawn(prefix + ["-m", "agent.cli", "run", "--config", cfg], logs["agent"], CRAWLER_CORE, src)
         procs.append(agent)
         backup_ids = [BACKUP_ID] + [f"{BACKUP_ID}{k}" for k in range(2, backups + 1)]
         if replication:
@@ -429,7 +433,7 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                                     data_dir=tmp / f"{key}-data", consultant=cons_addr, storage=stor_addr, replication=True,
                                     backups=backups, event_loop=event_loop)
                 bcfg = secure(Path(bcfg), "agent", bid)
-                p = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs[key], SERVICE_CORE)
+                p = spawn([sys.executable, "-m", "agent.cli", "run", "--config", bcfg], logs[key], SERVICE_CORE, src)
                 procs.append(p)
                 await wait_health(f"127.0.0.1:{kport}", p, f"backup agent {k}", logs[key])
                 if k == 1:
@@ -503,7 +507,9 @@ async def run_agent(tmp: Path, topo, world: dict, args, replication: bool, profi
                 async with AgentClient(f"127.0.0.1:{bport}") as bstub:
                     bst = await agent_status(bstub)
         name = f"agent repl {f'r={backups}' if replication else 'off'}{' tls' if tls else ''}{f' {event_loop}' if event_loop else ''}"
-        return {"crawler": name, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
+        if src != ROOT:
+            name += " BASE"
+        return {"crawler": name, "baseline": src != ROOT, "event_loop": event_loop, "replication": replication, "backups": backups if replication else 0, "tls": tls, "pages": pages, "wall": t_last - t0, "cpu": c_idle - c0,
                 "idle_wall": t_idle - t0, "limit_hit": limit_hit, "cpu_to_last_page": c_last - c0, "counters": st,
                 "backup_cpu": backup_cpu, "backup_counters": bst, "profile": profile, "push_wall": push_wall,
                 "threads": threads, "faults": faults, "idle_rate": idle_rate}
@@ -561,6 +567,29 @@ def row(r: dict) -> str:
 
 def ms_per_page(r: dict) -> float:
     return r["cpu"] / r["pages"] * 1000 if r["pages"] else float("nan")
+
+
+BASELINE_TARGET = 1.0  # after/before CPU per page: no worse (issue 34); the machine's noise is 10-20% a run
+
+
+def baseline_table(agents: list[dict], baseline: Path) -> None:
+    """This tree's agent against --baseline-src's, per setting: CPU per page of each run, the
+    medians and their ratio (runs of one round saw the same load: their pair ratios too)."""
+    print(f"\nCPU per page, this tree ({ROOT}) against the baseline ({baseline}):")
+    print(f"{'setting':<22} {'after ms/page':>24} {'before ms/page':>24} {'after/before':>12} {'pairs':>20}")
+    keys = sorted({r["crawler"].removesuffix(" BASE") for r in agents})
+    for key in keys:
+        after = [r for r in agents if r["crawler"] == key]
+        before = [r for r in agents if r["crawler"] == key + " BASE"]
+        if not after or not before:
+            continue
+        a = statistics.median(ms_per_page(r) for r in after)
+        b = statistics.median(ms_per_page(r) for r in before)
+        pairs = [ms_per_page(x) / ms_per_page(y) for x, y in zip(after, before)]
+        verdict = "no worse" if a / b <= BASELINE_TARGET else ("within noise" if a / b <= 1.10 else "WORSE")
+        print(f"{key:<22} {', '.join(f'{ms_per_page(r):.3f}' for r in after):>24} "
+              f"{', '.join(f'{ms_per_page(r):.3f}' for r in before):>24} {a / b:>12.3f} "
+              f"{', '.join(f'{p:.2f}' for p in pairs):>20}  {verdict} (target <= {BASELINE_TARGET:.2f})")
 
 
 def replication_table(agents: list[dict]) -> float | None:
@@ -689,6 +718,9 @@ def main() -> int:
                     "FILE-on... when there are several agent runs) and print the top 25 "
                     "(the profiler inflates the agent's CPU: figures from such a run are not the measurement)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, configs, WARCs)")
+    ap.add_argument("--baseline-src", metavar="DIR", help="a source tree of an earlier commit (e.g. `git worktree add "
+                    "/tmp/before COMMIT`): each agent run is made twice, this tree's agent and DIR's, in alternating "
+                    "order, and a table compares their CPU per page (before/after a change, in one run)")
     args = ap.parse_args()
     print(f"agent fetcher: {args.fetcher}", flush=True)
     if args.repeat < 1:
@@ -709,6 +741,9 @@ def main() -> int:
     if any(x not in ("uvloop", "asyncio", "") for x in loops) or len(set(loops)) < len(loops):
         ap.error("--event-loop: uvloop, asyncio, or both comma-separated")
 
+    baseline = Path(args.baseline_src).resolve() if args.baseline_src else None
+    if baseline is not None and not (baseline / "agent" / "cli.py").exists():
+        ap.error(f"--baseline-src {baseline}: not a wancrawl source tree (no agent/cli.py)")
     tmp = Path(tempfile.mkdtemp(prefix="wancrawl-agent-bench-"))
     lab = None
     failed = 0
@@ -739,17 +774,22 @@ def main() -> int:
                     profile = pf if len(per_round) * args.repeat == 1 else pf.with_name(f"{pf.stem}-{mode}{n}{pf.suffix}")
                 print(f"agent, replication {mode}{' (mutual TLS)' if tls else ''}{f' (+ {r_backups} backup agents on core 1, every host pinned to the measured agent)' if on else ''}: "
                       f"concurrency {args.concurrency}, per host {args.per_host} ...", flush=True)
-                a = None
-                try:
-                    a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}", topo, world, args, on, profile, tls, r_backups or 1, loop))
-                except RuntimeError as exc:
-                    failed += 1
-                    print(f"AGENT FAILED (replication {mode}): {exc}")
-                # This run's requests (a failed run's too, so they are not counted for the next).
-                reqs, offset = requests_since(reqlog, offset, world["port"])
-                if a is not None:
-                    a["requests"] = reqs
-                    rows.append(a)
+                # With --baseline-src, the earlier tree's agent too, first in every other round.
+                srcs = [ROOT] if baseline is None else ([ROOT, baseline] if rnd % 2 else [baseline, ROOT])
+                for src in srcs:
+                    tag = "-base" if src != ROOT else ""
+                    a = None
+                    try:
+                        a = asyncio.run(run_agent(tmp / f"agent-run{n}-{mode}{tag}", topo, world, args, on, profile, tls,
+                                                  r_backups or 1, loop, src))
+                    except RuntimeError as exc:
+                        failed += 1
+                        print(f"AGENT FAILED (replication {mode}{tag}): {exc}")
+                    # This run's requests (a failed run's too, so they are not counted for the next).
+                    reqs, offset = requests_since(reqlog, offset, world["port"])
+                    if a is not None:
+                        a["requests"] = reqs
+                        rows.append(a)
             if not args.skip_floor:
                 # A floor run after each round: the machine's load moves between runs, and the
                 # ratio compares medians of runs made beside each other.
@@ -806,7 +846,9 @@ def main() -> int:
         else:
             print(f"  scrapy: follow {r.get('follow')}, reactor {r.get('reactor')}, finish {r.get('finish_reason')}, dupefilter {r.get('dupefilter_filtered')}, "
                   f"offsite {r.get('offsite_filtered')}, errors {r.get('errors')}")
-    every_loop = [r for r in rows if "idle_wall" in r]
+    every_loop = [r for r in rows if "idle_wall" in r and not r.get("baseline")]
+    if baseline is not None:
+        baseline_table([r for r in rows if "idle_wall" in r], baseline)
     agents = [r for r in every_loop if r["event_loop"] == loops[0]]  # the lines below take the first loop
     floors = [r for r in rows if r["crawler"].startswith("floor")]
     scrapy = [r for r in rows if "idle_wall" not in r and not r["crawler"].startswith("floor")]
