@@ -47,8 +47,8 @@ class ConsultantClient:
     def metrics(self) -> dict[str, float]:
         """For the agent's Status and Prometheus (agent/metrics.py): calls that moved to another
         replica, calls no replica answered, and which replica answered last (0 = the first listed)."""
-        c = self.replicas.counters
-        return {"consultant_failovers": c["failovers"], "consultant_unanswered": c["all_failed"],
+        c = self.replicas.stats
+        return {"consultant_failovers": c.failovers, "consultant_unanswered": c.all_failed,
                 "consultant_replica": float(self.replicas.current)}
 
     async def __aenter__(self) -> "ConsultantClient":

@@ -1,7 +1,7 @@
 """Storage's Prometheus metrics: `wancrawl_storage_*{listen=ADDRESS}` (docs/metrics.md).
 
-StorageServicer.counters counts what was received and acknowledged since start, PlacementCheck's
-counters the placement check (`placement_*`: only when a consultant is configured); GAUGES is the
+StorageServicer.stats (IngestCounters) counts what was received and acknowledged since start,
+PlacementCheck.stats (PlacementCounters) the placement check (`placement_*`: only when a consultant is configured); GAUGES is the
 one list of levels, every other number is a counter (`<name>_total`).
 """
 

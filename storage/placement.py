@@ -33,11 +33,12 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from wancrawl import errors
 from wancrawl.checks import shown
 from wancrawl.placement import HostRoute
+from wancrawl.stats import Counters
 from wancrawl.v1 import storage_pb2
 
 from storage import validate
@@ -97,6 +98,15 @@ class RouteCache:
         return len(self.routes)
 
 
+@dataclass(slots=True)
+class PlacementCounters(Counters):
+    """Since start, for Prometheus (storage/metrics.py)."""
+    placement_resolves: int = 0
+    placement_resolve_failures: int = 0
+    placement_stale_routes: int = 0
+    placement_unavailable: int = 0
+
+
 class PlacementCheck:
     """Decides, per ingest batch, which captures come from an agent not placed on their host.
     Receives `resolve` (hosts -> HostRoutes in the same order; raises a WancrawlError when the
@@ -106,9 +116,7 @@ class PlacementCheck:
         self.resolve = resolve
         self.cache = cache
         self.clock = clock
-        # Since start, for Prometheus (storage/metrics.py).
-        self.counters: dict[str, float] = {"placement_resolves": 0, "placement_resolve_failures": 0,
-                                           "placement_stale_routes": 0, "placement_unavailable": 0}
+        self.stats = PlacementCounters()
         self._failing = False  # the last Resolve failed: warned once, until one succeeds
 
     async def refused(self, captures: Sequence[storage_pb2.Capture]) -> dict[int, str]:
@@ -133,11 +141,11 @@ class PlacementCheck:
             if route is None:  # the consultant did not answer: the last route it gave, if any
                 last = self.cache.stale(host)
                 if last is None or not all(placed(last, captures[i].agent_id) for i in idxs):
-                    self.counters["placement_unavailable"] += 1
+                    self.stats.placement_unavailable += 1
                     raise errors.Unavailable(
                         f"cannot check that {shown(captures[idxs[0]].agent_id)} may store pages of host {shown(host)}: "
                         "the consultant does not answer; send again later")
-                self.counters["placement_stale_routes"] += 1
+                self.stats.placement_stale_routes += 1
                 continue
             for i in idxs:
                 if not placed(route, captures[i].agent_id):
@@ -150,11 +158,11 @@ class PlacementCheck:
         got: dict[str, HostRoute] = {}
         for k in range(0, len(hosts), RESOLVE_CHUNK):
             chunk = hosts[k:k + RESOLVE_CHUNK]
-            self.counters["placement_resolves"] += 1
+            self.stats.placement_resolves += 1
             try:
                 routes = await self.resolve(chunk)
             except errors.WancrawlError as exc:
-                self.counters["placement_resolve_failures"] += 1
+                self.stats.placement_resolve_failures += 1
                 if not self._failing:
                     log.warning("placement check: the consultant does not answer (%s); deciding by cached routes, "
                                 "answering UNAVAILABLE for the rest until it does", exc)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 # The agent's client-side face alone (the overlay's query client, docs/architecture.md floors).
 from agent.peers import PeerDirectory
@@ -19,6 +20,7 @@ from storage.store import BatchResult, Store
 from wancrawl import grpcutil
 from wancrawl.auth import Rules
 from wancrawl.metrics import Sample, serve_metrics
+from wancrawl.stats import Counters
 from wancrawl.v1 import storage_pb2, storage_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -160,6 +162,22 @@ def stats_message(s: dict) -> storage_pb2.StatsResponse:
     )
 
 
+
+@dataclass(slots=True)
+class IngestCounters(Counters):
+    """Since start, for Prometheus (storage/metrics.py): what was received and acknowledged."""
+    ingest_calls: int = 0
+    batches: int = 0
+    stored: int = 0
+    revisits: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    rejected_not_placed: int = 0
+    bytes_written: int = 0
+    captures_received: int = 0
+    raw_bytes_received: int = 0
+    bytes_received: int = 0
+
 class StorageServicer(storage_pb2_grpc.StorageServicer):
     def __init__(self, store: Store, committer: GroupCommitter, placement: PlacementCheck | None = None, *,
                  writer_id: str = "", sink: str = "local"):
@@ -169,10 +187,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self.writer_id = writer_id
         self.sink = sink
         self.started = time.monotonic()
-        # Since start, for Prometheus (storage/metrics.py): what was acknowledged.
-        self.counters = {"ingest_calls": 0, "batches": 0, "stored": 0, "revisits": 0, "duplicates": 0,
-                         "rejected": 0, "rejected_not_placed": 0, "bytes_written": 0, "captures_received": 0,
-                         "raw_bytes_received": 0, "bytes_received": 0}
+        self.stats = IngestCounters()
 
     async def _placed(self, batch: storage_pb2.PageBatch) -> tuple[storage_pb2.PageBatch, dict[int, str], list[int] | None]:
         """(what to store, index -> reason for the captures refused by placement, the stored
@@ -214,18 +229,18 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
                 ack.rejected.add(batch_id=r.batch_id, index=i, record_id=rid, reason=reason,
                                  kind=storage_pb2.REJECTION_KIND_NOT_PLACED)
                 not_placed += 1
-        c = self.counters
-        c["ingest_calls"] += 1
-        c["batches"] += ack.batches
-        c["stored"] += ack.stored
-        c["revisits"] += ack.revisits
-        c["duplicates"] += ack.duplicates
-        c["rejected"] += len(ack.rejected) - not_placed
-        c["rejected_not_placed"] += not_placed
-        c["bytes_written"] += ack.bytes_written
-        c["captures_received"] += captures
-        c["raw_bytes_received"] += raw
-        c["bytes_received"] += compressed
+        c = self.stats
+        c.ingest_calls += 1
+        c.batches += ack.batches
+        c.stored += ack.stored
+        c.revisits += ack.revisits
+        c.duplicates += ack.duplicates
+        c.rejected += len(ack.rejected) - not_placed
+        c.rejected_not_placed += not_placed
+        c.bytes_written += ack.bytes_written
+        c.captures_received += captures
+        c.raw_bytes_received += raw
+        c.bytes_received += compressed
         return ack
 
     async def Get(self, request, context):
@@ -250,10 +265,10 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
     def writer_status(self) -> storage_pb2.WriterStatus:
         """This writer's own ingest since start (docs/storage.md: manager status turns two
         readings into rates; lag is the age of the oldest batch received and not yet durable)."""
-        c, now, last = self.counters, time.monotonic(), self.committer.last_durable
+        c, now, last = self.stats, time.monotonic(), self.committer.last_durable
         return storage_pb2.WriterStatus(
             writer_id=self.writer_id, sink=self.sink, uptime_seconds=now - self.started,
-            pages=c["stored"] + c["revisits"], duplicates=c["duplicates"], bytes_written=c["bytes_written"],
+            pages=c.stored + c.revisits, duplicates=c.duplicates, bytes_written=c.bytes_written,
             queued_batches=self.committer.waiting(), lag_seconds=self.committer.lag(),
             since_durable_seconds=-1.0 if last is None else now - last)
 
@@ -318,8 +333,8 @@ class StorageService:
                      self.settings.consultant)
 
     def _metrics(self) -> Sample:
-        placement = {**self.placement.counters, "placement_routes_cached": len(self.placement.cache)} if self.placement else {}
-        return {**self.servicer.counters, **placement, "ingest_queue": self.committer.queue.qsize(),
+        placement = {**self.placement.stats.as_dict(), "placement_routes_cached": len(self.placement.cache)} if self.placement else {}
+        return {**self.servicer.stats.as_dict(), **placement, "ingest_queue": self.committer.queue.qsize(),
                 "ingest_lag_seconds": self.committer.lag(), **self.security.metrics()}
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -129,7 +129,7 @@ def test_an_agent_whose_first_consultant_dies_keeps_its_lease_and_crawls_on_thro
                     await wait_idle(nodes)
                     listed = {x.agent_id for x in (await b.list_agents()).agents}
                     return ([n.gate.lapsed_at(n.clock()) for n in nodes], lapses, [n.membership.registrations for n in nodes],
-                            [n.gate.stats.lease_lapses + n.gate.stats.lease_ran_out for n in nodes], [n.placement.replicas.counters for n in nodes],
+                            [n.gate.stats.lease_lapses + n.gate.stats.lease_ran_out for n in nodes], [n.placement.replicas.stats.as_dict() for n in nodes],
                             listed, {c.url for st in stores for c in st.captures.values()}, {n.id for n in nodes})
                 finally:
                     for srv in agents:

@@ -133,15 +133,15 @@ def test_client_moves_past_a_dead_and_a_hung_replica_within_one_call(run, tmp_pa
             with silent_listener() as hung:
                 async with ConsultantClient([dead, hung, live], timeout=6.0, attempt_timeout=1.0) as c:
                     r = await c.register("a1", "127.0.0.9:7000")
-                    first = dict(c.replicas.counters)
+                    first = c.replicas.stats.as_dict()
                     # Both bad ones are now down: the next calls go straight to the live one.
                     await c.heartbeat("a1", common_pb2.LoadReport())
                     listed = await c.list_agents()
-                    after = dict(c.replicas.counters)
+                    after = c.replicas.stats.as_dict()
                     # A status that is the service's answer is not failed over.
                     with pytest.raises(errors.NotFound):
                         await c.heartbeat("nobody", common_pb2.LoadReport())
-                    assert c.replicas.counters["failovers"] == after["failovers"]
+                    assert c.replicas.stats.failovers == after["failovers"]
                     return r, first, after, listed
 
     r, first, after, listed = run(go())
@@ -155,7 +155,7 @@ def test_client_with_every_replica_dead_says_unavailable(run):
         async with ConsultantClient(f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}", timeout=3.0) as c:
             with pytest.raises(errors.Unavailable, match="no replica of 127.0.0.1:.*,127.0.0.1:.* answered"):
                 await c.list_agents()
-            return dict(c.replicas.counters)
+            return c.replicas.stats.as_dict()
 
     assert run(go()) == {"attempts": 2, "failovers": 1, "all_failed": 1}
 
@@ -166,6 +166,6 @@ def test_one_replica_takes_the_whole_deadline_as_before(run):
             async with ConsultantClient(hung, timeout=1.5) as c:
                 with pytest.raises(errors.Unavailable, match="DEADLINE_EXCEEDED"):  # the whole 1.5 s
                     await c.list_agents()
-                return dict(c.replicas.counters)
+                return c.replicas.stats.as_dict()
 
     assert run(go()) == {"attempts": 1, "failovers": 0, "all_failed": 1}

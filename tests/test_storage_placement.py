@@ -110,10 +110,10 @@ def test_a_page_of_a_host_the_sender_is_not_placed_on_is_refused_and_the_rest_st
             assert (a1.stored, a1.not_placed, a2.stored, a2.not_placed) == (1, [], 1, [])
             assert stored_by(ssrv, theirs) == sorted([owner, backup])
             assert stored_by(ssrv, mine) == [outsider]
-            c = ssrv.servicer.counters
-            assert (c["rejected_not_placed"], c["rejected"], c["stored"]) == (1, 1, 3)
+            c = ssrv.servicer.stats
+            assert (c.rejected_not_placed, c.rejected, c.stored) == (1, 1, 3)
             # One Resolve per batch with hosts to ask; the owner's and backup's hosts were cached.
-            assert ssrv.placement.counters["placement_resolves"] == 1
+            assert ssrv.placement.stats.placement_resolves == 1
 
     run(go())
 
@@ -127,18 +127,18 @@ def test_a_stale_route_cache_does_not_refuse_a_new_owner(tmp_path, run):
             old_owner = placed[0]
             url = f"http://{host}/page.html"
             assert (await sc.send(batch("b1", cap(url, old_owner)))).stored == 1  # storage caches the route
-            resolves = ssrv.placement.counters["placement_resolves"]
+            resolves = ssrv.placement.stats.placement_resolves
             # The host moves to the newcomer (an override: a new epoch). Storage's cached route is
             # still within its TTL and has not seen the new epoch.
             await client.set_override(host, newcomer)
             assert (await routes(client, [host]))[host][:2] == [newcomer, old_owner]
             ack = await sc.send(batch("b2", cap(url, newcomer, 1)))
             assert (ack.stored, ack.not_placed) == (1, []), "a cached route must not refuse the new owner"
-            assert ssrv.placement.counters["placement_resolves"] == resolves + 1  # asked once, then accepted
+            assert ssrv.placement.stats.placement_resolves == resolves + 1  # asked once, then accepted
             # The old owner's late page (fetched just before the move) is accepted: it is a backup now.
             ack = await sc.send(batch("b3", cap(f"http://{host}/late.html", old_owner, 2)))
             assert (ack.stored, ack.not_placed) == (1, [])
-            assert ssrv.placement.counters["placement_resolves"] == resolves + 1  # the fresh route placed it
+            assert ssrv.placement.stats.placement_resolves == resolves + 1  # the fresh route placed it
 
     run(go())
 
@@ -162,7 +162,7 @@ def test_consultant_unreachable_stores_nothing_unchecked_and_loses_nothing(tmp_p
             # The owner's next page of a host storage has an (expired) route for: stored by that route.
             ack = await sc.send(batch("b1", cap(f"http://{host}/1.html", owner, 1)))
             assert (ack.stored, ack.not_placed) == (1, [])
-            assert ssrv.placement.counters["placement_stale_routes"] >= 1
+            assert ssrv.placement.stats.placement_stale_routes >= 1
             # A page of a host storage never resolved, and the outsider's page of the cached host
             # (the route might be stale: it could be the new owner): UNAVAILABLE, nothing stored.
             unseen = f"http://{new_host}/2.html"
@@ -170,7 +170,7 @@ def test_consultant_unreachable_stores_nothing_unchecked_and_loses_nothing(tmp_p
                 with pytest.raises(errors.Unavailable, match="consultant"):
                     await sc.send(b)
             assert await sc.lookup([unseen, f"http://{host}/3.html"]) == {}
-            assert ssrv.placement.counters["placement_unavailable"] == 2
+            assert ssrv.placement.stats.placement_unavailable == 2
 
             # The agent's shipper keeps the batch spooled while storage says UNAVAILABLE ...
             spool = Spool(tmp_path / "spool", fsync=False)

@@ -21,6 +21,7 @@ from typing import TypeVar
 import grpc
 
 from wancrawl import errors
+from wancrawl.stats import Counters
 
 T = TypeVar("T")
 
@@ -117,6 +118,14 @@ class Ranking:
         self._down_until[i] = 0.0
 
 
+
+@dataclass(slots=True)
+class FailoverCounters(Counters):
+    """Calls made on some replica, calls that moved on to another, calls none answered."""
+    attempts: int = 0
+    failovers: int = 0
+    all_failed: int = 0
+
 class FailoverChannels:
     """One channel per address (made on first use by `make_channel`) and calls run through a
     `Ranking`. A call has a deadline (`timeout`); each attempt but the last gets at most
@@ -131,7 +140,7 @@ class FailoverChannels:
         self.attempt_timeout = attempt_timeout
         self.clock = clock
         self._channels: dict[int, grpc.aio.Channel] = {}
-        self.counters: dict[str, float] = {"attempts": 0, "failovers": 0, "all_failed": 0}
+        self.stats = FailoverCounters()
         self.current = 0  # the address that answered last (the one in use)
 
     @property
@@ -157,9 +166,9 @@ class FailoverChannels:
             if left <= 0 and last is not None:
                 break
             budget = left if k == len(order) - 1 else min(left, self.attempt_timeout)
-            self.counters["attempts"] += 1
+            self.stats.attempts += 1
             if last is not None:
-                self.counters["failovers"] += 1
+                self.stats.failovers += 1
             self.ranking.trying(i, now)
             try:
                 result = await invoke(self.channel(i), max(budget, 0.001))
@@ -174,7 +183,7 @@ class FailoverChannels:
             self.ranking.answered(i)
             self.current = i
             return result
-        self.counters["all_failed"] += 1
+        self.stats.all_failed += 1
         assert last is not None
         raise last
 
