@@ -247,3 +247,23 @@ def dump_toml(data: dict[str, Any]) -> str:
     import tomli_w
 
     return tomli_w.dumps(data)
+
+
+def merge_tables(*parts: dict[str, Any] | str) -> dict[str, Any]:
+    """One config's tables from plain tables and TOML text (the [tls] table the PKI writes, the
+    tables a bench adds), merged in order: a table given twice has the keys of both, the later
+    value wins."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        _merge_into(out, tomllib.loads(part) if isinstance(part, str) else part)
+    return out
+
+
+def _merge_into(out: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, value in more.items():
+        if isinstance(value, dict):
+            if not isinstance(out.get(key), dict):
+                out[key] = {}  # a table of its own: the parts given are never changed
+            _merge_into(out[key], value)
+        else:
+            out[key] = value
