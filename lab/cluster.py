@@ -159,9 +159,10 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     `storage_writers`: that many storage processes over one index (`index_url`, PostgreSQL, in
     `index_schema`) and one bucket, writer ids w1, w2, ...; agent n ships to writer n mod N.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
-    unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
-    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
-    lines added to every agent's [kademlia] table (e.g. "balance = true").
+    unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables merged
+    into the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
+    lines added to every agent's [kademlia] table (e.g. "balance = true"). Each config is built as
+    its service's settings (checked as the service checks its file) and written with to_toml().
     mode "kademlia": no consultant config (Configs.consultant is None), storage without
     `consultant`, and every agent bootstraps through all the others (kademlia_table).
     consultants > 1: replicas sharing one config (each started with its own --listen) and a
