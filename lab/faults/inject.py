@@ -111,7 +111,7 @@ def replica_notes(before: dict[str, dict[str, float]], after: dict[str, dict[str
 
 
 class Rolling(threading.Thread):
-    """consultant-rolling's kills: every ROLLING_EVERY_S from the first (made by `_fault`), kill -9
+    """consultant-rolling's kills: every ROLLING_EVERY_S from the first (made by `inject_fault`), kill -9
     the replica in use and start it again ROLLING_DOWN_S later. `stop()` ends the loop and
     returns once every replica runs again."""
 
