@@ -10,7 +10,7 @@ from typing import Any
 from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
 from agent.peers import ALPHA, K, ROUTE_TTL
-from wancrawl.config import load
+from wancrawl.config import TomlWritable, load
 from wancrawl.errors import ConfigError, InvalidArgument
 from wancrawl.runtime.eventloop import DEFAULT_EVENT_LOOP
 from wancrawl.runtime.eventloop import check as check_event_loop
@@ -21,7 +21,7 @@ from wancrawl.warcrecords import DEFAULT_LEVEL
 
 
 @dataclass
-class ScopeSettings:
+class ScopeSettings(TomlWritable):
     allowed_domains: list[str] = field(default_factory=list)  # host equal to or under one; [] = any
     denied_domains: list[str] = field(default_factory=list)  # wins over allowed_domains
     allow_patterns: list[str] = field(default_factory=list)  # regex searched in the URL; [] = any
@@ -51,6 +51,7 @@ class ScopeSettings:
     max_query_params: int = 32
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])  # of the URLs followed
     ports: list[int] = field(default_factory=list)  # [] = any; else only these (a URL without a port: 80 or 443)
+    TOML_NONE = -1  # not a field: to_toml writes a budget's None ("no limit") as -1, read back below
 
     def __post_init__(self) -> None:
         for key in ("allowed_domains", "denied_domains"):
@@ -85,7 +86,7 @@ class ScopeSettings:
 
 
 @dataclass(frozen=True)
-class LocationSettings:
+class LocationSettings(TomlWritable):
     # Empty: the consultant derives city/coordinates/ASN from source_ip through its DBs.
     city: str = ""
     country: str = ""
@@ -101,7 +102,7 @@ class LocationSettings:
 
 
 @dataclass(frozen=True)
-class RoutingSettings:
+class RoutingSettings(TomlWritable):
     alpha: int = 1000            # URLs per PushUrls (seed 002's alpha)
     beta: int = 1000             # hosts per Resolve (seed 002's beta)
     flush_interval: float = 0.2  # seconds a partial push batch may wait
@@ -118,7 +119,7 @@ class RoutingSettings:
 
 
 @dataclass(frozen=True)
-class PolitenessSettings:
+class PolitenessSettings(TomlWritable):
     delay: float = 1.0           # seconds between two fetches of one host
     max_per_host: int = 1        # connections (fetches in flight) per host
     max_per_ip: int = 4          # per server IP (virtual hosts share it)
@@ -146,7 +147,7 @@ class PolitenessSettings:
 
 
 @dataclass(frozen=True)
-class RobotsSettings:
+class RobotsSettings(TomlWritable):
     enabled: bool = True
     ttl: float = 86400.0
     error_ttl: float = 600.0       # longest wait before asking an unreachable robots.txt again
@@ -160,7 +161,7 @@ class RobotsSettings:
 
 
 @dataclass(frozen=True)
-class MemorySettings:
+class MemorySettings(TomlWritable):
     """The agent's memory budget on any input (issue 25; docs/agent-fetching.md "Memory"). With
     the defaults one agent stays under 300 MB RSS on the lab's hostile web (bench/parts/memory.py)."""
 
@@ -186,7 +187,7 @@ class MemorySettings:
 
 
 @dataclass(frozen=True)
-class SitemapSettings:
+class SitemapSettings(TomlWritable):
     """Sitemaps (sitemaps.org; agent/crawl/sitemap.py, docs/agent-fetching.md "Sitemaps")."""
 
     enabled: bool = False            # follow robots.txt `Sitemap:` lines (off by default: docs say why)
@@ -207,7 +208,7 @@ class SitemapSettings:
 
 
 @dataclass(frozen=True)
-class StorageOutSettings:
+class StorageOutSettings(TomlWritable):
     batch_pages: int = 100        # pages per PageBatch
     flush_interval: float = 0.2   # seconds a partial batch may wait (pages count as done once spooled)
     fsync: bool = True            # spool files are fsynced before pages count as done
@@ -229,7 +230,7 @@ REVISIT_POLICIES = ("fixed", "adaptive", "optimal")  # agent/state/revisit.py
 
 
 @dataclass(frozen=True)
-class RevisitSettings:
+class RevisitSettings(TomlWritable):
     """Continuous crawling (issue 26; docs/continuous.md). Off by default: a one-shot crawl
     fetches each URL once. On, every page fetched with a 2xx answer is due again after an
     interval chosen by `policy`, and a revisit asks with If-None-Match / If-Modified-Since."""
@@ -261,7 +262,7 @@ class RevisitSettings:
 
 
 @dataclass(frozen=True)
-class ReplicationSettings:
+class ReplicationSettings(TomlWritable):
     # Each owned host's committed state goes to its first `backups` backups (docs/replication.md):
     # r = 2 survives the owner and its first backup dying at once (the consultant names three
     # agents per host; a shorter list replicates to as many as it names).
@@ -296,7 +297,7 @@ class ReplicationSettings:
 
 
 @dataclass(frozen=True)
-class KademliaSettings:
+class KademliaSettings(TomlWritable):
     """The consultant-less mode (`mode = "kademlia"`, docs/kademlia.md): the overlay's knobs with
     the Kademlia paper's and libp2p's defaults (k = 20, alpha = 3) and leases like the
     consultant's (15 s)."""
@@ -340,7 +341,7 @@ class KademliaSettings:
 
 
 @dataclass(frozen=True)
-class LoadSettings:
+class LoadSettings(TomlWritable):
     # Seed 000's load level L = S - W_f/H, reported in every heartbeat (docs/balance.md).
     period: float = 10.0        # T: the balance period; the work area W is what the peak rate fetches in it
     block: int = 20             # H: URLs per heavy block (the paper's 20); only scales L
@@ -358,7 +359,7 @@ class LoadSettings:
 
 
 @dataclass(frozen=True)
-class AgentSettings:
+class AgentSettings(TomlWritable):
     agent_id: str = ""
     listen: str = "127.0.0.1:0"       # the Agent gRPC service
     advertise: str = ""               # host:port peers dial; default: the bound listen address

@@ -9,7 +9,7 @@ TLS lets it in, as itself. This harness plays one: it dials the other agents, th
 storage with the certificate and key `lab up` issued to one of the crawling agents (--attacker,
 RUN_DIR/pki/agent-ID.crt), sends every attack of issue 21 once while the crawl is under way, and
 records each RPC's answer. The crawl then runs to its end and is counted against the lab's truth
-as bench/chaos.py counts (truth, stored, lost, stored twice, fetched twice: chaos.compare), and
+as bench/chaos.py counts (truth, stored, lost, stored twice, fetched twice: lab/faults/measure.py's compare), and
 compared with a baseline crawl without attacks (same cluster, same seed; run first, or skipped).
 
 The cluster is chaos.py's: `lab up` with four agents (--groups), the asn strategy, lab seed 9
@@ -100,8 +100,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import chaos  # noqa: E402
 from lab import cluster  # noqa: E402
+from lab.faults import measure, observe, scenarios  # noqa: E402
 from wancrawl.urls import host_of_canonical  # noqa: E402
 
 DEFAULT_ATTACKER = "telecom-guangzhou"
@@ -583,7 +583,7 @@ def _proto_capture(url: str, agent_id: str):
 @dataclass
 class Run:
     name: str                          # "baseline" or "attacked"
-    metrics: chaos.Comparison | None = None
+    metrics: measure.Comparison | None = None
     finished: bool = False
     crawl_s: float | None = None       # seeding to the end (idle) or the timeout
     serving: str = "-"                 # agents answering SERVING at the end, "n/m"
@@ -612,7 +612,7 @@ def _pick_other(attacker: str, agents: Sequence[str]) -> str:
 
 
 def run_crawl(name: str, base: Path, args: argparse.Namespace) -> Run:
-    run = chaos.fresh_run_dir(base / name)
+    run = observe.fresh_run_dir(base / name)
     res = Run(name)
     try:
         cl = cluster.up(run, strategy=args.strategy, groups=args.groups, seed=args.seed, time_scale=args.time_scale,
@@ -624,7 +624,7 @@ def run_crawl(name: str, base: Path, args: argparse.Namespace) -> Run:
     truth: set[str] = set()
     try:
         # Each run's own: truth URLs carry the run's web port (the hosts are the same in both runs).
-        truth = res.truth = chaos.compute_truth(cl)
+        truth = res.truth = observe.compute_truth(cl)
         if name == "attacked" and args.attacker not in cl.agents:
             raise ValueError(f"attacker {args.attacker!r} is not one of the agents {sorted(cl.agents)}")
         by_host: dict[str, list[str]] = {}
@@ -632,13 +632,13 @@ def run_crawl(name: str, base: Path, args: argparse.Namespace) -> Run:
             by_host.setdefault(host_of_canonical(u), []).append(u)
         from manager.seed import parse_seeds
         seeds = {host_of_canonical(u) for u in parse_seeds(Path(cl.seeds_file).read_text()).urls}
-        tail = chaos.LogTail(cl.web_log)
+        tail = observe.LogTail(cl.web_log)
         t0, seeded_at = time.monotonic(), time.time()
         deadline = t0 + args.timeout
-        asyncio.run(chaos.inject_seeds(cl))
+        asyncio.run(observe.inject_seeds(cl))
         if name == "attacked":
             res.outcomes = asyncio.run(_attack_run(cl, args, by_host, seeds, tail, truth, deadline, seeded_at, res))
-        res.finished = asyncio.run(chaos.wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
+        res.finished = asyncio.run(observe.wait_crawl_idle(cl, deadline - time.monotonic(), args.stable))
         res.crawl_s = time.monotonic() - t0
         if not res.finished:
             res.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
@@ -653,15 +653,15 @@ def run_crawl(name: str, base: Path, args: argparse.Namespace) -> Run:
         if p.name not in stopped:
             res.notes.append(f"ERROR: {p.name} was not running at the end (see {p.log})")
     if truth:
-        entries = chaos.LogTail(cl.web_log).poll()
-        res.requested = [u for e in entries if e.t <= t_end and (u := chaos.log_url(e, cl.web_port)) is not None]
-        res.captures = [(u, t) for u, t, fetched in chaos.read_captures(run) if fetched <= t_end]
-        res.metrics = chaos.compare(truth, res.captures, res.requested)
+        entries = observe.LogTail(cl.web_log).poll()
+        res.requested = [u for e in entries if e.t <= t_end and (u := observe.log_url(e, cl.web_port)) is not None]
+        res.captures = [(u, t) for u, t, fetched in observe.read_captures(run) if fetched <= t_end]
+        res.metrics = measure.compare(truth, res.captures, res.requested)
     return res
 
 
 async def _attack_run(cl: cluster.Cluster, args: argparse.Namespace, by_host: dict[str, list[str]], seeds: set[str],
-                      tail: chaos.LogTail, truth: set[str], deadline: float, seeded_at: float, res: Run) -> list[Outcome]:
+                      tail: observe.LogTail, truth: set[str], deadline: float, seeded_at: float, res: Run) -> list[Outcome]:
     att = Attacker(cl, args.attacker)
     requested: set[str] = set()
     world = World(by_host, requested, sorted(cl.agents), _pick_other(args.attacker, sorted(cl.agents)))
@@ -672,7 +672,7 @@ async def _attack_run(cl: cluster.Cluster, args: argparse.Namespace, by_host: di
             o.at_s = time.time() - seeded_at
         goal = args.attack_at * len(truth)
         while time.monotonic() < deadline:
-            requested.update(u for e in tail.poll() if (u := chaos.log_url(e, cl.web_port)) in truth)
+            requested.update(u for e in tail.poll() if (u := observe.log_url(e, cl.web_port)) in truth)
             if len(requested) >= goal:
                 break
             await asyncio.sleep(0.2)
@@ -699,7 +699,7 @@ def on_hosts(hosts: Collection[str], r: Run) -> tuple[int, int] | None:
         return None
     hs = set(hosts)
     sub = {u for u in r.truth if host_of_canonical(u) in hs}
-    m = chaos.compare(sub, r.captures, r.requested)
+    m = measure.compare(sub, r.captures, r.requested)
     return m.lost, m.stored_twice
 
 
@@ -721,8 +721,8 @@ def beyond_baseline(attacked: Run, baseline: Run | None, exclude: Collection[str
     if attacked.metrics is None or baseline is None or baseline.metrics is None:
         return None
     ex = set(exclude)
-    a = chaos.compare({u for u in attacked.truth if host_of_canonical(u) not in ex}, attacked.captures, attacked.requested)
-    b = chaos.compare({u for u in baseline.truth if host_of_canonical(u) not in ex}, baseline.captures, baseline.requested)
+    a = measure.compare({u for u in attacked.truth if host_of_canonical(u) not in ex}, attacked.captures, attacked.requested)
+    b = measure.compare({u for u in baseline.truth if host_of_canonical(u) not in ex}, baseline.captures, baseline.requested)
     return a.lost - b.lost, a.stored_twice - b.stored_twice
 
 
@@ -809,9 +809,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attack-at", type=float, default=0.3, help="share of truth requested when the attacks come (default 0.3)")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of the tables")
     p.add_argument("--run-dir", help="base directory for the runs (kept); default: a temporary one, removed")
-    p.add_argument("--seed", type=int, default=chaos.DEFAULT_SEED)
+    p.add_argument("--seed", type=int, default=scenarios.DEFAULT_SEED)
     p.add_argument("--strategy", default="asn")
-    p.add_argument("--groups", default=",".join(chaos.DEFAULT_GROUPS), help="the agents' ISP-city groups")
+    p.add_argument("--groups", default=",".join(scenarios.DEFAULT_GROUPS), help="the agents' ISP-city groups")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds from seeding to the end of a crawl")
     p.add_argument("--stable", type=float, default=2.0)
     p.add_argument("--time-scale", type=float, default=60.0)

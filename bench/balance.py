@@ -50,8 +50,8 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import chaos  # noqa: E402
 from lab import cluster  # noqa: E402
+from lab.faults import measure, observe, scenarios  # noqa: E402
 
 MODES = ("off", "on")
 TARGET_RATIO = 0.8
@@ -66,7 +66,7 @@ class Result:
     pages: dict[str, int] = field(default_factory=dict)
     hosts_moved: int = 0
     balance_moves: int = 0
-    metrics: chaos.Comparison | None = None
+    metrics: measure.Comparison | None = None
     finished: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -90,7 +90,7 @@ async def _consultant_moves(cl: cluster.Cluster) -> int:
 
 
 def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
-    run = chaos.fresh_run_dir(base / mode)
+    run = observe.fresh_run_dir(base / mode)
     res = Result(mode)
     kad = args.mode == "kademlia"
     kademlia_keys = (f"balance = {'true' if mode == 'on' else 'false'}\nbalance_max_moves = {args.max_moves}\n"
@@ -105,21 +105,21 @@ def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
     seeded_at = time.time()
     truth: set[str] = set()
     try:
-        truth = chaos.compute_truth(cl)
+        truth = observe.compute_truth(cl)
         seeded_at = time.time()
-        asyncio.run(chaos.inject_seeds(cl))
-        res.finished = asyncio.run(chaos.wait_crawl_idle(cl, args.timeout, args.stable))
+        asyncio.run(observe.inject_seeds(cl))
+        res.finished = asyncio.run(observe.wait_crawl_idle(cl, args.timeout, args.stable))
         if not res.finished:
             res.notes.append(f"TIMEOUT: not idle {args.timeout:.0f}s after seeding")
-        counters = chaos.agent_counters(cl)
+        counters = observe.agent_counters(cl)
         res.hosts_moved = int(sum(c.get("hosts_handed_out", 0) for c in counters.values()))
         res.balance_moves = (int(sum(c.get("overlay_delegations", 0) for c in counters.values())) if kad
                              else asyncio.run(_consultant_moves(cl)))
     finally:
         t_end = time.time()
         cluster.down(run)
-    entries = chaos.LogTail(cl.web_log).poll()
-    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := chaos.log_url(e, cl.web_port)) is not None]
+    entries = observe.LogTail(cl.web_log).poll()
+    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := observe.log_url(e, cl.web_port)) is not None]
     pages = [(t, c) for t, c, u in requests if urlsplit(u).path != "/robots.txt"]
     if pages:
         res.crawl_s = max(t for t, _ in pages) - seeded_at
@@ -127,8 +127,8 @@ def run_mode(mode: str, base: Path, args: argparse.Namespace) -> Result:
     for _, client in pages:
         g = by_source.get(client, client)
         res.pages[g] = res.pages.get(g, 0) + 1
-    captures = [(u, t) for u, t, fetched in chaos.read_captures(run) if fetched <= t_end]
-    res.metrics = chaos.compare(truth, captures, [u for _, _, u in requests])
+    captures = [(u, t) for u, t, fetched in observe.read_captures(run) if fetched <= t_end]
+    res.metrics = measure.compare(truth, captures, [u for _, _, u in requests])
     return res
 
 
@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
                    help="placement: the consultant's asn strategy with its balancer, or the agents' overlay (no consultant)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--seed", type=int, default=chaos.DEFAULT_SEED)
+    p.add_argument("--seed", type=int, default=scenarios.DEFAULT_SEED)
     p.add_argument("--strategy", default="asn")
-    p.add_argument("--groups", default=",".join(chaos.DEFAULT_GROUPS))
+    p.add_argument("--groups", default=",".join(scenarios.DEFAULT_GROUPS))
     p.add_argument("--slow", default="telecom-beijing", help="the agent made slow")
     p.add_argument("--equal", action="store_true", help="no slow agent: every agent has --concurrency and --delay")
     p.add_argument("--slow-concurrency", type=int, default=2)

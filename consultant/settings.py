@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from consultant.partition import PARTITIONERS, parse_options
-from wancrawl.config import build, load, read_toml
+from wancrawl.config import TomlWritable, build, load, read_toml, to_data
 from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 from wancrawl.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class DatabaseSettings:
+class DatabaseSettings(TomlWritable):
     # Empty city_db means the GeoLite2 City DB shipped by the maxminddb-geolite2 package.
     city_db: str = ""
     asn_db: str = ""      # a MaxMind ASN DB (database_type contains "ASN")
@@ -23,7 +23,7 @@ class DatabaseSettings:
 
 
 @dataclass(frozen=True)
-class DnsSettings:
+class DnsSettings(TomlWritable):
     hosts_file: str = ""          # /etc/hosts format; consulted before DNS
     system_dns: bool = True       # ask the system resolver for names not in hosts_file
     timeout: float = 2.0          # seconds per DNS lookup
@@ -39,7 +39,7 @@ class DnsSettings:
 
 
 @dataclass(frozen=True)
-class BalanceSettings:
+class BalanceSettings(TomlWritable):
     # Load balancing (docs/balance.md): hosts move from heavy to light agents through overrides,
     # to the allocator's targets. On by default (docs/balance.md "On by default?"): it costs
     # nothing measurable on a cluster of equal agents (0.86-1.03x crawl time in four runs, the
@@ -66,7 +66,7 @@ class BalanceSettings:
 
 
 @dataclass(frozen=True)
-class AgentLocation:
+class AgentLocation(TomlWritable):
     """One agent's place as the operator states it (`[agents.<id>]`): for agents whose address
     says nothing the consultant can check (behind NAT, in a container). Given fields are used as
     they are; `ip`, when set, is looked up in the City and ASN DBs for the fields left out. It
@@ -96,7 +96,7 @@ class AgentLocation:
 
 
 @dataclass(frozen=True)
-class _ServiceSettings:
+class _ServiceSettings(TomlWritable):
     """Every key but the strategies' option tables."""
 
     listen: str = "127.0.0.1:50051"
@@ -154,6 +154,16 @@ class ConsultantSettings(_ServiceSettings):
         """The ISP groups of [asn.isps]: they name agents' and sites' ISPs whatever the strategy."""
         return self.strategies["asn"].isps
 
+    def toml_data(self) -> dict[str, Any]:
+        """The file's layout (load_settings reads it back to equal settings): each strategy's
+        options in its own top-level [<name>] table, and the agents the `agent_locations` file
+        states left to that file (an id in both would be refused)."""
+        data = to_data(self)
+        strategies = data.pop("strategies", {})
+        filed = set(read_toml(self.agent_locations)) if self.agent_locations else set()
+        agents = {k: v for k, v in data.pop("agents", {}).items() if k not in filed}
+        return {**data, **({"agents": agents} if agents else {}), **{k: v for k, v in strategies.items() if v}}
+
 
 def _file_layout() -> type:
     # The file keeps each strategy's options in a top-level [<name>] table: one raw table per
@@ -180,6 +190,18 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
                "agent_locations"),
         sqlite_urls=("state_url",),
     )
+    return _settings(raw, flags)
+
+
+def from_data(data: dict[str, Any], *, source: str = "config") -> ConsultantSettings:
+    """Settings from a config's tables as TOML gives them (a config written by code: the lab's,
+    the manager's), checked as load_settings checks a file's; paths are taken as they are."""
+    return _settings(replace(build(_file_layout(), data, source=source), source=source), {name: {} for name in PARTITIONERS})
+
+
+def _settings(raw: Any, flags: dict[str, dict[str, Any]]) -> ConsultantSettings:
+    """The file's layout (`raw`, with a raw table per strategy) as settings, each strategy's
+    table checked by its registry with the command line's `flags` for it over it."""
     strategies = {}
     for name in PARTITIONERS:
         table = getattr(raw, name)
@@ -207,4 +229,4 @@ def _agent_locations(path: str, inline: dict[str, AgentLocation]) -> dict[str, A
     return out
 
 
-__all__ = ["AgentLocation", "ConsultantSettings", "ConfigError", "load_settings"]
+__all__ = ["AgentLocation", "ConsultantSettings", "ConfigError", "from_data", "load_settings"]

@@ -27,13 +27,15 @@ import os
 import signal
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from lab import geodb, topology
 from manager import procs
 from manager.procs import Proc, free_port
 from manager.seaweedfs import SeaweedFS, storage_tables
+from wancrawl.config import build, merge_tables
 from wancrawl.errors import ConfigError, FailedPrecondition, NotFound, Unavailable
 from wancrawl.grpcutil import TlsSettings, register_client_tls
 
@@ -80,10 +82,6 @@ class Cluster:
         return cl
 
 
-def _toml_list(items: list[str]) -> str:
-    return "[" + ", ".join(json.dumps(x) for x in items) + "]"
-
-
 @dataclass
 class Service:
     config: Path
@@ -101,6 +99,7 @@ class Configs:
 
 
 PKI_DIR = procs.PKI_DIR
+WRITTEN_BY = "# written by lab up\n"
 OPERATOR = "lab"  # the operator certificate the lab's own clients (demo, chaos, manager) use
 
 
@@ -160,13 +159,20 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     `storage_writers`: that many storage processes over one index (`index_url`, PostgreSQL, in
     `index_schema`) and one bucket, writer ids w1, w2, ...; agent n ships to writer n mod N.
     `agent_keys`: per group, `concurrency` and `delay` to use instead of the cluster's (an
-    unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables appended
-    to the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
-    lines added to every agent's [kademlia] table (e.g. "balance = true").
+    unequal cluster, bench/balance.py); `consultant_tables`, `agent_tables`: TOML tables merged
+    into the consultant's and every agent's config (e.g. "[balance]\nenabled = true"); `kademlia_keys`:
+    lines added to every agent's [kademlia] table (e.g. "balance = true"). Each config is built as
+    its service's settings (checked as the service checks its file) and written with to_toml().
     mode "kademlia": no consultant config (Configs.consultant is None), storage without
     `consultant`, and every agent bootstraps through all the others (kademlia_table).
     consultants > 1: replicas sharing one config (each started with its own --listen) and a
     fresh PostgreSQL schema of the run."""
+    # Here, not at the top: the services' settings bring their fetchers and numeric libraries,
+    # which `lab down` and the lab's web need not load.
+    from agent.settings import AgentSettings
+    from consultant.settings import from_data as consultant_from_data
+    from storage.config import StorageSettings
+
     if mode not in MODES:
         raise ConfigError(f"unknown lab mode {mode!r} (known: {', '.join(MODES)})")
     kademlia = mode == "kademlia"
@@ -187,83 +193,58 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     # bootstrap list names all the others.
     placed = [(spec, *agent_group(topo, spec), free_port()) for spec in groups]
     addresses = [f"127.0.0.1:{aport}" for *_, aport in placed]
-    isps = "".join(f'"{i.slug}" = [{i.asn}]\n' for i in topo.isps)
     consultant = run / "consultant.toml"
-    consultant_text = f"""# written by lab up
-listen = "127.0.0.1:{cport}"
-state_url = "{state_url}"
-strategy = "{strategy}"
-lease_seconds = {lease}
-[databases]
-city_db = "{paths[geodb.CITY_DB]}"
-asn_db = "{paths[geodb.ASN_DB]}"
-[dns]
-hosts_file = "{paths[geodb.HOSTS]}"
-system_dns = false
-[asn]
-fallback = "geo"
-[asn.isps]
-{isps}{_pki(run, "service", "consultant")}
-{consultant_tables}"""
+    consultant_data = merge_tables({
+        "listen": f"127.0.0.1:{cport}", "state_url": state_url, "strategy": strategy, "lease_seconds": lease,
+        "databases": {"city_db": str(paths[geodb.CITY_DB]), "asn_db": str(paths[geodb.ASN_DB])},
+        "dns": {"hosts_file": str(paths[geodb.HOSTS]), "system_dns": False},
+        "asn": {"fallback": "geo", "isps": {i.slug: [i.asn] for i in topo.isps}},
+    }, _pki(run, "service", "consultant"), consultant_tables)
     if not kademlia:
-        consultant.write_text(consultant_text)
+        consultant.write_text(WRITTEN_BY + consultant_from_data(consultant_data, source=str(consultant)).to_toml())
     # Without a consultant storage asks the agents' overlay who is placed where (its `peers`).
-    storage_consultant = (f"peers = {_toml_list(addresses)}\n" if kademlia else f'consultant = "{",".join(replicas)}"\n')
+    storage_placement = {"peers": addresses} if kademlia else {"consultant": ",".join(replicas)}
     writers: list[Service] = []
     for i, wport in enumerate(wports):
         name = "storage" if i == 0 else f"storage-{i + 1}"
-        index = f'[index]\nurl = "{index_url}"\n' + (f'schema = "{index_schema}"\n' if index_schema else "") if index_url else ""
+        index = {"index": {"url": index_url, **({"schema": index_schema} if index_schema else {})}} if index_url else {}
         sink = storage_tables(object_store, "wancrawl-lab", f"w{i + 1}") if object_store else ""
         cfg_path = run / f"{name}.toml"
-        cfg_path.write_text(f"""# written by lab up
-listen = "127.0.0.1:{wport}"
-data_dir = "{run}/{name}"
-{storage_consultant}[ingest]
-fsync = "os"
-{index}{sink}{_pki(run, "service", "storage")}""")
+        storage_data = merge_tables({"listen": f"127.0.0.1:{wport}", "data_dir": f"{run}/{name}", **storage_placement,
+                                     "ingest": {"fsync": "os"}, **index}, sink, _pki(run, "service", "storage"))
+        cfg_path.write_text(WRITTEN_BY + build(StorageSettings, storage_data, source=str(cfg_path)).to_toml())
         writers.append(Service(cfg_path, f"127.0.0.1:{wport}"))
     allowed = [s.host for s in topo.normal_sites] + ([topo.site_domain(s) for s in topo.hostile_sites.values()] if allow_hostile else [])
     agents: dict[str, Service] = {}
     for n, ((spec, g, src, aport), address) in enumerate(zip(placed, addresses)):
         # "isp-city" is the block's first agent; "isp-city#n" its n-th (several in one block).
         own = (agent_keys or {}).get(spec, {})
-        head = 'mode = "kademlia"' if kademlia else f"consultants = {_toml_list(replicas)}"
-        tail = kademlia_table([a for a in addresses if a != address], lease) + kademlia_keys if kademlia else ""
+        head = {"mode": "kademlia"} if kademlia else {"consultants": replicas}
+        tail = merge_tables(kademlia_table([a for a in addresses if a != address], lease), "[kademlia]\n" + kademlia_keys) if kademlia else {}
         # Its own writer first, then the others (failover: storage.client.FailoverStorageClient).
         ranked = ",".join(w.address for w in writers[n % len(writers):] + writers[:n % len(writers)])
         cfg = run / "agents" / f"{g}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(f"""# written by lab up
-agent_id = "{g}"
-listen = "{address}"
-{head}
-storage = "{ranked}"
-data_dir = "{run}/agents/{g}"
-hosts_file = "{paths[geodb.HOSTS]}"
-system_dns = false
-source_ip = "{src}"
-concurrency = {int(own.get("concurrency", concurrency))}
-heartbeat_interval = 1.0
-[fetch]
-allow_networks = ["127.0.0.0/8"]
-total_timeout = 20.0
-[politeness]
-delay = {own.get("delay", delay)}
-[scope]
-allowed_domains = {_toml_list(allowed)}
-{tail}{_pki(run, "agent", g, src)}
-{agent_tables}""")
+        agent_data = merge_tables({
+            "agent_id": g, "listen": address, **head, "storage": ranked, "data_dir": f"{run}/agents/{g}",
+            "hosts_file": str(paths[geodb.HOSTS]), "system_dns": False, "source_ip": src,
+            "concurrency": int(own.get("concurrency", concurrency)), "heartbeat_interval": 1.0,
+            "fetch": {"allow_networks": ["127.0.0.0/8"], "total_timeout": 20.0},
+            "politeness": {"delay": own.get("delay", delay)},
+            "scope": {"allowed_domains": allowed},
+        }, tail, _pki(run, "agent", g, src), agent_tables)
+        cfg.write_text(WRITTEN_BY + build(AgentSettings, agent_data, source=str(cfg)).to_toml())
         agents[g] = Service(cfg, address, src)
     return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), writers[0], agents,
                    [] if kademlia else replicas, writers)
 
 
-def kademlia_table(bootstrap: list[str], lease: float) -> str:
+def kademlia_table(bootstrap: list[str], lease: float) -> dict[str, dict[str, Any]]:
     """An agent's [kademlia] table: it joins through `bootstrap` (any one answering is enough,
     so a cluster started all at once forms whatever order the agents come up in: each retries
     its join every heartbeat until a peer answers). The lab's lease is the overlay's, and a
     silent neighbour is dead after the same time (dead_after may not be shorter than the lease)."""
-    return f"[kademlia]\nbootstrap = {_toml_list(bootstrap)}\nlease_seconds = {lease}\ndead_after = {lease}\n"
+    return {"kademlia": {"bootstrap": bootstrap, "lease_seconds": lease, "dead_after": lease}}
 
 
 # Process start, health and liveness are shared with `manager crawl` (manager/procs.py).
@@ -521,7 +502,9 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
     with its own id, listen address, data dir and source address; it is started the way `up`
     starts agents, recorded in cluster.json (so `down` stops it and `kill`/`pause` find it), and
     returned once it answers gRPC health. Blocking: not from a running event loop."""
-    import re
+    import tomllib
+
+    from agent.settings import load_settings as agent_settings
 
     cl = Cluster.load(run_dir)
     run = Path(cl.run_dir)
@@ -534,26 +517,18 @@ def add_agent(run_dir: str | Path, group: str, timeout: float = 60.0) -> Proc:
     if template is None:
         raise ConfigError(f"no agent in the cluster of {run} to copy the settings of")
     aport = free_port()
-    own = {"agent_id": g, "listen": f"127.0.0.1:{aport}", "data_dir": str(run / "agents" / g), "source_ip": src}
-    text = _config_of(template).read_text()
-    for key, value in own.items():
-        text, count = re.subn(rf"^{key} = .*$", lambda _m, k=key, v=value: f"{k} = {json.dumps(v)}", text,
-                              count=1, flags=re.MULTILINE)
-        if count != 1:
-            raise ConfigError(f"{_config_of(template)}: no top-level {key!r} line to replace")
+    settings = agent_settings(_config_of(template))
     if cl.mode == "kademlia":
         # It joins through every agent that runs now (the template's list names the template's
         # peers at `up`, some of which may have gone since, and not the template itself).
-        boot = f"bootstrap = {_toml_list(list(_live_agents(cl).values()))}"
-        text, count = re.subn(r"^bootstrap = .*$", lambda _m: boot, text, count=1, flags=re.MULTILINE)
-        if count != 1:
-            raise ConfigError(f"{_config_of(template)}: no [kademlia] bootstrap line to replace")
+        settings = replace(settings, kademlia=replace(settings.kademlia, bootstrap=tuple(_live_agents(cl).values())))
+    # Its own certificate: the template's [tls] table names the template's.
+    tls = build(TlsSettings, tomllib.loads(_pki(run, "agent", g, src))["tls"], where="tls.", source=name)
+    settings = replace(settings, agent_id=g, listen=f"127.0.0.1:{aport}", data_dir=str(run / "agents" / g), source_ip=src, tls=tls)
     cfg = run / "agents" / f"{g}.toml"
-    # Its own certificate: the copied [tls] table (the last table of an agent's config) named the template.
-    text = text.split("\n[tls]\n", 1)[0].rstrip("\n") + "\n" + _pki(run, "agent", g, src)
-    cfg.write_text(text.replace("# written by lab up", f"# written by lab add_agent (a copy of {template.name})", 1))
+    cfg.write_text(f"# written by lab add_agent (a copy of {template.name})\n" + settings.to_toml())
     p = _start(name, ["agent.cli", "run", "--config", str(cfg)], run)
-    p.address = own["listen"]
+    p.address = settings.listen
     cl.procs.append(p)
     cl.agents[g] = p.address
     cl.agent_sources[g] = src

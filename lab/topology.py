@@ -95,7 +95,7 @@ class LinkSpec:
     # all agents in it (seed 002's sites: one 10 Mbit/s line per network access point).
     access_scope: str = "address"
     # Per client address (scope "address") or block ("isp-city", scope "block"): its own access
-    # line's kbit/s instead of access_kbps; agents of unequal bandwidth (bench/seed003_capacity.py).
+    # line's kbit/s instead of access_kbps; agents of unequal bandwidth (bench/seeds/seed003_capacity.py).
     access: dict[str, float] = field(default_factory=dict)
     interconnect_kbps: float = 4000.0  # per ISP pair, shared by every flow crossing it
     interconnect_burst_kb: float = 32.0

@@ -36,6 +36,7 @@ from typing import Any
 from manager import procs
 from manager.procs import Proc
 from wancrawl import pki
+from wancrawl.config import build, merge_tables
 from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
 
 OPERATOR = "manager"  # the operator certificate the manager's own calls use
@@ -228,23 +229,19 @@ def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | Non
     )
 
 
-def _q(s: str) -> str:
-    return json.dumps(s)  # a TOML basic string
-
-
-def _list(items: list[str]) -> str:
-    return "[" + ", ".join(_q(x) for x in items) + "]"
+WRITTEN_BY = "# written by manager crawl\n"
 
 
 def consultant_toml(plan: Plan, listen: str, tls: str, state_url: str = "") -> str:
     """One file for every replica (each is started with its own --listen); state_url: their
     shared PostgreSQL, else SQLite under OUT."""
-    dns = (f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else "") + "system_dns = true\n"
+    from consultant.settings import from_data
+
+    dns = {**({"hosts_file": plan.hosts_file} if plan.hosts_file else {}), "system_dns": True}
     state = state_url or "sqlite:///" + str(plan.out / "consultant" / "state.db")
     # geo: an empty city_db is the GeoLite2 City DB shipped with maxminddb-geolite2.
-    return (f"# written by manager crawl\nlisten = {_q(listen)}\n"
-            f"state_url = {_q(state)}\n"
-            f"strategy = {_q(plan.strategy)}\nlease_seconds = 10.0\n[dns]\n{dns}{tls}")
+    data = merge_tables({"listen": listen, "state_url": state, "strategy": plan.strategy, "lease_seconds": 10.0, "dns": dns}, tls)
+    return WRITTEN_BY + from_data(data, source="manager crawl").to_toml()
 
 
 def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list[str] | None = None, *,
@@ -252,44 +249,43 @@ def storage_toml(plan: Plan, listen: str, consultant: str, tls: str, peers: list
     # consultant: storage stores a page only from its host's owner or backups (docs/security.md).
     # "" (Kademlia mode): the agents' overlay answers that question instead (`peers`).
     from manager.seaweedfs import storage_tables
+    from storage.config import StorageSettings
 
-    line = f"consultant = {_q(consultant)}\n" if consultant else ""
-    if not consultant and peers:
-        line = "peers = [" + ", ".join(_q(p) for p in peers) + "]\n"
-    data = plan.out / ("storage" if writer == 1 else f"storage-{writer}")
-    index = f"[index]\nurl = {_q(plan.index_url)}\n" if plan.index_url else ""
+    placement = {"consultant": consultant} if consultant else {"peers": peers} if peers else {}
+    data_dir = plan.out / ("storage" if writer == 1 else f"storage-{writer}")
+    index = {"index": {"url": plan.index_url}} if plan.index_url else {}
     sink = storage_tables(endpoint, "wancrawl", f"w{writer}") if endpoint else ""
-    return (f"# written by manager crawl\nlisten = {_q(listen)}\ndata_dir = {_q(str(data))}\n"
-            f"{line}[ingest]\nfsync = \"always\"\n{index}{sink}{tls}")
+    data = merge_tables({"listen": listen, "data_dir": str(data_dir), **placement, "ingest": {"fsync": "always"}, **index}, sink, tls)
+    return WRITTEN_BY + build(StorageSettings, data, source="manager crawl").to_toml()
 
 
 def agent_toml(plan: Plan, agent_id: str, listen: str, consultant: str, storage: str, tls: str,
                bootstrap: list[str] | None = None) -> str:
     """consultant "" with bootstrap: Kademlia mode, joining through those agents' addresses."""
-    hosts = f"hosts_file = {_q(plan.hosts_file)}\n" if plan.hosts_file else ""
-    scope = f"allowed_domains = {_list(plan.allowed_domains)}\n" if plan.allowed_domains else ""
+    from agent.settings import AgentSettings
+
     # consultant: one address, or the replicas' comma-joined (the agent fails over between them)
-    placement = (f"consultants = {_list(consultant.split(','))}\n" if not plan.kademlia else "mode = \"kademlia\"\n")
-    overlay = f"[kademlia]\nbootstrap = {_list(bootstrap or [])}\n" if plan.kademlia else ""
-    return (f"# written by manager crawl\nagent_id = {_q(agent_id)}\nlisten = {_q(listen)}\n"
-            f"{placement}storage = {_q(storage)}\n"
-            f"data_dir = {_q(str(plan.out / 'agents' / agent_id))}\n{hosts}system_dns = true\n"
-            f"concurrency = {plan.concurrency}\n"
-            f"[fetch]\nuser_agent = {_q(plan.user_agent)}\nallow_networks = {_list(plan.allow_networks)}\n"
-            f"[politeness]\ndelay = {plan.delay}\nmax_per_host = 1\n"
-            f"[robots]\nenabled = true\n"
-            f"[scope]\n{scope}max_depth = {plan.max_depth}\nmax_pages_per_host = {plan.max_pages_per_host}\n"
-            f"{revisit_toml(plan)}{overlay}{tls}")
+    placement = {"mode": "kademlia", "kademlia": {"bootstrap": bootstrap or []}} if plan.kademlia else {"consultants": consultant.split(",")}
+    data = merge_tables({
+        "agent_id": agent_id, "listen": listen, **placement, "storage": storage, "data_dir": str(plan.out / "agents" / agent_id),
+        **({"hosts_file": plan.hosts_file} if plan.hosts_file else {}), "system_dns": True, "concurrency": plan.concurrency,
+        "fetch": {"user_agent": plan.user_agent, "allow_networks": plan.allow_networks},
+        "politeness": {"delay": plan.delay, "max_per_host": 1},
+        "robots": {"enabled": True},
+        "scope": {**({"allowed_domains": plan.allowed_domains} if plan.allowed_domains else {}),
+                  "max_depth": plan.max_depth, "max_pages_per_host": plan.max_pages_per_host},
+        **revisit_table(plan),
+    }, tls)
+    return WRITTEN_BY + build(AgentSettings, data, source="manager crawl").to_toml()
 
 
-def revisit_toml(plan: Plan) -> str:
-    """The agents' [revisit] section of a --continuous crawl ("" for a one-shot crawl)."""
+def revisit_table(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The agents' [revisit] table of a --continuous crawl (none for a one-shot crawl)."""
     if not plan.continuous:
-        return ""
+        return {}
     lo = min(60.0, plan.revisit_interval)
-    return (f"[revisit]\nenabled = true\npolicy = {_q(plan.revisit_policy)}\ninterval = {plan.revisit_interval}\n"
-            f"min_interval = {lo}\nmax_interval = {max(30 * 86400.0, plan.revisit_interval)}\n"
-            f"pages_per_host_day = {plan.revisit_budget}\n")
+    return {"revisit": {"enabled": True, "policy": plan.revisit_policy, "interval": plan.revisit_interval, "min_interval": lo,
+                        "max_interval": max(30 * 86400.0, plan.revisit_interval), "pages_per_host_day": plan.revisit_budget}}
 
 
 # --- the run's processes (OUT/crawl.json) -----------------------------------------------------------

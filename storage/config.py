@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wancrawl import config
+from wancrawl.config import TomlWritable
 from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
 
@@ -13,7 +14,7 @@ FSYNC_POLICIES = ("always", "os")
 
 
 @dataclass(frozen=True)
-class IndexSettings:
+class IndexSettings(TomlWritable):
     # SQLAlchemy URL; "" means SQLite at <data_dir>/index.sqlite.
     url: str = ""
     # PostgreSQL schema holding the tables (created if missing); None = the default schema.
@@ -33,7 +34,7 @@ class IndexSettings:
 
 
 @dataclass(frozen=True)
-class WarcSettings:
+class WarcSettings(TomlWritable):
     dir: str = ""  # "" means <data_dir>/warcs
     prefix: str = "wancrawl"
     max_file_bytes: int = 1_000_000_000
@@ -52,7 +53,7 @@ MIN_PART_BYTES = 5 * 1024 * 1024  # S3's floor for every part of a multipart upl
 
 
 @dataclass(frozen=True)
-class ObjectStoreSettings:
+class ObjectStoreSettings(TomlWritable):
     """S3-compatible object storage for WARC objects (used when warc.sink = "s3")."""
 
     # "" = AWS S3 itself (boto3's default endpoint for the region); MinIO, Ceph RGW, SeaweedFS:
@@ -92,7 +93,7 @@ class ObjectStoreSettings:
 
 
 @dataclass(frozen=True)
-class IngestSettings:
+class IngestSettings(TomlWritable):
     # "always": fsync WARC files (and SQLite synchronous=FULL) before acknowledging;
     # "os": acknowledge once the data is in the OS page cache (survives a process crash,
     # not a power cut).
@@ -115,7 +116,7 @@ class IngestSettings:
 
 
 @dataclass(frozen=True)
-class PlacementSettings:
+class PlacementSettings(TomlWritable):
     """How storage checks that an ingesting agent is placed on each capture's host (used only
     when `consultant` is set; docs/storage.md, docs/security.md)."""
 
@@ -138,7 +139,7 @@ class PlacementSettings:
 
 
 @dataclass(frozen=True)
-class StorageSettings:
+class StorageSettings(TomlWritable):
     listen: str = "127.0.0.1:7400"
     data_dir: str = "data/storage"
     metrics_listen: str = ""  # host:port for Prometheus metrics ("" = off)

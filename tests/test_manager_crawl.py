@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 import urllib.robotparser
 from html.parser import HTMLParser
 from pathlib import Path
@@ -475,8 +476,9 @@ def test_plan_takes_consultant_replicas_over_postgresql_only(tmp_path):
     assert plan().consultants == 1 and plan().consultant_db == ""
     p = plan("--consultants", "2", "--consultant-db", "postgresql+psycopg://u@h/db")
     assert p.consultants == 2 and p.consultant_db == "postgresql+psycopg://u@h/db"
-    assert 'consultants = ["127.0.0.1:2", "127.0.0.1:4"]' in agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:4", "127.0.0.1:3", "")
-    assert 'state_url = "postgresql+psycopg://u@h/db?x"' in consultant_toml(p, "127.0.0.1:2", "", "postgresql+psycopg://u@h/db?x")
+    agent = tomllib.loads(agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:4", "127.0.0.1:3", ""))
+    assert agent["consultants"] == ["127.0.0.1:2", "127.0.0.1:4"]
+    assert tomllib.loads(consultant_toml(p, "127.0.0.1:2", "", "postgresql+psycopg://u@h/db?x"))["state_url"] == "postgresql+psycopg://u@h/db?x"
     for extra, says in [(("--consultants", "0"), "1 to 8"), (("--consultants", "2", "--mode", "kademlia"), "no consultant"),
                         (("--consultants", "2", "--consultant-db", "sqlite:///x.db"), "PostgreSQL")]:
         with pytest.raises(ConfigError, match=re.escape(says)):
@@ -485,7 +487,9 @@ def test_plan_takes_consultant_replicas_over_postgresql_only(tmp_path):
 
 def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
     from manager.cli import parser
+    from agent.settings import AgentSettings
     from manager.crawl import agent_toml, make_plan
+    from wancrawl.config import build
     from wancrawl.errors import ConfigError
 
     def plan(*extra: str, contact: str | None = CONTACT):
@@ -497,11 +501,13 @@ def test_plan_refuses_what_cannot_work_and_keeps_to_the_seeds_hosts(tmp_path):
     assert p.user_agent == f"wancrawl/0.1 (+{CONTACT})"
     assert plan("--follow-external").allowed_domains == []
     toml = agent_toml(p, "local-1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "")
-    assert 'allowed_domains = ["a.example", "b.example"]' in toml and "max_per_host = 1" in toml
+    settings = build(AgentSettings, tomllib.loads(toml))
+    assert settings.scope.allowed_domains == ["a.example", "b.example"] and settings.politeness.max_per_host == 1
     k = plan("--mode", "kademlia")
     assert k.kademlia and k.strategy == "kademlia" and not p.kademlia and p.strategy == "hash"
     ktoml = agent_toml(k, "local-1", "127.0.0.1:1", "", "127.0.0.1:3", "", bootstrap=["127.0.0.1:4"])
-    assert 'mode = "kademlia"' in ktoml and 'bootstrap = ["127.0.0.1:4"]' in ktoml and "consultant" not in ktoml
+    kademlia = tomllib.loads(ktoml)
+    assert kademlia["mode"] == "kademlia" and kademlia["kademlia"]["bootstrap"] == ["127.0.0.1:4"] and "consultant" not in ktoml
     for extra, contact, says in [((), None, "--contact"), (("--strategy", "asn"), CONTACT, "ASN database"),
                                  (("--mode", "kademlia", "--strategy", "xor"), CONTACT, "XOR distance among themselves"),
                                  (("--strategy", "nearest"), CONTACT, "one of"), (("--allow-network", "10.0.0/x"), CONTACT, "CIDR"),

@@ -177,3 +177,93 @@ def _rebase_sqlite(url: str, base: Path) -> str:
 def to_dict(settings: Any) -> dict[str, Any]:
     """The settings as plain data (for fingerprints and --print-config)."""
     return dataclasses.asdict(settings)
+
+
+# --- writing: `build`'s inverse ----------------------------------------------------------------
+
+
+class TomlWritable:
+    """Mixin of a settings dataclass: `to_toml()` writes the file its loader reads back to an
+    equal object. A class whose file is not its fields one for one (the consultant's strategy
+    tables) overrides `toml_data`; a class whose None is written as a number (TOML has no null)
+    names that number in `TOML_NONE`."""
+
+    def toml_data(self) -> dict[str, Any]:
+        return to_data(self)
+
+    def to_toml(self) -> str:
+        return dump_toml(self.toml_data())
+
+
+def to_data(settings: Any) -> dict[str, Any]:
+    """The settings as TOML tables that `build(type(settings), ...)` reads back to an equal
+    object. A key at its default is left out, as a hand-written config leaves it (the file says
+    what differs, and a default changed later reaches it); fields outside the comparison (where
+    the settings came from) are not settings and are left out too. A None whose default is None
+    is left out; any other None is written as the class's `TOML_NONE` (a ValueError without one)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(settings):
+        if not f.init or not f.compare:
+            continue
+        value = getattr(settings, f.name)
+        if value is None:
+            if _default(f) is None:
+                continue
+            none = getattr(type(settings), "TOML_NONE", None)
+            if none is None:
+                raise ValueError(f"{type(settings).__name__}.{f.name} is None, which TOML cannot say")
+            out[f.name] = none
+            continue
+        if value != _default(f):
+            out[f.name] = _plain(value)
+    return out
+
+
+_NO_DEFAULT = object()
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _NO_DEFAULT
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.toml_data() if isinstance(value, TomlWritable) else to_data(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """TOML text of plain tables (tomli-w: the standard library reads TOML but does not write it)."""
+    import tomli_w
+
+    return tomli_w.dumps(data)
+
+
+def merge_tables(*parts: dict[str, Any] | str) -> dict[str, Any]:
+    """One config's tables from plain tables and TOML text (the [tls] table the PKI writes, the
+    tables a bench adds), merged in order: a table given twice has the keys of both, the later
+    value wins."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        _merge_into(out, tomllib.loads(part) if isinstance(part, str) else part)
+    return out
+
+
+def _merge_into(out: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, value in more.items():
+        if isinstance(value, dict):
+            if not isinstance(out.get(key), dict):
+                out[key] = {}  # a table of its own: the parts given are never changed
+            _merge_into(out[key], value)
+        else:
+            out[key] = value

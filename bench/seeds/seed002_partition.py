@@ -13,7 +13,7 @@ after 30 and 60 minutes:
 The paper measured (pages in 30 / 60 min): A 15,316 / 20,108; B 14,825 / 35,439; C 19,686 /
 35,152: ISP partition beats geo partition because crossing ISPs is the bottleneck.
 
-    python bench/seed002_partition.py [--seconds 20] [--time-scale 2] [--delay 0.05] [--schemes A,B,C]
+    python bench/seeds/seed002_partition.py [--seconds 20] [--time-scale 2] [--delay 0.05] [--schemes A,B,C]
 """
 
 from __future__ import annotations

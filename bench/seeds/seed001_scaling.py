@@ -2,8 +2,8 @@
 crawl throughput of lab clusters of 2, 4, 6 and 8 agents, consultant mode and Kademlia mode
 side by side, with a least-squares line, R-squared and the slope per agent.
 
-    python bench/seed001_scaling.py                      # both modes, sizes 2,4,6,8, one agent as baseline
-    python bench/seed001_scaling.py --mode kademlia --sizes 2,4 --window 10
+    python bench/seeds/seed001_scaling.py                      # both modes, sizes 2,4,6,8, one agent as baseline
+    python bench/seeds/seed001_scaling.py --mode kademlia --sizes 2,4 --window 10
 
 What makes it a measure of the cluster and not of this machine: the link model is on and every
 agent has its own access line (`access_scope = "address"`, --access-kbps, default 1600 kbit/s,
@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from lab import cluster, topology  # noqa: E402
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"params": vars(args), "rows": [asdict(r) | {"rate": r.rate} for r in rows],
                           "single": singles}, indent=2))
         return 0
-    print(f"$ python bench/seed001_scaling.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"$ python bench/seeds/seed001_scaling.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"link model on: {args.access_kbps:g} kbit/s access line per agent, interconnects unlimited, time scale 1; "
           f"sites of {args.pages_min}-{args.pages_max} pages, every home page seeded; warmup {args.warmup:g}s, "
           f"window {args.window:g}s; concurrency {args.concurrency}, politeness delay {args.delay:g}s")

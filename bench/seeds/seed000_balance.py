@@ -1,8 +1,8 @@
 """Seed 000 (Huang et al.) §2.2 re-run in the lab: 8 agents of three speeds, load balancing off and on.
 
-    python bench/seed000_balance.py                     # off, then on (~6 minutes); the table and the gain
-    python bench/seed000_balance.py --plots DIR         # also u(t) and throughput(t) plots, like its Fig 6 and 7
-    python bench/seed000_balance.py --json
+    python bench/seeds/seed000_balance.py                     # off, then on (~6 minutes); the table and the gain
+    python bench/seeds/seed000_balance.py --plots DIR         # also u(t) and throughput(t) plots, like its Fig 6 and 7
+    python bench/seeds/seed000_balance.py --json
 
 The paper's experiment: 8 nodes in three classes of crawl rate v (0.2, 0.1, 0.05), URL arrival
 rates lambda per node as its Table 2 gives them (heavy nodes receive more than they can crawl,
@@ -39,11 +39,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench import chaos
 from lab import cluster, topology
+from lab.faults import measure, observe
 
 # seed 000 Table 2: node -> (v, lambda); nodes placed on 8 of the lab's 9 blocks
 TABLE2 = [
@@ -84,7 +84,7 @@ def sample_loads(cl: cluster.Cluster, stop: threading.Event, out: dict[str, list
     """u = queued / W per agent, every `every` seconds, until `stop` (a thread beside the wait)."""
     while not stop.wait(every):
         try:
-            counters = chaos.agent_counters(cl)
+            counters = observe.agent_counters(cl)
         except Exception as exc:  # noqa: BLE001 - a missed sample is a gap in the plot, not a failure
             print(f"load sample missed: {exc}", file=sys.stderr)
             continue
@@ -97,7 +97,7 @@ def sample_loads(cl: cluster.Cluster, stop: threading.Event, out: dict[str, list
 
 def run_mode(mode: str, base: Path, topo_file: Path, args: argparse.Namespace) -> Run:
     res = Run(mode)
-    run = chaos.fresh_run_dir(base / mode)
+    run = observe.fresh_run_dir(base / mode)
     groups = [g for g, _, _ in TABLE2]
     tables = (f"[balance]\nenabled = {'true' if mode == 'on' else 'false'}\ninterval = {args.interval}\n"
               f"max_moves = {args.max_moves}\nmin_gap_seconds = {args.min_gap}\ncooldown = {args.cooldown}\n")
@@ -110,23 +110,23 @@ def run_mode(mode: str, base: Path, topo_file: Path, args: argparse.Namespace) -
     try:
         topo = topology.load(str(topo_file))
         Path(cl.seeds_file).write_text("".join(f"http://{s.host}:{cl.web_port}/\n" for s in topo.normal_sites))
-        truth = chaos.compute_truth(cl)
+        truth = observe.compute_truth(cl)
         seeded = time.time()
         sampler = threading.Thread(target=sample_loads, args=(cl, stop, res.u, seeded, args.sample), daemon=True)
         sampler.start()
-        asyncio.run(chaos.inject_seeds(cl))
-        res.finished = asyncio.run(chaos.wait_crawl_idle(cl, args.timeout, 2.0))
+        asyncio.run(observe.inject_seeds(cl))
+        res.finished = asyncio.run(observe.wait_crawl_idle(cl, args.timeout, 2.0))
         stop.set()
         sampler.join(timeout=30)
-        counters = chaos.agent_counters(cl)
+        counters = observe.agent_counters(cl)
         res.hosts_moved = int(sum(c.get("hosts_handed_out", 0) for c in counters.values()))
         res.bytes_moved = int(sum(c.get("handover_bytes_out", 0) for c in counters.values()))
     finally:
         stop.set()
         t_end = time.time()
         cluster.down(run)
-    entries = chaos.LogTail(cl.web_log).poll()
-    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := chaos.log_url(e, cl.web_port)) is not None]
+    entries = observe.LogTail(cl.web_log).poll()
+    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := observe.log_url(e, cl.web_port)) is not None]
     by_source = {src: g for g, src in cl.agent_sources.items()}
     pages = [(t - seeded, by_source.get(c, c)) for t, c, u in requests if urlsplit(u).path != "/robots.txt"]
     for t, g in pages:
@@ -136,8 +136,8 @@ def run_mode(mode: str, base: Path, topo_file: Path, args: argparse.Namespace) -
         res.buckets.extend([0] * (k + 1 - len(res.buckets)))
         res.buckets[k] += 1
     res.crawl_s = max((t for t, _ in pages), default=0.0)
-    captures = [(u, t) for u, t, fetched in chaos.read_captures(run) if fetched <= t_end]
-    cmp = chaos.compare(truth, captures, [u for _, _, u in requests])
+    captures = [(u, t) for u, t, fetched in observe.read_captures(run) if fetched <= t_end]
+    cmp = measure.compare(truth, captures, [u for _, _, u in requests])
     res.truth, res.lost, res.stored_twice = cmp.truth, cmp.lost, cmp.stored_twice
     return res
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                           "output_off": out_off, "output_on": out_on, "gain": gain,
                           "peak_gain": peak, "peak_gain_at": peak_at}, indent=1))
         return 0
-    print(f"$ python bench/seed000_balance.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"$ python bench/seeds/seed000_balance.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"8 agents, access line v x {args.kbps_per_v:g} kbit/s, sites per block lambda x {args.sites_per_lambda:g}, "
           f"{args.pages_min}-{args.pages_max} pages a site, time scale 1; H = 20, W = rate x {args.period:g} s")
     print(f"{'agent':18} {'v':>5} {'lambda':>6} {'kind':>5} {'pages off':>9} {'last off s':>10} {'pages on':>9} {'last on s':>9}")

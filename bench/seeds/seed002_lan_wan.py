@@ -9,7 +9,7 @@ prints each LAN scheme times three, "the ideal with 30 Mbit/s".
 The paper (pages in 30 / 60 min): A Unicom Beijing LAN 5,190 / 16,446; B Telecom Beijing LAN
 5,704 / 22,015; C CERNET Harbin LAN 10,349 / 23,071; D WAN 19,686 / 35,152.
 
-    python bench/seed002_lan_wan.py [--seconds 20] [--time-scale 2] [--delay 0.05] [--schemes A,B,C,D]
+    python bench/seeds/seed002_lan_wan.py [--seconds 20] [--time-scale 2] [--delay 0.05] [--schemes A,B,C,D]
 """
 
 from __future__ import annotations

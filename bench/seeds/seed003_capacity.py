@@ -1,7 +1,7 @@
 """Seed 003 (Zhang et al.) re-run: its allocator against ours, on its experiment and beyond.
 
-    python bench/seed003_capacity.py              # the paper's 5 nodes x 500 tasks, then random clusters
-    python bench/seed003_capacity.py --json
+    python bench/seeds/seed003_capacity.py              # the paper's 5 nodes x 500 tasks, then random clusters
+    python bench/seeds/seed003_capacity.py --json
 
 Part 1, the paper's case (its §3.2, Fig 8): 5 nodes, 500 tasks, runtimes linear in the tasks at
 per-node rates in the proportions of the paper's own allocation (164, 70, 120, 36, 110; its Table 1
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from consultant.capacity import allocate as A
@@ -135,11 +135,11 @@ def lab_run(name: str, base: Path, topo_file: Path, place: dict[str, str], args:
     import asyncio
     from urllib.parse import urlsplit
 
-    from bench import chaos
+    from lab.faults import measure, observe
     from consultant.client import ConsultantClient
     from lab import cluster
 
-    run = chaos.fresh_run_dir(base / name)
+    run = observe.fresh_run_dir(base / name)
     cl = cluster.up(run, strategy="hash", groups=list(LAB_GROUPS), topology_path=str(topo_file), time_scale=1.0,
                     delay=args.delay, concurrency=args.concurrency, seed=args.seed)
     t_end = seeded = time.time()
@@ -152,15 +152,15 @@ def lab_run(name: str, base: Path, topo_file: Path, place: dict[str, str], args:
         asyncio.run(pin())
         roots = [f"http://{h}:{cl.web_port}/" for h in sorted(place)]
         Path(cl.seeds_file).write_text("\n".join(roots) + "\n")
-        truth = chaos.compute_truth(cl)
+        truth = observe.compute_truth(cl)
         seeded = time.time()
-        asyncio.run(chaos.inject_seeds(cl))
-        finished = asyncio.run(chaos.wait_crawl_idle(cl, args.timeout, 2.0))
+        asyncio.run(observe.inject_seeds(cl))
+        finished = asyncio.run(observe.wait_crawl_idle(cl, args.timeout, 2.0))
     finally:
         t_end = time.time()
         cluster.down(run)
-    entries = chaos.LogTail(cl.web_log).poll()
-    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := chaos.log_url(e, cl.web_port)) is not None]
+    entries = observe.LogTail(cl.web_log).poll()
+    requests = [(e.t, e.client, u) for e in entries if e.t <= t_end and (u := observe.log_url(e, cl.web_port)) is not None]
     by_source = {src: g for g, src in cl.agent_sources.items()}
     per: dict[str, list[float]] = {g: [0, 0.0] for g in LAB_GROUPS}
     for t, client, u in requests:
@@ -169,8 +169,8 @@ def lab_run(name: str, base: Path, topo_file: Path, place: dict[str, str], args:
         row = per[by_source[client]]
         row[0] += 1
         row[1] = max(row[1], t - seeded)
-    captures = [(u, t) for u, t, fetched in chaos.read_captures(run) if fetched <= t_end]
-    cmp = chaos.compare(truth, captures, [u for _, _, u in requests])
+    captures = [(u, t) for u, t, fetched in observe.read_captures(run) if fetched <= t_end]
+    cmp = measure.compare(truth, captures, [u for _, _, u in requests])
     return {"agents": {g: {"pages": int(p), "seconds": s} for g, (p, s) in per.items()},
             "makespan": max(s for _, s in per.values()), "finished": finished, "truth": len(truth),
             "lost": cmp.lost, "stored_twice": cmp.stored_twice}
