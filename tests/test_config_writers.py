@@ -7,14 +7,15 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import config_writers_before as before
 import pytest
 
-import config_writers_before as before
 from agent.settings import load_settings as agent_settings
 from consultant.settings import load_settings as consultant_settings
 from lab import cluster, topology
+from manager import procs
 from storage import config as storage_config
-from wancrawl import pki, procs
+from wancrawl import pki
 
 CONTACT = "https://example.org/wancrawl-test"
 GROUPS = ["unicom-beijing", "cernet-harbin", "telecom-guangzhou", "telecom-beijing"]

@@ -183,7 +183,7 @@ def to_dict(settings: Any) -> dict[str, Any]:
 
 
 class TomlWritable:
-    """Mixin of a settings dataclass: `to_toml()` writes the file its loader reads back to an
+    """Base of every settings dataclass: `to_toml()` writes the file its loader reads back to an
     equal object. A class whose file is not its fields one for one (the consultant's strategy
     tables) overrides `toml_data`; a class whose None is written as a number (TOML has no null)
     names that number in `TOML_NONE`."""
