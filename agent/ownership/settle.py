@@ -116,7 +116,7 @@ class OwnershipCounters(Counters):
     """The settle loop's: hosts promoted, promotions refused, replicas dropped off their first r,
     reconcile passes (the metric names: agent/metrics.py HELP). SHARED, summed in status with
     Claims' and Outgoing's: replicas_dropped. Claims and Outgoing count the rest of the
-    ownership names (ClaimCounters, OutgoingCounters): `Ownership.stats` registers all three."""
+    ownership names (ClaimCounters, OutgoingCounters): `Ownership.stats` holds all three."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"replicas_dropped"})
     hosts_promoted: int = 0
     replicas_dropped: int = 0
@@ -381,7 +381,7 @@ class Ownership:
             self.replicator.sync(promoted)
         self.claims.release(hosts)
 
-    # -- what the server and the tests call: Outgoing's ----------------------------------------------
+    # -- Outgoing's, where the server (Claim, Replicate) and the tests have always called them -------
     async def hand_out(self, peer: Peer, hosts: list[str]) -> list[str]:
         return await self.outgoing.hand_out(peer, hosts)
 
