@@ -177,7 +177,7 @@ def test_a_replica_that_cannot_be_promoted_does_not_stop_the_others(tmp_path, ru
     node.ownership.promote(["bad.cn", "good.cn"])
     node.commit_log.commit()
     assert on_disk(tmp_path) == ["http://good.cn/1"] and node.frontier.pages("good.cn") == 3
-    assert node.ownership.stats.promotions_refused == 1 and node.ownership.stats.hosts_promoted == 1
+    assert node.ownership.loop_stats.promotions_refused == 1 and node.ownership.loop_stats.hosts_promoted == 1
     assert node.replicas.owner("bad.cn") == "dead", "kept for an operator"
 
 

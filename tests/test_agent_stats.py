@@ -102,7 +102,7 @@ def test_every_component_counts_into_a_slotted_dataclass_registered_once(tmp_pat
     """A mistyped name raises instead of counting a new key; registering a part twice raises."""
     node = make_node(tmp_path)
     for c in (node.routing.stats, node.intake.stats, node.directory.stats, node.gate.stats, node.handoff.stats,
-              node.ownership.stats, node.commit_log.stats, node.shipper.stats):
+              *node.ownership.stats.values(), node.commit_log.stats, node.shipper.stats):
         assert dataclasses.is_dataclass(c)
         with pytest.raises(AttributeError):
             c.no_such_count = 1  # type: ignore[union-attr]

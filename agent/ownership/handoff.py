@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from agent.client import AgentPool
@@ -41,10 +41,27 @@ class Handed:
     kept_hosts: int = 0
 
 
+@dataclass
+class _Received:
+    """What one HandOver stream brought in so far (HandOff.receive)."""
+    sender: str = ""
+    hosts: set[str] = field(default_factory=set)
+    refused: dict[str, str] = field(default_factory=dict)
+    queued: int = 0
+    seen: int = 0
+    # Hosts this agent held something of before: their state is reconciled with the
+    # sender's (the previous owner's) once all of its parts are in. A replica of a dead
+    # owner (replica_of set) is always reconciled, and its queue checked at storage before
+    # it is fetched, exactly as a promotion here would do (Ownership.promote).
+    theirs: dict[str, tuple[set[str], set[int]]] = field(default_factory=dict)
+    from_replica: list[str] = field(default_factory=list)
+    replica_urls: list[str] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class HandOffCounters(Counters):
     """Hosts handed out and in, their bytes, failures and refusals (the metric names:
-    agent/metrics.py HELP). SHARED, summed in status: Ownership (settle.py) counts
+    agent/metrics.py HELP). SHARED, summed in status: Outgoing (outgoing.py) counts
     hosts_handed_out and handover_failures of the handovers it sends itself."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"handover_failures", "hosts_handed_out"})
     hosts_handed_out: int = 0
@@ -157,7 +174,7 @@ class HandOff:
     async def send(self, address: str, states: list[HostState],
                    replica_of: dict[str, str] | None = None) -> agent_pb2.HandOverResponse:
         """Stream the states; `replica_of` (host -> dead owner) marks states read from this
-        agent's replicas (Ownership.hand_replicas), which the receiver merges like a promotion."""
+        agent's replicas (Outgoing.hand_replicas), which the receiver merges like a promotion."""
         epoch = self.directory.epoch
         marks = replica_of or {}
 
@@ -174,63 +191,59 @@ class HandOff:
     async def receive(self, parts: AsyncIterator[agent_pb2.HandOverRequest]) -> agent_pb2.HandOverResponse:
         """Import every part of the hosts `admit` takes, then answer once all of it is durable
         (the next group commit); the refused hosts are named in the answer."""
-        hosts: set[str] = set()
-        refused: dict[str, str] = {}
-        queued = seen = 0
-        sender = ""
-        # Hosts this agent held something of before: their state is reconciled with the
-        # sender's (the previous owner's) once all of its parts are in. A replica of a dead
-        # owner (replica_of set) is always reconciled, and its queue checked at storage before
-        # it is fetched, exactly as a promotion here would do (Ownership.promote).
-        theirs: dict[str, tuple[set[str], set[int]]] = {}
-        from_replica: list[str] = []
-        replica_urls: list[str] = []
+        got = _Received()
         async for req in parts:
-            sender = req.sender_id
-            self.directory.saw_epoch(req.epoch)
-            h = req.host.host
-            if not h:
-                raise errors.InvalidArgument("HandOver: a part without a host")
-            if h in refused:
-                continue
-            first = h not in hosts
-            if first and self.admit is not None:
-                why = (await self.admit(req.sender_id, [h])).get(h)
-                if why is not None:
-                    refused[h] = why
-                    continue
-            if first and (self.ledger.holds(h) or req.replica_of):
-                theirs[h] = (set(), set())
-            if first and req.replica_of:
-                from_replica.append(h)
-            st = HostState.from_proto(req.host, first=first)
-            if req.replica_of:
-                replica_urls += [i.url for i in st.queue]
-            hosts.add(h)
-            if h in theirs:
-                theirs[h][0].update(i.url for i in st.queue)
-                theirs[h][1].update(st.seen)
-            q, s = self.ledger.import_(st)
-            queued += q
-            seen += s
+            await self._take(req, got)
         dropped = 0
-        for h, (q_urls, fps) in theirs.items():
+        for h, (q_urls, fps) in got.theirs.items():
             dropped += self.ledger.reconcile(h, q_urls, fps)
         self.stats.handover_dropped_done += dropped
-        if replica_urls and self.may_be_stored is not None:
-            self.may_be_stored(replica_urls)
-        if from_replica:
-            self.stats.replicas_handed_in += len(from_replica)
-            log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(from_replica), sender or "?",
-                     ", ".join(from_replica[:3]))
-        if hosts:
+        if got.replica_urls and self.may_be_stored is not None:
+            self.may_be_stored(got.replica_urls)
+        if got.from_replica:
+            self.stats.replicas_handed_in += len(got.from_replica)
+            log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
+                     got.sender or "?", ", ".join(got.from_replica[:3]))
+        if got.hosts:
             log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
-                     len(hosts), sender or "?", queued, seen, len(theirs), dropped)
-        await self.durable(hosts)  # raises if rows of these hosts could not be written: refused
-        if hosts and self.replicate is not None:
-            self.replicate(sorted(hosts))  # their backups get them whole (see __init__)
-        self.stats.hosts_handed_in += len(hosts)
-        if refused:
-            log.warning("refused %d hosts of a handover (%s)", len(refused), "; ".join(f"{h}: {r}" for h, r in list(refused.items())[:3]))
-        return agent_pb2.HandOverResponse(hosts=len(hosts), queued=queued, seen=seen,
-                                          refused=[agent_pb2.HostNote(host=h, reason=r) for h, r in refused.items()])
+                     len(got.hosts), got.sender or "?", got.queued, got.seen, len(got.theirs), dropped)
+        await self.durable(got.hosts)  # raises if rows of these hosts could not be written: refused
+        if got.hosts and self.replicate is not None:
+            self.replicate(sorted(got.hosts))  # their backups get them whole (see __init__)
+        self.stats.hosts_handed_in += len(got.hosts)
+        if got.refused:
+            log.warning("refused %d hosts of a handover (%s)", len(got.refused),
+                        "; ".join(f"{h}: {r}" for h, r in list(got.refused.items())[:3]))
+        return agent_pb2.HandOverResponse(hosts=len(got.hosts), queued=got.queued, seen=got.seen,
+                                          refused=[agent_pb2.HostNote(host=h, reason=r) for h, r in got.refused.items()])
+
+    async def _take(self, req: agent_pb2.HandOverRequest, got: _Received) -> None:
+        """Import one part of a HandOver stream, unless `admit` refuses its host (asked at the
+        host's first part: a refused host's later parts are skipped)."""
+        got.sender = req.sender_id
+        self.directory.saw_epoch(req.epoch)
+        h = req.host.host
+        if not h:
+            raise errors.InvalidArgument("HandOver: a part without a host")
+        if h in got.refused:
+            return
+        first = h not in got.hosts
+        if first and self.admit is not None:
+            why = (await self.admit(req.sender_id, [h])).get(h)
+            if why is not None:
+                got.refused[h] = why
+                return
+        if first and (self.ledger.holds(h) or req.replica_of):
+            got.theirs[h] = (set(), set())
+        if first and req.replica_of:
+            got.from_replica.append(h)
+        st = HostState.from_proto(req.host, first=first)
+        if req.replica_of:
+            got.replica_urls += [i.url for i in st.queue]
+        got.hosts.add(h)
+        if h in got.theirs:
+            got.theirs[h][0].update(i.url for i in st.queue)
+            got.theirs[h][1].update(st.seen)
+        q, s = self.ledger.import_(st)
+        got.queued += q
+        got.seen += s

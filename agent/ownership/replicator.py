@@ -28,6 +28,7 @@ from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, revisit_to_proto
 from agent.ownership.replica import crawl_of
 from agent.placement.directory import HostDirectory
+from agent.placement.port import HostRoute
 from agent.state.changes import ChangeLog
 from agent.state.frontier import AddRow, Item
 from agent.state.revisit import Entry
@@ -93,6 +94,15 @@ class _Pending:
     done: list[int] = field(default_factory=list)       # seqs whose captures storage has
     unshipped: list[int] = field(default_factory=list)  # seqs done here, captures not at storage yet
     revisits: dict[str, Entry] = field(default_factory=dict)  # url -> its latest schedule entry
+
+
+@dataclass
+class _Round:
+    """What one round sends (Replicator._round_of), built host by host before any send."""
+    by_backup: dict[Backup, list[Wire]] = field(default_factory=dict)
+    fulls: dict[Backup, list[str]] = field(default_factory=dict)
+    sent: set[str] = field(default_factory=set)      # hosts sent to a backup this round (not drops)
+    waiting: set[str] = field(default_factory=set)   # refused lately by a backup they are not sent to now
 
 
 @dataclass(slots=True)
@@ -325,76 +335,78 @@ class Replicator:
         routes = await self.directory.routes(hosts)
         self._collect()  # what committed during the look-up: a full copy below must not miss a done
         now = self.clock()
-        by_backup: dict[Backup, list[Wire]] = {}
-        fulls: dict[Backup, list[str]] = {}
-        sent: set[str] = set()      # hosts sent to a backup this round (not drops)
-        waiting: set[str] = set()   # refused lately by a backup they are not sent to now
+        rnd = _Round()
         epoch = self.directory.epoch
         for h in hosts:
             r = routes.get(h)
             if r is None:
                 self._dirty.add(h)  # placement cannot answer now: next round
                 continue
-            mine = r.agents[0][0] == self.self_id
-            if not mine and h in self._synced and self.ledger.holds(h):
-                # Not this agent's any more but not handed out yet (its handover waits for the
-                # fetches in flight and a commit): its backups keep their copies, untouched,
-                # until it is handed (`forget` then drops them). Dropped now, a crash of this
-                # agent before its handover would leave the new owner no replica (issue 23).
-                continue
-            want = set(r.agents[1:1 + self.backups]) if mine else set()
-            synced = self._synced.pop(h, set())
-            for old in synced - want:
-                # DELETE_BACKUP: that copy is stale (the host moved, or that backup left the first r).
-                drop = agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True)
-                by_backup.setdefault(old, []).append(Wire(h, True, drop.SerializeToString()))
-                self.stats.replica_drops_sent += 1
-            synced &= want
-            if not want:
-                self._pending.pop(h, None)
-                self._need_full.discard(h)
-                if not mine:
-                    self._held_done.pop(h, None)
-                if mine or not self.ledger.holds(h):
-                    self._refused.discard(h)  # no backup to wait for, or its URLs left with it
-                    self._refusals.pop(h, None)
-                continue
-            refusals = self._refusals.get(h, {})
-            if refusals and max(refusals.values()) <= now:
-                del self._refusals[h]  # every pause over: the host goes to those backups now
-                refusals = {}
-            for b in [b for b in want if self._backoff.get(b[0], 0.0) > now or refusals.get(b[0], 0.0) > now]:
-                want.discard(b)  # failed lately: it gets the host whole once it answers again
-                synced.discard(b)
-                self._dirty.add(h)
-                if refusals.get(b[0], 0.0) > now:
-                    waiting.add(h)
-            if h in self._need_full:
-                synced = set()
-            if synced:
-                self._synced[h] = synced
-            p = self._pending.pop(h, None)
-            full = want - synced
-            if full:
-                msgs = self._full_copy(h, epoch)
-                for b in full:
-                    by_backup.setdefault(b, []).extend(msgs)
-                    fulls.setdefault(b, []).append(h)
-                sent.add(h)
-            self._need_full.discard(h)
-            if synced and p is not None and (p.adds or p.done or p.unshipped or p.revisits):
-                delta = self._delta(h, p, epoch)
-                for b in synced:
-                    by_backup.setdefault(b, []).append(delta)
-                sent.add(h)
+            self._plan(h, r, now, epoch, rnd)
         refused: set[str] = set()
-        if by_backup:
-            for answer in await asyncio.gather(*(self._send(b, msgs, fulls.get(b, [])) for b, msgs in by_backup.items())):
+        if rnd.by_backup:
+            for answer in await asyncio.gather(*(self._send(b, msgs, rnd.fulls.get(b, [])) for b, msgs in rnd.by_backup.items())):
                 refused |= answer or set()
         # A host is confirmed once a round sends it to each backup it waits for and none refuses
         # it (a failed send counts as sent, as before: the replica lags, this agent holds the URLs).
-        self._refused -= sent - refused - waiting
+        self._refused -= rnd.sent - refused - rnd.waiting
         self._refused |= refused
+
+    def _plan(self, h: str, r: HostRoute, now: float, epoch: int, rnd: _Round) -> None:
+        """One host's part of the round: drops to the backups that left, a full copy to those
+        without one, the delta to the synced ones; `_synced` keeps only those still current."""
+        mine = r.agents[0][0] == self.self_id
+        if not mine and h in self._synced and self.ledger.holds(h):
+            # Not this agent's any more but not handed out yet (its handover waits for the
+            # fetches in flight and a commit): its backups keep their copies, untouched,
+            # until it is handed (`forget` then drops them). Dropped now, a crash of this
+            # agent before its handover would leave the new owner no replica (issue 23).
+            return
+        want = set(r.agents[1:1 + self.backups]) if mine else set()
+        synced = self._synced.pop(h, set())
+        for old in synced - want:
+            # DELETE_BACKUP: that copy is stale (the host moved, or that backup left the first r).
+            drop = agent_pb2.ReplicateRequest(sender_id=self.self_id, epoch=epoch, host=h, drop=True)
+            rnd.by_backup.setdefault(old, []).append(Wire(h, True, drop.SerializeToString()))
+            self.stats.replica_drops_sent += 1
+        synced &= want
+        if not want:
+            self._pending.pop(h, None)
+            self._need_full.discard(h)
+            if not mine:
+                self._held_done.pop(h, None)
+            if mine or not self.ledger.holds(h):
+                self._refused.discard(h)  # no backup to wait for, or its URLs left with it
+                self._refusals.pop(h, None)
+            return
+        refusals = self._refusals.get(h, {})
+        if refusals and max(refusals.values()) <= now:
+            del self._refusals[h]  # every pause over: the host goes to those backups now
+            refusals = {}
+        for b in [b for b in want if self._backoff.get(b[0], 0.0) > now or refusals.get(b[0], 0.0) > now]:
+            want.discard(b)  # failed lately: it gets the host whole once it answers again
+            synced.discard(b)
+            self._dirty.add(h)
+            if refusals.get(b[0], 0.0) > now:
+                rnd.waiting.add(h)
+        if h in self._need_full:
+            synced = set()
+        if synced:
+            self._synced[h] = synced
+        p = self._pending.pop(h, None)
+        full = want - synced
+        if full:
+            msgs = self._full_copy(h, epoch)
+            for b in full:
+                rnd.by_backup.setdefault(b, []).extend(msgs)
+                rnd.fulls.setdefault(b, []).append(h)
+            rnd.sent.add(h)
+        self._need_full.discard(h)
+        if synced and p is not None and (p.adds or p.done or p.unshipped or p.revisits):
+            delta = self._delta(h, p, epoch)
+            for b in synced:
+                rnd.by_backup.setdefault(b, []).append(delta)
+            rnd.sent.add(h)
 
     def _full_copy(self, host: str, epoch: int) -> list[Wire]:
         st = self.ledger.export(host)
