@@ -125,7 +125,7 @@ class Frontier:
         """Hosts with queued items, or revisits scheduled when revisits are on (a snapshot)."""
         if not self._revisits:
             return self._queues.hosts()
-        return self._queues.hosts(self._schedule.hosts_due_some_day())
+        return self._queues.hosts(self._schedule.hosts_scheduled())
 
     def has_work(self, host: str) -> bool:
         """Queued items, or (revisits on) revisits scheduled, due or not."""

@@ -94,7 +94,7 @@ class Schedule:
     def knows(self, host: str) -> bool:
         return host in self._rv
 
-    def hosts_due_some_day(self) -> set[str]:
+    def hosts_scheduled(self) -> set[str]:
         """Hosts with revisits scheduled, due or not."""
         return {h for h, rh in self._rv.items() if rh.head or not rh.complete}
 
