@@ -1,7 +1,8 @@
 """The page and domain budgets' counts: pages fetched per host (durable, the `pages` table) and,
 derived from them and from which hosts the frontier knows, pages and hosts per registered domain
 (issue 25; nothing more is stored). The dispatcher and intake read them to stop a host or a domain
-at its budget; the queues tell which hosts they hold (`entered`, `left`)."""
+at its budget; the queues tell which hosts they hold (`entered`, `left`). It refuses nothing
+itself (the facade checks a count first: item.check_pages) and never commits."""
 
 from __future__ import annotations
 

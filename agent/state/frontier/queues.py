@@ -1,6 +1,7 @@
 """The frontier's host queues: per host and origin, the queued URLs in BFS order, with only each
 lane's head in memory (hot) and the rest on disk (cold), paged in by key range as the head drains.
-Buffers the queue rows' adds and retries for the flush; in-flight items are inflight.py's."""
+Buffers the queue rows' adds and retries for the flush; in-flight items are inflight.py's. Reads
+the table through the store only and never commits: its rows are written by the facade's flush."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The frontier's revisit schedule (issue 26; docs/continuous.md): one entry per URL fetched (the
 `revisit` table), each host's earliest entries in memory, revisits popped in competition with the
 host's first visits, and the next visit planned when one is done. What an entry becomes after a
-visit is agent/state/revisit.py's (pure); this part keeps the entries and their order."""
+visit is agent/state/revisit.py's (pure); this part keeps the entries and their order. Reads the
+table through the store only and never commits: its entries are written by the facade's flush."""
 
 from __future__ import annotations
 
