@@ -17,7 +17,7 @@ import sqlite3
 
 import pytest
 
-import agent.state.frontier as frontier_mod
+import agent.state.frontier.item as frontier_item
 from agent.node import AgentNode
 from agent.ownership.ledger import HostState
 from agent.placement.hostcache import HostRoute
@@ -77,7 +77,7 @@ def on_disk(tmp_path) -> list[str]:
     try:
         return sorted(i.url for h in list(f.hosts_ready()) for i in f.export_host(h))
     finally:
-        f._db.close()
+        f._store.close()
 
 
 def hand_over(host: str, urls: list[str], **fields) -> agent_pb2.HandOverRequest:
@@ -184,7 +184,7 @@ def test_a_replica_that_cannot_be_promoted_does_not_stop_the_others(tmp_path, ru
 # -- isolation at flush: a row no entry check caught is left out, not retried forever ------------
 def test_an_unwritable_row_past_the_entry_checks_is_left_out_and_only_its_request_fails(tmp_path, run, monkeypatch):
     # A bug in the entry checks: they let everything through.
-    monkeypatch.setattr(frontier_mod, "item_problem", lambda it: None)
+    monkeypatch.setattr(frontier_item, "item_problem", lambda it: None)
 
     async def go():
         node = make_node(tmp_path)
@@ -250,7 +250,7 @@ class FlakyDb:
 
 def test_a_disk_error_drops_nothing_and_the_next_flush_writes_it_all(tmp_path):
     f = Frontier(tmp_path / "f.sqlite")
-    f._db = FlakyDb(f._db)  # type: ignore[assignment]
+    f._store.db = FlakyDb(f._store.db)  # type: ignore[assignment]
     f.add([Item("http://a.cn/1", "a.cn"), Item("http://b.cn/1", "b.cn")])
     with pytest.raises(sqlite3.OperationalError):
         f.flush()
@@ -326,7 +326,7 @@ def test_commit_log_feeds_the_watch_and_answers_no_waiter_while_failing(tmp_path
     watch = ProgressWatch(5.0, lambda: t[0])
     log = CommitLog(frontier, seen, Outbox(tmp_path / "o.sqlite"), Spool(tmp_path / "spool", fsync=False),
                     batch_pages=10, flush_interval=0.0, clock=lambda: t[0], progress=watch)
-    frontier._db = FlakyDb(frontier._db)  # type: ignore[assignment]
+    frontier._store.db = FlakyDb(frontier._store.db)  # type: ignore[assignment]
 
     async def go():
         frontier.add([Item("http://a.cn/1", "a.cn")])

@@ -1,6 +1,6 @@
 """Revisit policies (issue 26): when a fetched page is due again. Pure: no I/O, no clock.
 
-A page's schedule is an `Entry` (kept per URL by the frontier, agent/state/frontier.py); what a
+A page's schedule is an `Entry` (kept per URL by the frontier, agent/state/frontier/schedule.py); what a
 fetch told is a `Visit`; a `Planner` built from `[revisit]` turns (entry, visit) into the next
 entry. Three policies (docs/continuous.md):
 
