@@ -274,7 +274,7 @@ class AgentNode:
     def load_report(self) -> common_pb2.LoadReport:
         """Every heartbeat's load: seed 000's L and W (agent/placement/load.py), and the longest host
         queues, which are the hosts the consultant's balancer may move (docs/balance.md)."""
-        c = self.dispatcher.counters
+        c = {k: v for part in self.dispatcher.stats.values() for k, v in part.items()}
         level = self.load.measure(len(self.frontier))
         heavy = heaviest(self.frontier.hosts_ready(), self.frontier.queue_len, self.s.load.report_hosts)
         sample = self.interval.sample(int(c["pages"]), int(c["bytes"]), level.queue)
@@ -294,11 +294,14 @@ class AgentNode:
         """Every component's counters (summed where two count the same thing) and gauges;
         `parked`: the parked-host count when the caller listed them already (one scan, not two)."""
         out: dict[str, float] = {}
-        parts: list[Any] = [self.dispatcher, self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
+        parts: list[Any] = [self.intake, self.routing, self.directory, self.membership, self.shipper, self.handoff,
                  self.gate, self.ownership, self.guard, self.commit_log, self.progress,
-                 *(p for p in (self.replicator, self.replicas, self.stored_check, self.overlay, self.loop_lag) if p is not None)]
+                 *(p for p in (self.replicator, self.replicas, self.overlay, self.loop_lag) if p is not None)]
         for part in parts:
             for k, v in part.counters.items():
+                out[k] = out.get(k, 0.0) + v
+        for typed in (*self.dispatcher.stats.values(), *([self.stored_check.stats] if self.stored_check is not None else [])):
+            for k, v in typed.items():
                 out[k] = out.get(k, 0.0) + v
         out.update(self.routing.counts(), **self.directory.counts())  # counts kept outside a `counters` dict
         # The consultant's client reports its failovers between replicas (a Kademlia placement has none).

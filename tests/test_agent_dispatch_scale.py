@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.crawl import dispatcher as dispatch
+from agent.crawl import page as page_steps
 from agent.crawl.dispatcher import Dispatcher
 from agent.crawl.scope import Scope
 from agent.fetch import FetchResponse
@@ -101,7 +101,7 @@ def test_redirect_hop_counts_end_with_their_chain_and_stay_bounded(tmp_path, mon
     its chain goes on; once the target is fetched as a page, or when the target is another
     agent's (routed away, never fetched here), nothing may stay: a million-page crawl with a
     redirect every few pages grew this dict without end."""
-    monkeypatch.setattr(dispatch, "REDIRECT_HOPS_KEPT", 8)
+    monkeypatch.setattr(page_steps, "REDIRECT_HOPS_KEPT", 8)
     host = "r.test"
 
     class Fetcher:
@@ -139,8 +139,8 @@ def test_redirect_hop_counts_end_with_their_chain_and_stay_bounded(tmp_path, mon
     asyncio.run(main())
     assert sorted(u for u in done if "/t" in u) == sorted(f"http://{host}/t{i}" for i in keep_here)
     fetched_targets = {f"http://{host}/t{i}" for i in keep_here}
-    assert not fetched_targets & set(d.redirect_hops), "a target fetched as a page keeps its hop count"
-    assert len(d.redirect_hops) <= 8, f"{len(d.redirect_hops)} hop counts kept (at most 8)"
+    assert not fetched_targets & set(d.page.redirect.hops), "a target fetched as a page keeps its hop count"
+    assert len(d.page.redirect.hops) <= 8, f"{len(d.page.redirect.hops)} hop counts kept (at most 8)"
 
 
 def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tmp_path):

@@ -127,10 +127,11 @@ def crawl(tmp_path_factory) -> Crawl:
                             srv.refresh_metrics()  # the scrape shows the state at idle, not a second ago
                             n = srv.node
                             out.agent_ids.append(n.id)
-                            parts = [n.dispatcher, n.intake, n.routing, n.directory, n.membership, n.shipper, n.handoff,
+                            parts = [n.intake, n.routing, n.directory, n.membership, n.shipper, n.handoff,
                                      n.gate, n.ownership, *([n.replicator] if n.replicator else []),
                                      *([n.replicas] if n.replicas else [])]
                             counts = {k for p in parts for k in p.counters} | set(n.routing.counts()) | set(n.directory.counts())
+                            counts |= {k for c in n.dispatcher.stats.values() for k, _ in c.items()}
                             levels = set(n.routing.gauges()) | set(n.directory.gauges()) | set(n.ownership.gauges())
                             levels |= set(n.replicator.gauges()) if n.replicator else set()
                             out.structure[n.id] = {"counts": counts, "levels": levels}

@@ -21,6 +21,10 @@ MAX_LINKS = 6000  # links kept per page, as Heritrix does
 _WORK_PER_LINK = 4  # elements examined per link of the cap: bounds pages of repeated hrefs too
 ROBOTS_META_NAMES = frozenset({"robots", "wancrawl"})  # <meta name=...> read for nofollow/noindex
 PIECE_BYTES = 256 * 1024  # the default of memory.parse_piece_bytes (agent/settings.py)
+# Bodies above this are parsed in a thread (a page's links, a sitemap): Lexbor and expat work
+# without the GIL there, and the loop (other fetches, RPCs, heartbeats) does not stall for the
+# ~15 ms per MiB a parse takes (docs/agent-fetching.md).
+THREAD_PARSE_BYTES = 256 * 1024
 PIECE_TAGS = 1024  # "<"s one parse sees at most (lexbor's deep-nesting cost: see _spans)
 # The pieces of one page stop after this many "<"s per element of its work budget (10 x 24,000
 # by default, a page with 6,000 links and plenty of markup): a page of nested <div>s with a link
