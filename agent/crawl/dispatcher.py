@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.crawl import sitemap
 from agent.crawl.admission import Act, Admission
 from agent.crawl.fetches import Requests
 from agent.crawl.hosts import CrawlHosts, HostCrawlState
@@ -23,7 +24,6 @@ from agent.crawl.refetch import StoredCheck
 from agent.crawl.robots import RobotsCache
 from agent.crawl.robotstxt import RobotsTxt
 from agent.crawl.scope import Scope
-from agent.crawl import sitemap
 from agent.crawl.sitemap_reader import SitemapReader
 from agent.fetch import Fetcher
 from agent.placement.gate import Gate
