@@ -225,6 +225,7 @@ class Dispatcher:
             # Not ours to fetch now (lease lapsed, ownership settling): the gate wakes it again.
             self.scheduler.remove(host)
             return
+        ip = self.hosts.ip(host)
         item = self.frontier.pop(host, now, self.origin_wait)
         if item is None:
             ready = self.frontier.ready_at(host, self.origin_wait)
@@ -235,9 +236,9 @@ class Dispatcher:
                     # with every host ever crawled otherwise); _schedule restores Crawl-delay.
                     self.politeness.forget(host)
             else:
-                self.scheduler.wake(host, self.hosts.ip(host), ready)
+                self.scheduler.wake(host, ip, ready)
             return
-        self._start_url(item, self.hosts.ip(host), now)
+        self._start_url(item, ip, now)
 
     def _start_url(self, item: Item, ip: str, now: float) -> None:
         host, origin = item.host, origin_of(item.url)

@@ -202,8 +202,7 @@ class Truncation:
         self.stats = TruncationCounters()
 
     def note(self, item: Item, resp: FetchResponse) -> None:
-        if not resp.truncated:
-            return
+        """A truncated body (resp.truncated set): counted, and noted by kind."""
         self.stats.truncated += 1
         self.incidents.note(f"truncated_{resp.truncated}", item.host, f"{item.url} ({len(resp.body)} bytes kept)")
         if resp.truncated == "decoded" and len(resp.body) >= BOMB_RATIO * max(1, resp.raw_length):
@@ -465,14 +464,16 @@ class PageSteps:
 
     async def run(self, item: Item, ip: str) -> None:
         host = item.host
-        if await self._stored(item, ip):
+        # The guards are inline: a page pays no call for a step that has nothing to do.
+        check = self.stored_check
+        if check is not None and item.revisit is None and item.url in check and await self._stored(item, ip):
             return
         rv = item.revisit
         resp = await self.requests.fetch(item.url, host, ip, conditional_headers(rv) if rv is not None and self.s.revisit.conditional else None)
         await self.pass_budget.turn()
         now = self.clock()
         outcome = self.outcome
-        if outcome.fenced(item, ip, now) or outcome.host_failed(item, ip, resp, now):
+        if outcome.fenced(item, ip, now) or (resp.error is not None and outcome.host_failed(item, ip, resp, now)):
             return
         o = outcome.decide(item, resp, self.retry.tries(item.url), now)
         if o.retry:
@@ -484,7 +485,8 @@ class PageSteps:
             self.redirect.end(item.url)  # the chain ends here
         if not outcome.settle(item, resp, o, now):
             return
-        self.truncation.note(item, resp)
+        if resp.truncated:
+            self.truncation.note(item, resp)
         if o.follow is not None:
             self.redirect.follow(item, o.follow)
         elif o.parse:
@@ -494,10 +496,10 @@ class PageSteps:
         self.record.finish(item, resp)
 
     async def _stored(self, item: Item, ip: str) -> bool:
-        """Whether storage holds the URL already: the owner it was promoted from stored it
-        before its "done" reached the replica. The URL is then finished unfetched."""
-        if item.revisit is not None or self.stored_check is None or item.url not in self.stored_check:
-            return False
+        """Whether storage holds the URL already (a first visit of a URL the check watches): the
+        owner it was promoted from stored it before its "done" reached the replica. The URL is
+        then finished unfetched."""
+        assert self.stored_check is not None
         stored = await self.stored_check.stored(item.url)
         if not stored:
             return False
