@@ -13,6 +13,7 @@ from agent.settings import ScopeSettings, load_settings
 from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
 from wancrawl.runtime.looplag import PassBudget
+from wancrawl.stats import StatsRegistry
 
 from test_looplag import _Passes
 
@@ -178,3 +179,33 @@ def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tm
     asyncio.run(main())
     assert done == ["http://h.test/a", "http://h.test/b", "http://h.test/c"]
     assert routed.count("http://other.test/x") == 2, "skipped on b (same epoch), routed again on c"
+
+
+# The dispatcher's counters as they were named in its one dict before issue 34 split it: every
+# status, Prometheus and chaos reader knows them by these names.
+NAMES = {
+    "fetches", "pages", "bytes", "errors", "robots_fetches", "robots_denied", "out_of_scope", "dropped_schemes", "invalid_urls",
+    "redirects", "not_html", "truncated", "retries", "given_up", "recent_skips", "budget_dropped", "hosts_given_up",
+    "robots_deferred", "robots_given_up", "links_over_cap", "nofollow_skipped", "noindex_pages", "fenced_results",
+    "hosts_dns_failed", "origins_given_up", "revisits", "revisits_changed", "revisits_unchanged", "not_modified",
+    "not_modified_bytes", "sitemaps", "sitemap_urls", "sitemap_refused", "sitemap_errors", "sitemaps_skipped",
+    "parse_waits", "parse_pieces", "parse_pieces_skipped",
+}
+
+
+def test_the_parts_count_under_todays_names_and_register_once(tmp_path):
+    """The typed parts carry exactly the old names; a name two parts count (out_of_scope,
+    invalid_urls, dropped_schemes) is declared shared by each, so one registry sums them."""
+    d, _, _ = _dispatcher(tmp_path, None, route=lambda items: None, finish=lambda item, cap: None)
+    owners: dict[str, list[str]] = {}
+    for part, counters in d.stats.items():
+        for name, value in counters.items():
+            assert value == 0
+            owners.setdefault(name, []).append(part)
+    assert set(owners) == NAMES
+    assert {n for n, parts in owners.items() if len(parts) > 1} == {"out_of_scope", "invalid_urls", "dropped_schemes"}
+    registry = StatsRegistry()
+    registry.register("dispatch", d.stats)
+    d.stats["links"].out_of_scope += 2  # type: ignore[attr-defined]
+    d.stats["redirect"].out_of_scope += 1  # type: ignore[attr-defined]
+    assert registry.snapshot()["out_of_scope"] == 3 and registry.counter_names() == NAMES
