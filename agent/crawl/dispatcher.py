@@ -81,6 +81,7 @@ class Dispatcher:
         epoch: Callable[[], int] | None = None,
     ):
         self.s = settings
+        self.stopping = False  # read by the page's outcome step: a retry while stopping is not counted
         self.frontier, self.resolver, self.signal, self.finish, self.clock = frontier, resolver, signal, finish, clock
         # The lease and held hosts (one fetcher per host); without one, every host, always.
         self.gate = gate or Gate(signal.wake, fenced=False)
@@ -116,7 +117,6 @@ class Dispatcher:
         self.in_flight = 0
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
-        self.stopping = False
         self._last_progress = (self.clock(), 0.0)
 
     # -- waking hosts -----------------------------------------------------------------------------
