@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from agent.client import AgentPool
 from agent.crawl.dispatcher import Dispatcher
+from agent.crawl.incidents import Incidents
 from agent.crawl.outcome import RETRY_STATUSES
 from agent.crawl.refetch import StoredCheck
-from agent.crawl.incidents import Incidents
 from agent.crawl.scope import Scope
 from agent.fetch import Fetcher, create_fetcher
 from agent.ownership.guard import PeerGuard
@@ -51,29 +51,19 @@ from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
 from agent.waker import HostSignal
-from storage.client import StorageClient, storage_client as make_storage_client
+from storage.client import StorageClient
+from storage.client import storage_client as make_storage_client
 from wancrawl import errors
 from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.runtime.looplag import LoopLag
-from wancrawl.stats import Counters, StatsRegistry
+from wancrawl.stats import StatsRegistry
 from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
 
 __all__ = ["AgentNode", "IntakeResult"]
-
-
-def _legacy_counts(counts: Mapping[str, float], *typed: Counters) -> dict[str, float]:
-    """TODO(merge): goes when the dispatcher and StoredCheck register typed stats. A component's
-    counters dict read as gauges: a gauge overwrites the registry's counter of the same name, so a
-    name it shares with typed counters (their SHARED) carries their sum here."""
-    out = dict(counts)
-    for c in typed:
-        for name in c.SHARED & out.keys():
-            out[name] += getattr(c, name)
-    return out
 
 
 def _report_end(t: asyncio.Task) -> None:
@@ -252,12 +242,9 @@ class AgentNode:
             reg.gauges("consultant", placement_metrics)
         if self.s.revisit.enabled:
             reg.gauges("frontier.levels", lambda: self.frontier.revisit_counts(self.clock()))
-        # TODO(merge): register(dispatcher.stats)
-        reg.gauges("dispatch", lambda: _legacy_counts(self.dispatcher.counters, self.intake.stats, self.routing.stats))
+        reg.register("dispatch", self.dispatcher.stats)
         if self.stored_check is not None:
-            stored_check = self.stored_check
-            # TODO(merge): register(stored_check.stats)
-            reg.gauges("stored_check", lambda: dict(stored_check.counters))
+            reg.register("stored_check", self.stored_check.stats)
         return reg
 
     def _sitemap_hints(self, entries: list) -> None:
@@ -367,7 +354,7 @@ class AgentNode:
     def load_report(self) -> common_pb2.LoadReport:
         """Every heartbeat's load: seed 000's L and W (agent/placement/load.py), and the longest host
         queues, which are the hosts the consultant's balancer may move (docs/balance.md)."""
-        c = self.dispatcher.counters
+        c = {k: v for part in self.dispatcher.stats.values() for k, v in part.items()}
         level = self.load.measure(len(self.frontier))
         heavy = heaviest(self.frontier.hosts_ready(), self.frontier.queue_len, self.s.load.report_hosts)
         sample = self.interval.sample(int(c["pages"]), int(c["bytes"]), level.queue)

@@ -262,7 +262,7 @@ def test_a_host_whose_robots_txt_stays_unreachable_counts_as_parked(tmp_path, ru
     async def go():
         await n.start()
         n.intake.accept_local(items("down.lab", 5) + items("up.lab", 3))
-        await until(lambda: n.dispatcher.counters["robots_fetches"] >= 1 and n.dispatcher.counters["pages"] >= 3, "a first try")
+        await until(lambda: n.dispatcher.stats["robots"].robots_fetches >= 1 and n.dispatcher.stats["outcome"].pages >= 3, "a first try")
         early = n.idle()
         await until(n.idle, "idle with only the robots-failing host left")
         parked = [p.host for p in n.dispatcher.parked(n.clock())]

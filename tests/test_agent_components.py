@@ -297,7 +297,7 @@ def test_host_ledger_round_trip_gives_the_same_pops_and_seen_answers(tmp_path, r
         a.commit_log.commit(force=True)
         d = a.dispatcher
         d.robots.update(f"http://{host}", 200, b"User-agent: *\nDisallow: /p1\nCrawl-delay: 3\n", 1000.0)
-        d.origins_of[host] = {f"http://{host}"}
+        d.hosts.add_origin(host, f"http://{host}")
         d.politeness.backoff(host, 30.0, 1000.0)
         a.frontier.add_pages(host, 10)
         st = a.ledger.export(host)

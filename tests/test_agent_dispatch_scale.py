@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.crawl import dispatcher as dispatch
+from agent.crawl import page as page_steps
 from agent.crawl.dispatcher import Dispatcher
 from agent.crawl.scope import Scope
 from agent.fetch import FetchResponse
@@ -13,6 +13,7 @@ from agent.settings import ScopeSettings, load_settings
 from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
 from wancrawl.runtime.looplag import PassBudget
+from wancrawl.stats import StatsRegistry
 
 from test_looplag import _Passes
 
@@ -101,7 +102,7 @@ def test_redirect_hop_counts_end_with_their_chain_and_stay_bounded(tmp_path, mon
     its chain goes on; once the target is fetched as a page, or when the target is another
     agent's (routed away, never fetched here), nothing may stay: a million-page crawl with a
     redirect every few pages grew this dict without end."""
-    monkeypatch.setattr(dispatch, "REDIRECT_HOPS_KEPT", 8)
+    monkeypatch.setattr(page_steps, "REDIRECT_HOPS_KEPT", 8)
     host = "r.test"
 
     class Fetcher:
@@ -139,8 +140,8 @@ def test_redirect_hop_counts_end_with_their_chain_and_stay_bounded(tmp_path, mon
     asyncio.run(main())
     assert sorted(u for u in done if "/t" in u) == sorted(f"http://{host}/t{i}" for i in keep_here)
     fetched_targets = {f"http://{host}/t{i}" for i in keep_here}
-    assert not fetched_targets & set(d.redirect_hops), "a target fetched as a page keeps its hop count"
-    assert len(d.redirect_hops) <= 8, f"{len(d.redirect_hops)} hop counts kept (at most 8)"
+    assert not fetched_targets & set(d.page.redirect.hops), "a target fetched as a page keeps its hop count"
+    assert len(d.page.redirect.hops) <= 8, f"{len(d.page.redirect.hops)} hop counts kept (at most 8)"
 
 
 def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tmp_path):
@@ -178,3 +179,33 @@ def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tm
     asyncio.run(main())
     assert done == ["http://h.test/a", "http://h.test/b", "http://h.test/c"]
     assert routed.count("http://other.test/x") == 2, "skipped on b (same epoch), routed again on c"
+
+
+# The dispatcher's counters as they were named in its one dict before issue 34 split it: every
+# status, Prometheus and chaos reader knows them by these names.
+NAMES = {
+    "fetches", "pages", "bytes", "errors", "robots_fetches", "robots_denied", "out_of_scope", "dropped_schemes", "invalid_urls",
+    "redirects", "not_html", "truncated", "retries", "given_up", "recent_skips", "budget_dropped", "hosts_given_up",
+    "robots_deferred", "robots_given_up", "links_over_cap", "nofollow_skipped", "noindex_pages", "fenced_results",
+    "hosts_dns_failed", "origins_given_up", "revisits", "revisits_changed", "revisits_unchanged", "not_modified",
+    "not_modified_bytes", "sitemaps", "sitemap_urls", "sitemap_refused", "sitemap_errors", "sitemaps_skipped",
+    "parse_waits", "parse_pieces", "parse_pieces_skipped",
+}
+
+
+def test_the_parts_count_under_todays_names_and_register_once(tmp_path):
+    """The typed parts carry exactly the old names; a name two parts count (out_of_scope,
+    invalid_urls, dropped_schemes) is declared shared by each, so one registry sums them."""
+    d, _, _ = _dispatcher(tmp_path, None, route=lambda items: None, finish=lambda item, cap: None)
+    owners: dict[str, list[str]] = {}
+    for part, counters in d.stats.items():
+        for name, value in counters.items():
+            assert value == 0
+            owners.setdefault(name, []).append(part)
+    assert set(owners) == NAMES
+    assert {n for n, parts in owners.items() if len(parts) > 1} == {"out_of_scope", "invalid_urls", "dropped_schemes"}
+    registry = StatsRegistry()
+    registry.register("dispatch", d.stats)
+    d.stats["links"].out_of_scope += 2  # type: ignore[attr-defined]
+    d.stats["redirect"].out_of_scope += 1  # type: ignore[attr-defined]
+    assert registry.snapshot()["out_of_scope"] == 3 and registry.counter_names() == NAMES

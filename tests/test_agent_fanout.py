@@ -82,7 +82,7 @@ def test_bombs_of_every_kind_at_once_are_stored_and_parsed_within_the_parse_budg
             async with cluster(tmp_path, lab, 1, agent_keys={"fetch.total_timeout": 20.0, "scope.max_depth": 0}) as (cs, client, [agent], [store]):
                 await seed(agent.node, urls)
                 await wait_idle([agent.node], timeout=90)
-                return agent.node.status_counters(), agent.node.dispatcher.parses, store, dict(agent.node.incidents.counts)
+                return agent.node.status_counters(), agent.node.dispatcher.page.parse.parses, store, dict(agent.node.incidents.counts)
 
         c, parses, store, incidents = run(go())
         by_url = {cap.url: cap for cap in store.captures.values()}

@@ -203,7 +203,7 @@ def test_a_closed_https_origin_never_holds_back_the_live_http_origin_and_the_cra
     async def go():
         await n.start()
         n.intake.accept_local([Item(f"https://{host}/", host), Item(f"http://{host}:{port}/", host)])
-        await until(lambda: n.dispatcher.counters["robots_fetches"] >= 1, "a first robots.txt")
+        await until(lambda: n.dispatcher.stats["robots"].robots_fetches >= 1, "a first robots.txt")
         await until(n.idle, "the crawl to finish", timeout=40)
         fetched_at_idle = set(log) - {"/robots.txt"}
         parked = n.dispatcher.parked(n.clock())

@@ -219,7 +219,7 @@ def test_stored_check_asks_storage_once_for_what_is_due_together_and_only_for_wa
         chk.watch(["http://h.lab/a"])
         fail = True
         assert not await chk.stored("http://h.lab/a"), "storage unreachable: fetch (at least once)"
-        assert chk.counters["refetches_avoided"] == 2 and chk.counters["stored_check_errors"] == 1
+        assert chk.stats.refetches_avoided == 2 and chk.stats.stored_check_errors == 1
 
     run(go())
 

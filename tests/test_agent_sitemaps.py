@@ -271,7 +271,7 @@ def _crawl_site(run, tmp_path, kind: str, keys: dict):
         async def go():
             k = {"scope.allowed_domains": [site.host], **keys}
             async with cluster(tmp_path, lab, 1, agent_keys=k) as (cs, client, [agent], [store]):
-                agent.node.dispatcher.sitemap_hints = hints.extend
+                agent.node.dispatcher.sitemaps.hints = hints.extend
                 await seed(agent.node, [lab.web.url(site, "/")])
                 await wait_idle([agent.node], timeout=120)
                 return agent.node.status_counters(), store

@@ -68,6 +68,7 @@ BACK_ARROWS = [
     ("agent/state/frontier/facade.py", "import agent.node", "agent-rooms"),            # a room imports the root
     ("agent/state/frontier/store.py", "import agent.state.frontier.queues", "frontier-parts"),  # a part calls up
     ("agent/crawl/links.py", "import agent.ownership.ledger", "agent-rooms"),          # crawl reaches up to ownership
+    ("agent/crawl/hosts.py", "import agent.crawl.page", "crawl-room"),                 # a host's state reaches up to the page's steps
     ("agent/routing/router.py", "import agent.ownership.settle", "agent-rooms"),       # two independent rooms
     ("wancrawl/urls.py", "import agent.metrics", "floors"),                            # the bottom floor imports a service
     ("consultant/service.py", "import storage.index", "floors"),                       # a service in another's internals

@@ -47,8 +47,8 @@ def test_revisits_send_conditional_requests_and_304s_are_unchanged(tmp_path):
             async with cluster(tmp_path, lab, 1, agent_keys={**REVISIT, "scope__allowed_domains": [site.host]}) as (_, _, servers, storages):
                 node = servers[0].node
                 await seed(node, seeds)
-                d = node.dispatcher.counters
-                await until(lambda: d["not_modified"] >= 10 and d["revisits_changed"] >= 3, "revisits, some 304, some changed", 60)
+                d = node.dispatcher.stats["revisits"]
+                await until(lambda: d.not_modified >= 10 and d.revisits_changed >= 3, "revisits, some 304, some changed", 60)
                 counters = node.status_counters()
                 await servers[0].stop(0)
                 return node, counters, storages[0]
@@ -140,7 +140,7 @@ def test_a_drain_hands_the_schedule_over_whole(tmp_path):
                 a, b = servers[0].node, servers[1].node
                 await seed(a, seeds)
                 await until(lambda: a.frontier.hosts_with_work() == 0 and b.frontier.hosts_with_work() == 0
-                            and a.dispatcher.idle() and b.dispatcher.idle() and a.dispatcher.counters["pages"] > 5, "first visits", 60)
+                            and a.dispatcher.idle() and b.dispatcher.idle() and a.dispatcher.stats["outcome"].pages > 5, "first visits", 60)
                 a.commit_log.commit(force=True)
                 mine = {h: {e.url: e for e in a.frontier.export_schedule(h)} for h in hosts}
                 mine = {h: s for h, s in mine.items() if s}
@@ -174,7 +174,7 @@ def test_a_dead_owners_schedule_goes_on_from_its_replica(run, tmp_path):
                 nodes = [a.node for a in agents]
                 await seed(nodes[0], seeds)
                 await until_sync(lambda: all(n.frontier.hosts_with_work() == 0 and n.dispatcher.idle() for n in nodes)
-                                 and nodes[1].dispatcher.counters["pages"] > 5, 60)
+                                 and nodes[1].dispatcher.stats["outcome"].pages > 5, 60)
                 for n in nodes:
                     n.commit_log.commit(force=True)
                 await until_sync(lambda: all(n.replicator.gauges()["replica_unsynced"] == 0 for n in nodes), 20)
@@ -222,8 +222,8 @@ def test_pages_a_dead_owner_stored_before_its_replicas_heard_of_them_stay_schedu
                 tasks = {t.get_name(): t for t in victim.tasks}
                 tasks["replication"].cancel()
                 await asyncio.gather(tasks["replication"], return_exceptions=True)
-                before = victim.dispatcher.counters["pages"]
-                await until_sync(lambda: victim.dispatcher.counters["pages"] >= before + 3, 30)
+                before = victim.dispatcher.stats["outcome"].pages
+                await until_sync(lambda: victim.dispatcher.stats["outcome"].pages >= before + 3, 30)
                 await victim.dispatcher.stop()
                 victim.commit_log.commit(force=True)
                 while len(victim.spool):
@@ -236,8 +236,8 @@ def test_pages_a_dead_owner_stored_before_its_replicas_heard_of_them_stay_schedu
                 for n in rest:
                     n.commit_log.commit(force=True)
                 ours = {e.url for n in rest for h in hosts for e in n.frontier.export_schedule(h) if e.last > 0}
-                avoided = sum(n.dispatcher.stored_check.counters["refetches_avoided"] for n in rest
-                              if n.dispatcher.stored_check is not None)
+                avoided = sum(n.stored_check.stats.refetches_avoided for n in rest
+                              if n.stored_check is not None)
                 return theirs, ours, avoided
 
         theirs, ours, avoided = run(go())

@@ -460,7 +460,7 @@ def test_sitemap_hints_reach_the_schedule_when_revisits_are_on(tmp_path):
         n.frontier.close()
     off = node(tmp_path / "off", Web(lambda url: (200, b"", {})))
     try:
-        assert off.dispatcher.sitemap_hints([SitemapEntry("http://a.test/x", None, "hourly")]) is None
+        assert off.dispatcher.sitemaps.hints([SitemapEntry("http://a.test/x", None, "hourly")]) is None
         assert off.frontier.schedule_of("a.test", "http://a.test/x") is None  # revisits off: no hint kept
     finally:
         off.frontier.close()

@@ -21,6 +21,10 @@ MAX_LINKS = 6000  # links kept per page, as Heritrix does
 _WORK_PER_LINK = 4  # elements examined per link of the cap: bounds pages of repeated hrefs too
 ROBOTS_META_NAMES = frozenset({"robots", "wancrawl"})  # <meta name=...> read for nofollow/noindex
 PIECE_BYTES = 256 * 1024  # the default of memory.parse_piece_bytes (agent/settings.py)
+# Bodies above this are parsed in a thread (a page's links, a sitemap): Lexbor and expat work
+# without the GIL there, and the loop (other fetches, RPCs, heartbeats) does not stall for the
+# ~15 ms per MiB a parse takes (docs/agent-fetching.md).
+THREAD_PARSE_BYTES = 256 * 1024
 PIECE_TAGS = 1024  # "<"s one parse sees at most (lexbor's deep-nesting cost: see _spans)
 # The pieces of one page stop after this many "<"s per element of its work budget (10 x 24,000
 # by default, a page with 6,000 links and plenty of markup): a page of nested <div>s with a link
@@ -128,6 +132,15 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
                        link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
         res.pieces = 1
         return res
+    return _extract_pieces(body, charset, cs, url, max_links, budget, piece_bytes, sort_query=sort_query,
+                           link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
+
+
+def _extract_pieces(body: bytes, charset: str | None, cs: str, url: str, max_links: int | None, budget: int | None,
+                    piece_bytes: int, *, sort_query: bool, link_rels: frozenset[str] | set[str], follow_rel_nofollow: bool,
+                    robots_names: frozenset[str] | set[str]) -> ExtractResult:
+    """extract_links of a body over piece_bytes or PIECE_TAGS: each piece parsed alone (_spans),
+    the links merged in order, the caps counted across pieces."""
     # ASCII-compatible codecs are cut as they are (a "<" byte is always "<" there); the others
     # (UTF-16/32, the stateful ISO-2022 family) are decoded whole first and cut as UTF-8.
     safe = _ascii_safe(cs)
@@ -153,33 +166,44 @@ def extract_links(body: bytes, url: str, charset: str | None = None, *, sort_que
         r = _extract(text, cs, res.base_used, left, None if budget is None else budget - work, sort_query=sort_query,
                      link_rels=link_rels, follow_rel_nofollow=follow_rel_nofollow, robots_names=robots_names)
         del text
-        res.pieces += 1
         work += r.examined
-        if res.pieces == 1:
-            res.base_used = r.base_used  # a <base> is only ever in the first piece with a link tag
-        for u in r.links:
-            if u not in seen:
-                seen.add(u)
-                res.links.append(u)
-        res.dropped_schemes.update(r.dropped_schemes)
-        res.invalid += r.invalid
-        res.hrefs += r.hrefs
-        res.nofollow_skipped += r.nofollow_skipped
-        res.over_cap += r.over_cap
-        res.noindex |= r.noindex
-        res.refresh = res.refresh or r.refresh
-        if r.nofollow:
-            res.nofollow = True
+        if _merge(res, r, seen):
             break  # nothing further is followed (a refresh after it is ignored)
     if max_links is not None and len(res.links) > max_links:
         res.over_cap += len(res.links) - max_links
         del res.links[max_links:]
     if res.nofollow:
-        res.nofollow_skipped = res.hrefs
-        res.links = [res.refresh] if res.refresh else []
-        res.dropped_schemes.clear()
-        res.invalid = 0
+        _refresh_only(res)
     return res
+
+
+def _merge(res: ExtractResult, r: ExtractResult, seen: set[str]) -> bool:
+    """One piece's result into the page's; True when the piece said nofollow."""
+    res.pieces += 1
+    if res.pieces == 1:
+        res.base_used = r.base_used  # a <base> is only ever in the first piece with a link tag
+    for u in r.links:
+        if u not in seen:
+            seen.add(u)
+            res.links.append(u)
+    res.dropped_schemes.update(r.dropped_schemes)
+    res.invalid += r.invalid
+    res.hrefs += r.hrefs
+    res.nofollow_skipped += r.nofollow_skipped
+    res.over_cap += r.over_cap
+    res.noindex |= r.noindex
+    res.refresh = res.refresh or r.refresh
+    if r.nofollow:
+        res.nofollow = True
+    return r.nofollow
+
+
+def _refresh_only(res: ExtractResult) -> None:
+    """Under a nofollow: only the refresh target is kept (a redirect, not a link)."""
+    res.nofollow_skipped = res.hrefs
+    res.links = [res.refresh] if res.refresh else []
+    res.dropped_schemes.clear()
+    res.invalid = 0
 
 
 def _ascii_safe(cs: str) -> bool:
@@ -229,21 +253,7 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
     except Exception:  # noqa: BLE001 - lexbor refusing a document must not stop the crawl
         return res
     qenc = query_codec(cs)
-    base = url
-    # A <base> element comes only from a "<base" start tag (any case): most pages have none, and
-    # this scan costs a quarter of the tree walk css_first() would take to find that out.
-    base_node = tree.css_first("base[href]") if _BASE_TAG.search(text) else None
-    if base_node is not None:
-        href = base_node.attrs.get("href")
-        if href and href.strip():
-            try:
-                base = canonicalize(href, url, sort_query=sort_query, query_encoding=qenc)
-            except InvalidUrl:
-                pass  # an unusable <base> is ignored, as browsers do
-    res.base_used = base
-    dropped = res.dropped_schemes
-    page = BaseUrl(base)  # split once for all the page's links
-    directory = page.directory
+    base = res.base_used = _base(tree, text, url, sort_query, qenc)
     # css() walks the tree once for a, area and meta (as cheap as tags("a") plus a regex for
     # <area>); <link rel> first (they live in <head>), then the rest in document order.
     nodes = []
@@ -255,18 +265,43 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
         res.over_cap += len(nodes) - budget
         del nodes[budget:]
     res.examined = len(nodes)
-    # Templates repeat the same hrefs on every page of a directory, so results are cached by what
-    # they depend on: the base's directory (which fixes its origin and scheme) for paths and
-    # absolute URLs, the whole base for the rest ("", "?query", "#fragment", a leading space, and
-    # "http:?q" or "http:" which WHATWG resolves like "?q" and ""). One dict per context and
-    # query mode (sort_query, and the codec unless UTF-8), found once per page: a cached href
-    # costs one lookup by the href string. A directory's dict holds only hrefs for which the
-    # directory is enough (a property of the href alone), so a hit there needs no check.
+    _walk(nodes, res, base, max_links, sort_query, qenc, not follow_rel_nofollow, robots_names)
+    if res.nofollow:
+        _refresh_only(res)  # a nofollow met after some links
+    return res
+
+
+def _base(tree: LexborHTMLParser, text: str, url: str, sort_query: bool, qenc: str) -> str:
+    """The page's base: its usable <base href>, else its URL."""
+    # A <base> element comes only from a "<base" start tag (any case): most pages have none, and
+    # this scan costs a quarter of the tree walk css_first() would take to find that out.
+    base_node = tree.css_first("base[href]") if _BASE_TAG.search(text) else None
+    if base_node is not None:
+        href = base_node.attrs.get("href")
+        if href and href.strip():
+            try:
+                return canonicalize(href, url, sort_query=sort_query, query_encoding=qenc)
+            except InvalidUrl:
+                pass  # an unusable <base> is ignored, as browsers do
+    return url
+
+
+def _walk(nodes: list, res: ExtractResult, base: str, max_links: int | None, sort_query: bool, qenc: str,
+          skip_rel: bool, robots_names: frozenset[str] | set[str]) -> None:
+    """The nodes' links into res.links (deduplicated, at most max_links) with the counts; a <meta> read for
+    robots directives and the first refresh. `skip_rel`: rel="nofollow" skipped. Templates repeat the same
+    hrefs on every page of a directory, so results are cached by what they depend on: the base's directory
+    (which fixes its origin and scheme) for paths and absolute URLs, the whole base for the rest ("",
+    "?query", "#fragment", a leading space, and "http:?q" or "http:" which WHATWG resolves like "?q" and
+    ""). One dict per context and query mode (sort_query, and the codec unless UTF-8), found once per page:
+    a cached href costs one lookup by the href string. A directory's dict holds only hrefs for which the
+    directory is enough (a property of the href alone), so a hit there needs no check."""
+    page = BaseUrl(base)  # split once for all the page's links
+    directory = page.directory
     mode: bool | tuple[bool, str] = sort_query if qenc == "utf-8" else (sort_query, qenc)
     by_base = _context(base, mode, False)
     by_dir = _context(directory, mode, True) if directory else by_base
     refresh_seen = page_nofollow = False
-    skip_rel = not follow_rel_nofollow
     # Without a cap in reach (fewer elements than max_links), links are deduplicated at the end.
     capped = max_links is not None and len(nodes) >= max_links
     found: list[str] = []
@@ -310,13 +345,6 @@ def _extract(text: str, cs: str, url: str, max_links: int | None, budget: int | 
                 break
     res.hrefs = hrefs
     res.links = found if capped else list(dict.fromkeys(found))
-    if res.nofollow:
-        # Under a nofollow met after some links: keep only the refresh (a redirect, not a link).
-        res.nofollow_skipped = res.hrefs
-        res.links = [res.refresh] if res.refresh else []
-        dropped.clear()
-        res.invalid = 0
-    return res
 
 
 def _cut(text: str, budget: int, res: ExtractResult) -> str:

@@ -20,12 +20,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
+from dataclasses import dataclass
 
 from wancrawl.errors import WancrawlError
+from wancrawl.stats import Counters
 
 log = logging.getLogger(__name__)
 
 Lookup = Callable[[Sequence[str]], Awaitable[dict[str, set[int]]]]
+
+
+@dataclass(slots=True)
+class StoredCheckCounters(Counters):
+    stored_checks: int = 0           # URLs asked of storage
+    refetches_avoided: int = 0       # of them, stored already: not fetched again
+    stored_check_errors: int = 0     # Lookup calls that failed (their URLs fetched)
+    stored_check_unwatched: int = 0  # URLs past max_watched: fetched without asking
 
 
 class StoredCheck:
@@ -39,13 +49,13 @@ class StoredCheck:
         self._watched: set[str] = set()
         self._asked: dict[str, asyncio.Future[int]] = {}  # waiting for the next Lookup call
         self._flush: asyncio.Task | None = None
-        self.counters = {"stored_checks": 0, "refetches_avoided": 0, "stored_check_errors": 0, "stored_check_unwatched": 0}
+        self.stats = StoredCheckCounters()
 
     def watch(self, urls: Iterable[str]) -> None:
         """These URLs may be at storage already: check before fetching them."""
         for u in urls:
             if len(self._watched) >= self.max_watched:
-                self.counters["stored_check_unwatched"] += 1  # fetched without asking: at most a duplicate
+                self.stats.stored_check_unwatched += 1  # fetched without asking: at most a duplicate
                 continue
             self._watched.add(u)
 
@@ -71,16 +81,16 @@ class StoredCheck:
     async def _ask(self) -> None:
         await asyncio.sleep(0)
         asked, self._asked, self._flush = self._asked, {}, None
-        self.counters["stored_checks"] += len(asked)
+        self.stats.stored_checks += len(asked)
         try:
             found = await self.lookup(list(asked))
         except WancrawlError as exc:
             log.warning("storage lookup of %d URLs failed (%s): fetching them", len(asked), exc)
-            self.counters["stored_check_errors"] += 1
+            self.stats.stored_check_errors += 1
             found = {}
         for url, fut in asked.items():
             done = [s for s in found.get(url, ()) if s not in self.transient]
             status = max((s for s in done if 200 <= s < 300), default=min(done, default=0))
-            self.counters["refetches_avoided"] += bool(status)
+            self.stats.refetches_avoided += bool(status)
             if not fut.done():
                 fut.set_result(status)

@@ -1,5 +1,5 @@
 """The new-URL path, us per new URL: a page's links from the dispatcher to the frontier through the
-agent's real objects (Dispatcher._discover: recent filter, scope and trap checks; RoutingService
+agent's real objects (the page steps' Discovery.discover: recent filter, scope and trap checks; RoutingService
 and Router.submit: every host owned here; Intake.accept_local: budgets, seen set; Frontier.add),
 with the group commits the commit log makes (frontier, seen set, outbox) every `--commit` pages.
 As in the first slice of a crawl, each page is a URL popped from its host's queue (and marked
@@ -102,7 +102,7 @@ def one_round(work: list[list[str]], hosts: int, burst: int, commit_every: int, 
             t = time.thread_time()
             item = frontier.pop(names[host_of_page(n - 1, hosts, burst)])
             assert item is not None
-            disp._discover(item, links)
+            disp.page.links.discover(item, links)
             frontier.done(item)
             longest = max(longest, time.thread_time() - t)
             if n % commit_every == 0:
