@@ -151,7 +151,7 @@ class AgentNode:
         s, clock, r = self.s, self.clock, self.s.routing
         scope = Scope(s.scope)
         self.membership = Membership(s, self.placement, self.address, saw_epoch=self.directory.consultant_epoch,
-                                     load=self.load_report, gate=self.gate, clock=clock, stalled=self.progress.stalled)
+                                     gate=self.gate, clock=clock, stalled=self.progress.stalled)
         # Ownership's hook and the replicator's barrier are attached in phase two (_attach).
         self.intake = Intake(self.seen, self.frontier, scope, owners=self.directory.owners, refusing=self.membership.has_left,
                              wake=self.signal.wake, durable=self.commit_log.barrier, sort_query=s.sort_query,
@@ -196,12 +196,14 @@ class AgentNode:
     def _attach(self) -> None:
         """Phase two: the links that close the build order's cycles. Intake -> ownership (a host
         new here may be held until it settles) and -> the replicator (a push is answered once its
-        URLs are at the host's backups); HandOff -> the peer guard (who may send a host's state).
+        URLs are at the host's backups); HandOff -> the peer guard (who may send a host's state);
+        Membership -> load_report (each heartbeat's load reads the dispatcher and the load gauge).
         Each is a call down at run time the import contracts cannot see: docs/architecture.md
         draws them."""
         self.intake.attach(arriving=self.ownership.arriving,
                            replicated=self.replicator.barrier if self.replicator is not None else None)
         self.handoff.attach(admit=self.guard.handover)
+        self.membership.attach(load=self.load_report)
 
     def _stats_registry(self) -> StatsRegistry:
         """Every component's counters, once, under its namespace, and the levels read at a snapshot:

@@ -44,17 +44,46 @@ def _self_attrs(node: ast.AST) -> set[str]:
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
 
 
+def _build_phases(node_cls: ast.ClassDef) -> list[ast.FunctionDef]:
+    """AgentNode's construction: __init__, every _build_* step and _attach (not _stats_registry,
+    which runs once everything is built and registers gauges read at a snapshot)."""
+    return [n for n in node_cls.body if isinstance(n, ast.FunctionDef)
+            and (n.name == "__init__" or n.name.startswith("_build") or n.name == "_attach")]
+
+
 def test_the_composition_root_has_no_forward_lambda():
-    """Phase one of AgentNode.__init__ builds components in order; a lambda (or nested function)
-    that reads `self.X` hides a construction-order cycle: the component it is handed calls up
-    into one built later. Phase two (`_attach`) makes those few links by named calls."""
+    """Phase one of AgentNode (`__init__` and its `_build_*` steps) builds components in order;
+    a lambda (or nested function) there that reads `self.X` hides a construction-order cycle: the
+    component it is handed calls up into one built later. Phase two (`_attach`) makes those few
+    links by named calls, with bound methods."""
     tree = ast.parse((REPO / "agent" / "node.py").read_text())
     node_cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AgentNode")
-    init = next(n for n in node_cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    phases = _build_phases(node_cls)
+    assert {p.name for p in phases} >= {"__init__", "_attach"} and len(phases) > 2
     found = []
-    for n in ast.walk(init):
-        if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)) and n is not init:
-            attrs = _self_attrs(n)
-            if attrs:
-                found.append(f"line {n.lineno}: reads self.{', self.'.join(sorted(attrs))}")
-    assert not found, "forward references in AgentNode.__init__ (attach them in phase two):\n" + "\n".join(found)
+    for phase in phases:
+        for n in ast.walk(phase):
+            if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)) and n is not phase:
+                attrs = _self_attrs(n)
+                if attrs:
+                    found.append(f"{phase.name}, line {n.lineno}: reads self.{', self.'.join(sorted(attrs))}")
+    assert not found, "forward references in AgentNode's build (attach them in phase two):\n" + "\n".join(found)
+
+
+def test_the_forward_lambda_check_can_fail():
+    """The check above on a node that hands a lambda reaching a later component (today's code
+    before the two phases): it must find it."""
+    src = """
+class AgentNode:
+    def __init__(self):
+        self._build_crawl()
+    def _build_crawl(self):
+        self.load = Gauge(lambda: self.dispatcher.rate())
+        self.dispatcher = Dispatcher()
+    def _attach(self):
+        pass
+"""
+    node_cls = ast.parse(src).body[0]
+    assert isinstance(node_cls, ast.ClassDef)
+    hits = [n for p in _build_phases(node_cls) for n in ast.walk(p) if isinstance(n, ast.Lambda) and _self_attrs(n)]
+    assert len(hits) == 1

@@ -18,6 +18,10 @@ from wancrawl.v1 import common_pb2
 log = logging.getLogger("agent")
 
 
+def _not_attached() -> common_pb2.LoadReport:
+    raise RuntimeError("Membership.attach(load=...) was not called before the first heartbeat")
+
+
 @dataclass(slots=True)
 class MembershipCounters(Counters):
     """Register and heartbeat RPCs, and the heartbeats withheld while stalled (the metric names:
@@ -38,14 +42,14 @@ class Membership:
     never fail over (issue 21). Heartbeats resume when it commits again."""
 
     def __init__(self, settings: AgentSettings, placement: Placement, address: str, *,
-                 saw_epoch: Callable[[int], object], load: Callable[[], common_pb2.LoadReport], gate: Gate,
-                 clock: Callable[[], float], stalled: Callable[[], bool] = lambda: False):
+                 saw_epoch: Callable[[int], object], gate: Gate, clock: Callable[[], float],
+                 stalled: Callable[[], bool] = lambda: False):
         self.s = settings
         self.id = settings.agent_id
         self.placement = placement
         self.address = address
         self.saw_epoch = saw_epoch
-        self.load = load
+        self.load: Callable[[], common_pb2.LoadReport] = _not_attached
         self.gate = gate        # the lease this agent's fetches depend on (the fence)
         self.clock = clock
         self.stalled = stalled
@@ -54,6 +58,11 @@ class Membership:
         self.left = False       # deregistered for good (a drain): never registers again
         self.lease = 15.0       # the consultant's lease, learnt at Register
         self.stats = MembershipCounters()
+
+    def attach(self, *, load: Callable[[], common_pb2.LoadReport]) -> None:
+        """The node's second wiring phase: what every heartbeat carries (AgentNode.load_report
+        reads the dispatcher and the load gauge, built after this). Called once, before start."""
+        self.load = load
 
     def has_left(self) -> bool:
         """Deregistered for good (a drain): intake refuses every push from then on."""
