@@ -2,5 +2,6 @@
 host and IP), admits them (admission.py, pure: budgets, DNS, robots.txt), fetches robots.txt
 first where needed (robotstxt.py) and spawns each page's fetch and its steps after it (page.py:
 outcome, retry, truncation, redirect, parse, links, record; sitemaps in sitemap_reader.py);
-a host's crawl state is one object (hosts.py). Imports state (the frontier it pops), placement's
-gate (the fence), fetch, settings and wancrawl; discovered URLs leave through a `route` callable."""
+a host's crawl state is one object (hosts.py). Imports state (the frontier it pops, the revisit
+policies), placement's gate (the fence), fetch, settings, the waker and wancrawl; discovered URLs
+leave through a `route` callable."""
