@@ -61,7 +61,7 @@ def test_an_agent_fails_over_to_the_next_writer_and_back(tmp_path):
             ack = await client.send(batches[:2])  # the first batch again: a duplicate at b
             assert (ack.stored, ack.duplicates) == (10, 10)
             assert client.writers.current == 1
-            assert client.writers.counters["failovers"] == 1
+            assert client.writers.stats.failovers == 1
             now[0] += 11.0  # past retry_after: a is asked first again (it is still down: b answers)
             assert (await client.send(batches[2])).stored == 10
             a2, _ = create_server(writer(0))
@@ -108,9 +108,9 @@ def test_a_hung_writer_is_passed_within_one_call(tmp_path):
                 client = FailoverStorageClient([hung, live.address], timeout=10.0, attempt_timeout=1.0)
                 try:
                     first = await client.send(make_batch(caps[:2]))
-                    counters = dict(client.writers.counters)
+                    counters = client.writers.stats.as_dict()
                     second = await client.send(make_batch(caps[2:]))
-                    return first, counters, second, dict(client.writers.counters), client.writers.current
+                    return first, counters, second, client.writers.stats.as_dict(), client.writers.current
                 finally:
                     await client.close()
         finally:
