@@ -312,7 +312,9 @@ def test_the_grpc_healthcheck_command_tells_serving_from_down(tmp_path, run):
 
 
 def test_dockerfile_builds_one_image_with_what_the_services_need():
-    assert re.search(r"^FROM python:3\.11-slim", DOCKERFILE, re.M)
+    # Users get python:3.11-slim; scripts/compose-e2e.sh passes a Debian base of its own (--build-arg BASE).
+    assert re.search(r"^ARG BASE=python:3\.11-slim$", DOCKERFILE, re.M)
+    assert re.findall(r"^FROM (\S+)", DOCKERFILE, re.M) == ["${BASE}", "${BASE}"]
     copies = re.findall(r"^COPY (?!--from)(.+?) (\S+)$", DOCKERFILE, re.M)
     copied = {src for srcs, _dst in copies for src in srcs.split()}
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -327,6 +329,15 @@ def test_dockerfile_builds_one_image_with_what_the_services_need():
     user = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
     assert user and user[-1] not in ("root", "0"), "the image must run as a non-root user"
     assert re.search(r'^VOLUME \["?/data"?\]', DOCKERFILE, re.M)
+    # A fresh named volume starts out as the image's directory, owner included: every one a service
+    # of this image writes into must be a directory the image gives its user (issue 35: /pki was not).
+    owned = {d for line in re.findall(r"chown wancrawl:wancrawl (.+)$", DOCKERFILE, re.M) for d in line.split()}
+    for name in SERVICES:
+        if ours(name):
+            for v in SERVICES[name].get("volumes", []):
+                src, target, *mode = v.split(":")
+                if not src.startswith((".", "/")) and "ro" not in mode:
+                    assert target in owned, f"{name} writes into the volume {src} at {target}, which the image does not give to wancrawl"
     exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", DOCKERFILE, re.M) for p in line.split()}
     for name in SERVICES:
         if ours(name):
@@ -363,3 +374,31 @@ def test_two_consultant_replicas_share_one_state_and_every_client_lists_both():
     assert SERVICES["manager"]["environment"]["WANCRAWL_CONSULTANT"] == want
     args = build_parser().parse_args(SERVICES["storage"]["command"][1:])
     assert storage_config.load(in_repo(args.config)).consultant == want
+
+
+def test_compose_agents_must_say_who_runs_them(monkeypatch):
+    """Issue 35: the contact is WANCRAWL_CONTACT, not a value baked into nine configs; an agent
+    without one exits at once (before anything starts), as `manager crawl` does without --contact."""
+    import pytest
+
+    from agent.cli import _run, parser
+    from agent.settings import load_settings
+    from wancrawl.contact import required
+    from wancrawl.errors import ConfigError
+
+    monkeypatch.delenv("WANCRAWL_CONTACT", raising=False)
+    for name in services_of("agent"):
+        cmd = SERVICES[name]["command"]
+        assert cmd[-2:] == ["--contact", ""], f"{name}: the contact is not passed from WANCRAWL_CONTACT"
+        # `agent run` prints the error and exits 2 (agent.cli.main); it is raised before anything starts
+        with pytest.raises(ConfigError, match="WANCRAWL_CONTACT"):
+            _run(parser().parse_args(cmd[1:]))
+        with pytest.raises(ConfigError, match="URL or an e-mail"):  # neither a URL nor an address
+            _run(parser().parse_args([*cmd[1:-1], "example.org"]))
+    contact = "mailto:crawl-operator@example.org"
+    for name, svc in compose({"WANCRAWL_CONTACT": contact})["services"].items():
+        if role(name) == "agent":
+            args = parser().parse_args(svc["command"][1:])
+            s = load_settings(in_repo(args.config), {"fetch.user_agent": required(args.contact)})
+            assert s.fetch.user_agent == f"wancrawl/0.1 (+{contact})"
+    assert "WANCRAWL_CONTACT" in (REPO / "docs" / "deployment.md").read_text()
