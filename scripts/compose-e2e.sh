@@ -193,16 +193,17 @@ hash_of() {  # hash_of WORD... -- PATH... : a short hash of the words and of the
     {
         while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '%s\n' "$1"; shift; done
         [ $# -gt 0 ] && shift
-        (cd "$ROOT" && find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum)
+        [ $# -eq 0 ] || (cd "$ROOT" && find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum)
     } | sha256sum | cut -c1-16
 }
 
 image_exists() { "${PODMAN[@]}" image exists "$1"; }
 
 BASE_INCLUDE=""   # minbase is enough: the Dockerfiles install what each image needs
+# "debootstrap 1" below: raise it when the way the base is made changes (its hash is the cache key).
 base_image() {
     local h tar rootfs
-    h="$(hash_of "debootstrap 1" "$SUITE" "$MIRROR" "minbase" "include=$BASE_INCLUDE" -- scripts/compose-e2e.sh)"
+    h="$(hash_of "debootstrap 1" "$SUITE" "$MIRROR" "minbase" "include=$BASE_INCLUDE")"
     BASE="localhost/wancrawl-e2e-base:$h"
     tar="$CACHE/base-$h.tar"
     if image_exists "$BASE"; then
@@ -227,7 +228,15 @@ base_image() {
 }
 
 build() {  # build TAG CONTEXT [DOCKERFILE]
-    "${PODMAN[@]}" build --network host --force-rm --build-arg "BASE=$BASE" -t "$1" ${3:+-f "$3"} "$2" \
+    # The builds' pip trusts what this machine's pip trusts (its CA bundle: where an egress proxy
+    # re-signs TLS, PyPI is reached only so). Mounted for the RUN steps only, through a pip.conf;
+    # nothing of it stays in the image, and the Dockerfile stays the users'.
+    local ca="${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}" mounts=()
+    if [ -s "$ca" ]; then
+        printf '[global]\ncert = /etc/ssl/wancrawl-build-ca.crt\n' >"$RUN/pip.conf"
+        mounts=(-v "$(readlink -f "$ca"):/etc/ssl/wancrawl-build-ca.crt:ro" -v "$RUN/pip.conf:/etc/pip.conf:ro")
+    fi
+    "${PODMAN[@]}" build --network host --force-rm "${mounts[@]}" --build-arg "BASE=$BASE" -t "$1" ${3:+-f "$3"} "$2" \
         >>"$LOGS/build.log" 2>&1
 }
 
