@@ -17,6 +17,8 @@ RUN set -eux; pkgs="build-essential"; \
     python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# Debian's venv brings pip 23.0 without `wheel`, which pyasn's and maxminddb-geolite2's setup.py builds need.
+RUN pip install --no-cache-dir --upgrade pip wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY wancrawl ./wancrawl

@@ -89,6 +89,12 @@ cleanup() {
     trap - EXIT INT TERM
     echo "== cleanup (exit $rc)" >&2
     [ -n "$HEALTH_PID" ] && kill "$HEALTH_PID" 2>/dev/null && wait "$HEALTH_PID" 2>/dev/null
+    if [ "$rc" != 0 ] && [ -n "$SERVICE_PID" ] && [ ${#COMPOSE[@]} -gt 0 ]; then
+        "${COMPOSE[@]}" --profile '*' logs --no-color --tail 40 >"$LOGS/services.log" 2>&1
+        for id in $("${PODMAN[@]}" ps -aq --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null); do
+            "${PODMAN[@]}" inspect --format '{{.Name}} {{.State.Status}} exit={{.State.ExitCode}} {{if .State.Health}}{{.State.Health.Status}} {{range .State.Health.Log}}[{{.ExitCode}}: {{.Output}}] {{end}}{{end}}' "$id"
+        done >"$LOGS/states.log" 2>&1
+    fi
     if [ -n "$SERVICE_PID" ] && [ ${#COMPOSE[@]} -gt 0 ]; then
         "${COMPOSE[@]}" --profile '*' down -v --remove-orphans --timeout 20 >>"$LOGS/down.log" 2>&1
     fi
@@ -110,7 +116,7 @@ cleanup() {
     [ "$left" = 0 ] || echo "compose-e2e: $left containers of $PROJECT still there" >&2
     if [ "$rc" != 0 ]; then
         echo "---- last lines of the logs ($LOGS) ----" >&2
-        for f in "$LOGS"/*.log; do [ -s "$f" ] && { echo "# $f" >&2; tail -n 25 "$f" >&2; }; done
+        for f in "$LOGS"/*.log; do [ -s "$f" ] && { echo "# $f" >&2; tail -n 40 "$f" >&2; }; done
     fi
     rm -rf --one-file-system "$RUN"
     echo >&2
