@@ -36,9 +36,9 @@ from typing import Any
 from manager import procs
 from manager.procs import Proc
 from wancrawl import pki
-from wancrawl.contact import CONTACT_HELP, user_agent  # noqa: F401  (user_agent: the check, here since issue 8)
-from wancrawl.contact import required as required_contact
 from wancrawl.config import build, merge_tables
+from wancrawl.contact import CONTACT_HELP
+from wancrawl.contact import required as required_contact
 from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
 
 OPERATOR = "manager"  # the operator certificate the manager's own calls use
