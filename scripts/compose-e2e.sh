@@ -51,7 +51,7 @@ PROJECT="wancrawl-e2e-$(basename "$RUN" | cut -d. -f2 | tr 'A-Z' 'a-z')"
 SOCK="$RUN/podman.sock"
 # Podman's state: images (the cache) under $CACHE; its run state at a fixed place (podman refuses
 # a runroot other than the one its database was made with); networks of this run in the run's dir.
-STATE=/run/wancrawl-compose
+STATE="/run/wancrawl-compose/$(printf '%s' "$CACHE" | sha256sum | cut -c1-8)"   # one per cache
 mkdir -p "$STATE"
 export CONTAINERS_CONF="$RUN/containers.conf"
 export DISABLE_HC_SYSTEMD=true   # no systemd here: this script runs the health checks (health_loop)
