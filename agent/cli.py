@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from wancrawl.errors import WancrawlError
@@ -34,6 +35,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-network", action="append", help="CIDR fetches may reach although private (repeat)")
     r.add_argument("--metrics-listen", help="host:port for Prometheus metrics")
     r.add_argument("--log-level")
+    r.add_argument("--contact", help="URL (or mailto:) where site owners can reach whoever runs this crawl; the "
+                                     "User-Agent becomes 'wancrawl/0.1 (+CONTACT)' (env WANCRAWL_CONTACT). Given (even empty, as the compose "
+                                     "agents pass ${WANCRAWL_CONTACT}), it must be one: an agent of the real web has "
+                                     "no honest default (manager crawl --contact's rule)")
     s = sub.add_parser("status", help="counters of a running agent")
     s.add_argument("--agent", required=True, help="agent address host:port")
     s.add_argument("--json", action="store_true")
@@ -43,7 +48,9 @@ def parser() -> argparse.ArgumentParser:
 def _run(args) -> int:
     from agent.server import run
     from agent.settings import load_settings
+    from wancrawl.contact import required as required_contact
 
+    contact = args.contact if args.contact is not None else os.environ.get("WANCRAWL_CONTACT")
     overrides = {
         "agent_id": args.agent_id, "listen": args.listen, "advertise": args.advertise,
         # the flag replaces both keys of the file (consultants = [...] would otherwise disagree)
@@ -54,6 +61,7 @@ def _run(args) -> int:
         "concurrency": args.concurrency, "politeness.delay": args.delay,
         "fetch.allow_networks": args.allow_network, "metrics_listen": args.metrics_listen,
         "log_level": args.log_level, "source_ip": args.source_ip,
+        "fetch.user_agent": None if contact is None else required_contact(contact),
     }
     run(load_settings(args.config, overrides))
     return 0

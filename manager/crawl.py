@@ -37,16 +37,15 @@ from manager import procs
 from manager.procs import Proc
 from wancrawl import pki
 from wancrawl.config import build, merge_tables
+from wancrawl.contact import CONTACT_HELP
+from wancrawl.contact import required as required_contact
 from wancrawl.errors import ConfigError, FailedPrecondition, Unavailable
 
 OPERATOR = "manager"  # the operator certificate the manager's own calls use
-USER_AGENT = "wancrawl/0.1 (+{contact})"
 # Strategies that work on one machine without data the user must bring. `asn` needs an ASN
 # database and ISP groups, and with every agent in one ISP it could not tell them apart.
 STRATEGIES = ("hash", "xor", "weighted", "geo")
 MODES = ("consultant", "kademlia")
-CONTACT_HELP = ("URL (or mailto:) where site owners can reach whoever runs this crawl; it goes into the "
-                "User-Agent as 'wancrawl/0.1 (+CONTACT)' (env WANCRAWL_CONTACT). Required: there is no honest default")
 
 
 def add_parser(sub: Any) -> None:
@@ -148,21 +147,9 @@ def seed_hosts(urls: list[str]) -> list[str]:
     return list(out)
 
 
-def user_agent(contact: str) -> str:
-    c = contact.strip()
-    if not c or any(ch in c for ch in "()\r\n") or " " in c:
-        raise ConfigError(f"--contact {contact!r}: one URL or mailto: address, without spaces or parentheses")
-    if not (c.startswith(("http://", "https://", "mailto:")) or "@" in c):
-        raise ConfigError(f"--contact {contact!r}: give an http(s) URL or an e-mail address (mailto:you@example.org)")
-    return USER_AGENT.format(contact=c)
-
-
 def make_plan(args: argparse.Namespace, seed_urls: list[str], contact: str | None) -> Plan:
     """Every check that needs no process: a bad option is refused before anything starts."""
-    if not contact:
-        raise ConfigError("give --contact URL (or set WANCRAWL_CONTACT): " + CONTACT_HELP.split("; ")[0]
-                          + "; e.g. --contact https://example.org/about-my-crawl or --contact mailto:you@example.org")
-    ua = user_agent(contact)
+    ua = required_contact(contact)
     mode = getattr(args, "mode", "consultant") or "consultant"
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r}: one of {', '.join(MODES)}")

@@ -286,33 +286,37 @@ def test_volumes_dependencies_and_healthchecks_are_consistent():
     assert len(data_volumes) == len(set(data_volumes)), "two agents share a data volume"
 
 
-def _healthcheck_code(name: str, port: int) -> str:
+def _healthcheck_argv(name: str, port: int) -> list[str]:
     test = SERVICES[name]["healthcheck"]["test"]
-    assert test[:3] == ["CMD", "python", "-c"]
-    return test[3].replace(f"127.0.0.1:{min(container_ports(name))}", f"127.0.0.1:{port}")
+    assert test[:2] == ["CMD", "python"]
+    # podman's Docker API (4.3) splits a health check's arguments at spaces (issue 35): none may have one
+    assert not any(" " in a for a in test), f"{name}: {test}"
+    return [sys.executable, *(a.replace(f"127.0.0.1:{min(container_ports(name))}", f"127.0.0.1:{port}") for a in test[2:])]
 
 
 def test_the_grpc_healthcheck_command_tells_serving_from_down(tmp_path, run):
     from consultant_helpers import running, settings_for
     from wancrawl.config import override
 
-    async def check(code: str) -> int:
-        p = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    async def check(argv: list[str]) -> int:
+        p = await asyncio.create_subprocess_exec(*argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         return await asyncio.wait_for(p.wait(), 30)
 
     port = free_port()
 
     async def go():
-        assert await check(_healthcheck_code("consultant", port)) == 1  # nothing listens yet
+        assert await check(_healthcheck_argv("consultant", port)) == 1  # nothing listens yet
         async with running(override(settings_for(tmp_path), "listen", f"127.0.0.1:{port}")):
-            assert await check(_healthcheck_code("consultant", port)) == 0
-            assert await check(_healthcheck_code("storage", port)) == 0  # the same probe
+            assert await check(_healthcheck_argv("consultant", port)) == 0
+            assert await check(_healthcheck_argv("storage", port)) == 0  # the same probe
 
     run(go())
 
 
 def test_dockerfile_builds_one_image_with_what_the_services_need():
-    assert re.search(r"^FROM python:3\.11-slim", DOCKERFILE, re.M)
+    # Users get python:3.11-slim; scripts/compose-e2e.sh passes a Debian base of its own (--build-arg BASE).
+    assert re.search(r"^ARG BASE=python:3\.11-slim$", DOCKERFILE, re.M)
+    assert re.findall(r"^FROM (\S+)", DOCKERFILE, re.M) == ["${BASE}", "${BASE}"]
     copies = re.findall(r"^COPY (?!--from)(.+?) (\S+)$", DOCKERFILE, re.M)
     copied = {src for srcs, _dst in copies for src in srcs.split()}
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -327,6 +331,15 @@ def test_dockerfile_builds_one_image_with_what_the_services_need():
     user = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)
     assert user and user[-1] not in ("root", "0"), "the image must run as a non-root user"
     assert re.search(r'^VOLUME \["?/data"?\]', DOCKERFILE, re.M)
+    # A fresh named volume starts out as the image's directory, owner included: every one a service
+    # of this image writes into must be a directory the image gives its user (issue 35: /pki was not).
+    owned = {d for line in re.findall(r"chown wancrawl:wancrawl (.+)$", DOCKERFILE, re.M) for d in line.split()}
+    for name in SERVICES:
+        if ours(name):
+            for v in SERVICES[name].get("volumes", []):
+                src, target, *mode = v.split(":")
+                if not src.startswith((".", "/")) and "ro" not in mode:
+                    assert target in owned, f"{name} writes into the volume {src} at {target}, which the image does not give to wancrawl"
     exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", DOCKERFILE, re.M) for p in line.split()}
     for name in SERVICES:
         if ours(name):
@@ -363,3 +376,31 @@ def test_two_consultant_replicas_share_one_state_and_every_client_lists_both():
     assert SERVICES["manager"]["environment"]["WANCRAWL_CONSULTANT"] == want
     args = build_parser().parse_args(SERVICES["storage"]["command"][1:])
     assert storage_config.load(in_repo(args.config)).consultant == want
+
+
+def test_compose_agents_must_say_who_runs_them(monkeypatch):
+    """Issue 35: the contact is WANCRAWL_CONTACT, not a value baked into nine configs; an agent
+    without one exits at once (before anything starts), as `manager crawl` does without --contact."""
+    import pytest
+
+    from agent.cli import _run, parser
+    from agent.settings import load_settings
+    from wancrawl.contact import required
+    from wancrawl.errors import ConfigError
+
+    monkeypatch.delenv("WANCRAWL_CONTACT", raising=False)
+    for name in services_of("agent"):
+        cmd = SERVICES[name]["command"]
+        assert cmd[-2:] == ["--contact", ""], f"{name}: the contact is not passed from WANCRAWL_CONTACT"
+        # `agent run` prints the error and exits 2 (agent.cli.main); it is raised before anything starts
+        with pytest.raises(ConfigError, match="WANCRAWL_CONTACT"):
+            _run(parser().parse_args(cmd[1:]))
+        with pytest.raises(ConfigError, match="URL or an e-mail"):  # neither a URL nor an address
+            _run(parser().parse_args([*cmd[1:-1], "example.org"]))
+    contact = "mailto:crawl-operator@example.org"
+    for name, svc in compose({"WANCRAWL_CONTACT": contact})["services"].items():
+        if role(name) == "agent":
+            args = parser().parse_args(svc["command"][1:])
+            s = load_settings(in_repo(args.config), {"fetch.user_agent": required(args.contact)})
+            assert s.fetch.user_agent == f"wancrawl/0.1 (+{contact})"
+    assert "WANCRAWL_CONTACT" in (REPO / "docs" / "deployment.md").read_text()

