@@ -352,6 +352,41 @@ def test_ledger_merge_drops_what_the_previous_owner_fetched(tmp_path):
     seen.close()
 
 
+def test_ledger_reconcile_leaves_in_flight_items_in_flight(tmp_path):
+    """A HandOver or promotion that drops copies the previous owner fetched must not put back in
+    the queue an item this agent is fetching right now: it would be fetched, and stored, twice
+    (chaos flap, session 12: one agent fetched a page twice 54 ms apart after a promotion and a
+    replica's HandOver of the same host)."""
+    from agent.state.frontier import Frontier
+    from agent.ownership.ledger import HostLedger
+    from agent.state.seen import SeenSet
+
+    class NoCrawl:
+        def import_host(self, host, st): ...
+        def export_host(self, host, robots=True): return None
+        def drop_host(self, host): ...
+
+    fr, seen = Frontier(tmp_path / "f.sqlite"), SeenSet(tmp_path / "s.sqlite")
+    ledger = HostLedger(fr, seen, NoCrawl(), wake=lambda h: None)  # type: ignore[arg-type]
+    mine = [Item(f"http://h.lab/{i}", "h.lab", 1) for i in range(4)]
+    seen.add_new("h.lab", [i.url for i in mine])
+    fr.add(mine)
+    fr.add_pages("h.lab", 5)
+    busy = fr.pop("h.lab")
+    assert busy is not None and busy.url == "http://h.lab/0"
+    # The previous owner never saw /0 (pushed here), fetched /1 (seen, not queued), still queues /2 and /3.
+    gone = ledger.reconcile("h.lab", {"http://h.lab/2", "http://h.lab/3"}, {fingerprint(f"http://h.lab/{i}") for i in (1, 2, 3)})
+    assert gone == 1
+    popped = []
+    while (it := fr.pop("h.lab")) is not None:
+        popped.append(it.url)
+    assert popped == ["http://h.lab/2", "http://h.lab/3"], "the item in flight is not queued again"
+    assert fr.done(busy), "and it is still in flight: its fetch's end is recorded"
+    assert fr.pages("h.lab") == 5
+    fr.close()
+    seen.close()
+
+
 
 def test_a_handover_into_a_host_already_replicated_reaches_its_backup_whole(run, tmp_path):
     """Issue 23, kill2 with a balance move off the first victim (docs/balance.md, "Stored twice

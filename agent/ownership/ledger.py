@@ -162,22 +162,12 @@ class HostLedger:
 
     def reconcile(self, host: str, their_queue: set[str], their_seen: set[int]) -> int:
         """Drop the host's queued URLs that another agent's authoritative state has seen and not
-        queued (it fetched them). Returns how many went."""
+        queued (it fetched them). Returns how many went. A URL being fetched here right now
+        stays in flight (the frontier never queues it again: that was a page fetched twice)."""
         if not their_seen:
             return 0
-        items = self.frontier.export_host(host)
-        gone = [i for i in items if i.url not in their_queue and fingerprint(i.url) in their_seen]
-        if not gone:
-            return 0
-        keep = [Item(i.url, host, i.depth, i.via, i.not_before) for i in items if i.url in their_queue
-                or fingerprint(i.url) not in their_seen]
-        pages = self.frontier.pages(host)
-        schedule = self.frontier.export_schedule(host)
-        self.frontier.drop_host(host)  # its in-memory head is rebuilt from what is kept
-        self.frontier.add(keep)
-        self.frontier.add_pages(host, pages)
-        self.frontier.import_schedule(schedule)
-        return len(gone)
+        gone = {i.url for i in self.frontier.export_host(host) if i.url not in their_queue and fingerprint(i.url) in their_seen}
+        return self.frontier.drop_queued(host, gone) if gone else 0
 
     def drop(self, host: str) -> None:
         """Forget the host everywhere (it changed owner)."""

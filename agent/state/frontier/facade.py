@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -275,6 +275,21 @@ class Frontier:
         if self.changes is not None:
             self.changes.cleared(host)
         return n
+
+    def drop_queued(self, host: str, urls: Container[str]) -> int:
+        """Drop the host's queued items whose URL is in `urls`; returns how many went. Items in
+        flight stay in flight whatever their URL (their fetch is under way: its end is recorded as
+        usual), and are never queued again here: rebuilding the queue from export_host, which
+        lists them too, would fetch them twice. Page count and revisit schedule are untouched."""
+        self.flush()
+        busy = set(self._inflight.seqs_of(host))
+        queued = [i for i in self._queues.export(host) if i.seq not in busy]
+        if not any(i.url in urls for i in queued):
+            return 0
+        keep = [Item(i.url, host, i.depth, i.via, i.not_before) for i in queued if i.url not in urls]
+        self.clear_queue(host)  # the queued rows only (in-flight rows stay), in one range delete
+        self.add(keep)  # new seqs in the same BFS order
+        return len(queued) - len(keep)
 
     def drop_host(self, host: str) -> int:
         """Forget the host (handed over): its rows, head, in-flight items, page count and revisit
