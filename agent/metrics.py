@@ -23,7 +23,7 @@ GAUGES = frozenset({
     "frontier", "in_flight", "hosts_with_work", "seen", "spool_batches", "idle", "parked_hosts",  # the node
     "router_pending", "alpha", "beta", "mu", "lambda",                                          # RoutingService
     "epoch", "host_cache_hit_ratio", "host_cache_size",                                         # HostDirectory
-    "hosts_settling", "replica_hosts",                                                          # Ownership
+    "hosts_settling", "replica_hosts", "epoch_settled",                                         # Ownership
     "replica_unsynced", "replica_synced_hosts", "replica_lag_items",                            # Replicator
     "load_level", "work_area", "peak_pages_per_second",                                         # LoadGauge
     "stalled",                                                                                   # ProgressWatch
@@ -198,6 +198,7 @@ HELP = {
     "lease_ran_out": "times the lease had run out when an answer renewed it (the fence was closed meanwhile)",
     # Ownership, Replicator, ReplicaStore (docs/replication.md)
     "hosts_settling": "hosts held until their ownership is settled",
+    "epoch_settled": "the epoch whose host moves this agent has made (below epoch while a new epoch's are still to come)",
     "replica_hosts": "other agents' hosts backed up here",
     "hosts_promoted": "hosts taken over from a local replica",
     "promotions_refused": "replicas that could not be promoted (a value the frontier cannot store; kept for an operator)",

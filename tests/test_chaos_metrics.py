@@ -265,3 +265,18 @@ def test_revisit_scenarios_turn_revisits_on_over_a_changing_web(tmp_path):
     path = revisits.changing_topology(None, tmp_path / "t.toml")
     from lab import topology
     assert topology.load(path).spec.web.change_ratio == scenarios.REVISIT_CHANGE_RATIO
+
+
+def test_replicas_settled_waits_for_the_new_epochs_moves():
+    """kill2's second kill waits for replicas current: a sum of replica_unsynced read before the
+    agents made the new epoch's moves is 0 and says nothing (session 12's 68 pages twice)."""
+    from lab.faults.observe import replicas_settled
+
+    done = {"epoch": 5.0, "epoch_settled": 5.0, "replica_unsynced": 0.0, "hosts_settling": 0.0}
+    assert replicas_settled({"a": done, "b": dict(done)}) == (True, 0)
+    assert replicas_settled({"a": done, "b": {**done, "epoch_settled": 4.0}})[0] is False, "b's moves for 5 are to come"
+    assert replicas_settled({"a": done, "b": {**done, "epoch": 4.0, "epoch_settled": 4.0}})[0] is False, "b has not learnt 5"
+    assert replicas_settled({"a": done, "b": {**done, "hosts_settling": 3.0}})[0] is False
+    assert replicas_settled({"a": done, "b": {**done, "replica_unsynced": 2.0}}) == (False, 2)
+    assert replicas_settled({"a": done, "b": None}) == (False, -1), "an agent that did not answer"
+    assert replicas_settled({"a": {}, "b": {}}) == (True, 0), "an older agent without the gauges: as before"

@@ -159,6 +159,7 @@ class Ownership:
         # Promoted URLs a dead owner fetched: checked at storage before they are fetched here.
         self.may_be_stored = may_be_stored
         self._epoch = -1                # the epoch last settled (-1: none yet)
+        self._epoch_done = -1           # the epoch whose reconcile pass has made all its moves
         self._registrations = 0         # membership registrations seen
         self._settle_until = 0.0        # new hosts are claimed before their first fetch until then
         # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
@@ -177,7 +178,10 @@ class Ownership:
             "loop": self.loop_stats, "claims": self.claims.stats, "outgoing": self.outgoing.stats}
 
     def gauges(self) -> dict[str, float]:
-        return {"hosts_settling": self.gate.holding, "replica_hosts": len(self.replicas) if self.replicas else 0}
+        # epoch_settled: the epoch whose reconcile pass has made every move it decided (hosts
+        # handed out, replicas handed to their new owners); below `epoch` while they are to come.
+        return {"hosts_settling": self.gate.holding, "replica_hosts": len(self.replicas) if self.replicas else 0,
+                "epoch_settled": self._epoch_done}
 
     def _window(self) -> float:
         return self.settle_seconds or 2 * self.membership.lease
@@ -283,7 +287,7 @@ class Ownership:
     async def reconcile(self, claim_all: bool) -> None:
         """One pass over the hosts held here and the replicas that may have moved (all of them
         after a registration, or without a view log), against fresh routes."""
-        self._epoch = self.directory.epoch
+        self._epoch = epoch = self.directory.epoch
         held, rep = self._candidates(claim_all)
         routes = await self.directory.routes(sorted(set(held) | set(rep)))
         out: dict[Peer, list[str]] = {}
@@ -307,6 +311,7 @@ class Ownership:
             await self.outgoing.hand_out(peer, hosts)
         for peer, hosts in give.items():
             await self.outgoing.hand_replicas(peer, {h: rep[h] for h in hosts})
+        self._epoch_done = epoch
 
     async def settle(self) -> None:
         """Decide the held hosts: promote replicas of dead owners, claim the others."""

@@ -237,20 +237,38 @@ async def wait_gone(cl: cluster.Cluster, agent: str, timeout: float) -> float | 
     return None
 
 
+def replicas_settled(st: dict[str, dict[str, float] | None]) -> tuple[bool, int]:
+    """Are the live agents' replicas current, read from their Status counters (pure)? Every agent
+    answered; the sum of `replica_unsynced` (hosts owned whose backup copy is not current) is 0;
+    no host is held for settling (`hosts_settling`); and every agent has made the moves of the
+    newest epoch any of them knows (`epoch_settled` = that epoch, when reported). Without the
+    last two, a sum read just after an epoch change is trivially 0: the moves it brings (a dead
+    owner's replicas handed to the new owner) have not happened yet (chaos kill2, session 12).
+    Absent gauges count as 0 / as settled. Returns (settled, the sum of replica_unsynced)."""
+    if not st or any(c is None for c in st.values()):
+        return False, -1
+    cs = [c for c in st.values() if c is not None]
+    unsynced = int(sum(c.get("replica_unsynced", 0.0) for c in cs))
+    newest = max(c.get("epoch", 0.0) for c in cs)
+    behind = [c for c in cs if "epoch_settled" in c and (c.get("epoch", 0.0) != newest or c["epoch_settled"] != newest)]
+    settling = sum(c.get("hosts_settling", 0.0) for c in cs)
+    return unsynced == 0 and not behind and settling == 0, unsynced
+
+
 async def wait_replicas(cl: cluster.Cluster, timeout: float) -> tuple[float | None, int, bool]:
-    """Poll every live agent's Status until each answers with the gauge `replica_unsynced` (hosts
-    it owns whose backup copy is not current) at 0, an absent gauge counting as 0. Returns (the
-    time that held or None at the timeout, the last sum of the gauge, whether any agent reported
-    the gauge)."""
+    """Poll every live agent's Status until replicas_settled holds twice in a row (half a second
+    apart). Returns (the time that held or None at the timeout, the last sum of replica_unsynced,
+    whether any agent reported that gauge)."""
     end = time.monotonic() + timeout
-    unsynced, reported = -1, False
+    unsynced, reported, streak = -1, False, 0
     while True:
         st = await statuses(cl)
         reported = reported or any(c is not None and "replica_unsynced" in c for c in st.values())
-        if st and all(c is not None for c in st.values()):
-            unsynced = int(sum(c.get("replica_unsynced", 0.0) for c in st.values() if c is not None))
-            if unsynced == 0:
-                return time.time(), 0, reported
+        ok, n = replicas_settled(st)
+        unsynced = n if n >= 0 else unsynced
+        streak = streak + 1 if ok else 0
+        if streak >= 2:
+            return time.time(), 0, reported
         if time.monotonic() >= end:
             return None, unsynced, reported
         await asyncio.sleep(0.5)
