@@ -46,7 +46,6 @@ from agent.state.commit import CommitLog
 from agent.state.frontier import Frontier
 from agent.state.outbox import Outbox
 from agent.state.progress import ProgressWatch
-from agent.state.revisit import changefreq_seconds
 from agent.state.seen import SeenSet
 from agent.state.shipper import StorageShipper
 from agent.state.spool import Spool
@@ -58,7 +57,6 @@ from wancrawl.domains import registered_domain
 from wancrawl.hostres import HostResolver, parse_hosts_file
 from wancrawl.runtime.looplag import LoopLag
 from wancrawl.stats import StatsRegistry
-from wancrawl.urls import host_of_canonical
 from wancrawl.v1 import agent_pb2, common_pb2
 
 log = logging.getLogger("agent")
@@ -162,7 +160,7 @@ class AgentNode:
         self.dispatcher = Dispatcher(s, self.frontier, self.fetcher, resolver, scope, self.signal, route=self.routing.route,
                                      finish=self.commit_log.finish, clock=clock, gate=self.gate, stored_check=self.stored_check,
                                      incidents=self.incidents,
-                                     sitemap_hints=self._sitemap_hints if s.revisit.enabled else None,
+                                     sitemap_hint=self.frontier.hint if s.revisit.enabled else None,
                                      epoch=self.directory.current_epoch)
         self.load = LoadGauge(s.load, self.dispatcher.pages_per_second, clock)
         self.interval = IntervalMeter(clock)
@@ -248,13 +246,6 @@ class AgentNode:
         if self.stored_check is not None:
             reg.register("stored_check", self.stored_check.stats)
         return reg
-
-    def _sitemap_hints(self, entries: list) -> None:
-        """A sitemap's lastmod / changefreq of its URLs into the revisit schedule (issue 26): a URL
-        changed since its capture is due now, a changefreq is its prior rate (docs/continuous.md)."""
-        for e in entries:
-            if e.lastmod is not None or e.changefreq is not None:
-                self.frontier.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -356,17 +347,17 @@ class AgentNode:
     def load_report(self) -> common_pb2.LoadReport:
         """Every heartbeat's load: seed 000's L and W (agent/placement/load.py), and the longest host
         queues, which are the hosts the consultant's balancer may move (docs/balance.md)."""
-        c = {k: v for part in self.dispatcher.stats.values() for k, v in part.items()}
+        outcome, wire = self.dispatcher.page.outcome.stats, self.dispatcher.requests.stats  # the counts' owners
         level = self.load.measure(len(self.frontier))
         heavy = heaviest(self.frontier.hosts_ready(), self.frontier.queue_len, self.s.load.report_hosts)
-        sample = self.interval.sample(int(c["pages"]), int(c["bytes"]), level.queue)
+        sample = self.interval.sample(outcome.pages, wire.bytes, level.queue)
         resources = common_pb2.Resources(bandwidth_mbps=self.interval.bandwidth, disk_mbps=self.s.load.disk_mbps,
                                          **self.resources)
         return common_pb2.LoadReport(
             queue_length=level.queue, in_flight=self.dispatcher.in_flight,
-            pages_per_second=self.dispatcher.pages_per_second(), errors=int(c["errors"]),
+            pages_per_second=self.dispatcher.pages_per_second(), errors=outcome.errors,
             hosts_owned=self.frontier.hosts_with_work(), capacity=self.s.capacity,
-            pages_fetched=int(c["pages"]), spool_pages=self.spool.pages,
+            pages_fetched=outcome.pages, spool_pages=self.spool.pages,
             load_level=level.level, work_area=level.work_area, peak_pages_per_second=level.peak_rate,
             heavy_hosts=[common_pb2.HostLoad(host=h, queue_length=n) for h, n in heavy],
             resources=resources, interval_pages=sample.pages, interval_seconds=sample.seconds,

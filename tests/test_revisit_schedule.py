@@ -435,7 +435,7 @@ def test_replicas_keep_the_latest_schedule_and_promotion_exports_it(tmp_path):
 
 
 def test_sitemap_hints_reach_the_schedule_when_revisits_are_on(tmp_path):
-    """The sitemap reader's hints (AgentNode wires the dispatcher's sitemap_hints to
+    """The sitemap reader's hints (AgentNode wires the dispatcher's sitemap_hint to
     Frontier.hint): a URL not fetched yet keeps its changefreq for its first visit; a scheduled
     one whose lastmod is after its capture becomes due now."""
     from agent.crawl.sitemap import Entry as SitemapEntry
@@ -444,7 +444,7 @@ def test_sitemap_hints_reach_the_schedule_when_revisits_are_on(tmp_path):
     n = node(tmp_path, Web(lambda url: (200, b"<html></html>", {})), revisit__enabled=True, revisit__interval=100.0,
              revisit__min_interval=10.0)
     try:
-        n._sitemap_hints([SitemapEntry("http://a.test/x", None, "hourly"), SitemapEntry("http://a.test/y", 5.0, None)])
+        n.dispatcher.sitemaps.hints([SitemapEntry("http://a.test/x", None, "hourly"), SitemapEntry("http://a.test/y", 5.0, None)])
         e = n.frontier.schedule_of("a.test", "http://a.test/x")
         assert e is not None and math.isinf(e.due) and e.changefreq == 3600.0
         it = Item("http://a.test/x", "a.test")
@@ -454,7 +454,7 @@ def test_sitemap_hints_reach_the_schedule_when_revisits_are_on(tmp_path):
         n.frontier.done(it)
         e = n.frontier.schedule_of("a.test", "http://a.test/x")
         assert e.interval == 3600.0 and e.due == 1000.0 + 3600.0  # the first interval is the hint's changefreq
-        n._sitemap_hints([SitemapEntry("http://a.test/x", 2000.0, None)])
+        n.dispatcher.sitemaps.hints([SitemapEntry("http://a.test/x", 2000.0, None)])
         assert n.frontier.schedule_of("a.test", "http://a.test/x").due <= n.clock()  # changed since: due now
     finally:
         n.frontier.close()

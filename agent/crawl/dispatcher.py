@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.crawl import sitemap
 from agent.crawl.admission import Act, Admission
 from agent.crawl.fetches import Requests
 from agent.crawl.hosts import CrawlHosts, HostCrawlState
@@ -76,7 +75,7 @@ class Dispatcher:
         gate: Gate | None = None,
         stored_check: StoredCheck | None = None,
         incidents: Incidents | None = None,
-        sitemap_hints: Callable[[list[sitemap.Entry]], None] | None = None,
+        sitemap_hint: Callable[[str, str, float, float], None] | None = None,
         pass_budget: PassBudget | None = None,
         epoch: Callable[[], int] | None = None,
     ):
@@ -105,7 +104,7 @@ class Dispatcher:
         c = Shared(settings, frontier, self.scheduler, self.hosts, scope, self.incidents, self.fetch_errors, clock, finish, route,
                    self._schedule)
         discovery = Discovery(c, epoch)
-        self.sitemaps = SitemapReader(settings, self.robots, scope, route=route, discover=discovery.discover, hints=sitemap_hints)
+        self.sitemaps = SitemapReader(settings, self.robots, scope, route=route, discover=discovery.discover, hint=sitemap_hint)
         self.robots_txt = RobotsTxt(self.robots, self.requests, self.hosts, frontier, self.scheduler, self.politeness, self.sitemaps,
                                     schedule=self._schedule, finish=finish, clock=clock, fetch_errors=self.fetch_errors)
         # Finished fetches take turns: at most PAGE_WORK_PER_PASS of page work per loop pass.

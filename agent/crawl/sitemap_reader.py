@@ -5,7 +5,7 @@ the pure half (the parser and the per-host book); this is the half that routes a
 A fetched non-HTML 200 is read as a sitemap when this agent knows its URL as one (listed by
 robots.txt, the well-known name, a child of an index) or its first bytes look like one. An
 index's sitemaps go to routing one depth deeper; a urlset's URLs are discovered links (the
-page's `discover` step), their hints handed to `sitemap_hints` (a revisit schedule; by default
+page's `discover` step), their hints handed to `hint` (the revisit schedule's; by default
 nobody). Every entry of one call is on the sitemap's own host, which this agent owned when it
 fetched the sitemap. Decisions and figures: docs/agent-fetching.md, "Sitemaps".
 """
@@ -26,6 +26,7 @@ from agent.crawl.scope import Scope
 from agent.crawl.sitemap import SitemapBook
 from agent.settings import AgentSettings
 from agent.state.frontier import Item
+from agent.state.revisit import changefreq_seconds
 from wancrawl.stats import Counters
 from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 
@@ -49,7 +50,7 @@ class SitemapReader:
     URLs, as a page's links. Owns the per-host book (`book`)."""
 
     def __init__(self, settings: AgentSettings, robots: RobotsCache, scope: Scope, *, route: Callable[[list[Item]], None],
-                 discover: Callable[[Item, list[str]], None], hints: Callable[[list[sitemap.Entry]], None] | None = None):
+                 discover: Callable[[Item, list[str]], None], hint: Callable[[str, str, float, float], None] | None = None):
         self.s = settings
         sm = settings.sitemaps
         self.enabled = sm.enabled
@@ -58,8 +59,17 @@ class SitemapReader:
         self.scope = scope
         self.route = route
         self.discover = discover
-        self.hints = hints or (lambda entries: None)
+        self.hint = hint  # Frontier.hint(host, url, lastmod, changefreq seconds): the revisit schedule
         self.stats = SitemapCounters()
+
+    def hints(self, entries: list[sitemap.Entry]) -> None:
+        """Entries' lastmod / changefreq into the revisit schedule (issue 26): a URL changed since
+        its capture is due now, a changefreq is its prior rate (docs/continuous.md)."""
+        if self.hint is None:
+            return
+        for e in entries:
+            if e.lastmod is not None or e.changefreq is not None:
+                self.hint(host_of_canonical(e.url), e.url, e.lastmod or 0.0, changefreq_seconds(e.changefreq))
 
     def find(self, origin: str) -> None:
         """An origin's robots.txt answered (or robots.txt is off): its `Sitemap:` lines, and

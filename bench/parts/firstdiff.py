@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         main_ratio = 0.0
         for name, store, all_sql, pre_sql in stores:
-            db = store._db  # the bench reads the same table the index lives in
+            db = sqlite3.connect(store.path)  # the same table the index lives in, read beside it (WAL)
             for label, n in joins.items():
                 # One cold-ish read first (page cache warm for both), then the timed ones.
                 store.read_moving(me, n)

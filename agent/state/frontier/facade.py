@@ -23,8 +23,6 @@ from agent.state.keyindex import IndexRead
 from agent.state.revisit import Entry, Planner, Policy
 
 if TYPE_CHECKING:  # not at run time: agent.settings pulls in the fetchers (seconds of imports)
-    import sqlite3
-
     from agent.settings import RevisitSettings
 
 log = logging.getLogger("agent")
@@ -87,11 +85,6 @@ class Frontier:
         self._rejected: list[Item] = []
         self._rejected_hosts: list[str] = []
         self.rejected_rows = 0
-
-    @property
-    def _db(self) -> sqlite3.Connection:
-        """The connection (bench/parts/firstdiff.py reads the host-key table beside the index)."""
-        return self._store.db
 
     # -- counts -----------------------------------------------------------------------------------
     def __len__(self) -> int:
