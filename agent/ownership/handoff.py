@@ -10,6 +10,7 @@ from typing import ClassVar
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
 from agent.placement.directory import HostDirectory
+from agent.placement.gate import Gate
 from agent.state.commit import Durable
 from agent.state.frontier import Item
 from wancrawl import errors
@@ -56,6 +57,8 @@ class _Received:
     theirs: dict[str, tuple[set[str], set[int]]] = field(default_factory=dict)
     from_replica: list[str] = field(default_factory=list)
     replica_urls: list[str] = field(default_factory=list)
+    # Hosts this stream closed at the gate (not held before it): reopened once it is all in.
+    held: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -80,7 +83,7 @@ class HandOff:
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
-                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None):
+                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None, gate: Gate | None = None):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -96,6 +99,12 @@ class HandOff:
         # that promotes fetches those pages again (issue 23, kill2 with a balance move off the
         # first victim: docs/balance.md "Stored twice after a move at a death").
         self.replicate = replicate
+        # A host arriving by HandOver is closed at the gate until its whole stream is in: its
+        # first part is queued (and woken) before the copies the sender fetched are dropped
+        # (reconcile) and before a dead owner's replica is watched at storage. A fetch in that
+        # gap stored a page twice (chaos flap, session 13: a replica's URL fetched 20 ms before
+        # the stream ended, the dead owner's capture of it already at storage).
+        self.gate = gate
         self.stats = HandOffCounters()
 
     def attach(self, *, admit: Admit) -> None:
@@ -192,14 +201,26 @@ class HandOff:
         """Import every part of the hosts `admit` takes, then answer once all of it is durable
         (the next group commit); the refused hosts are named in the answer."""
         got = _Received()
-        async for req in parts:
-            await self._take(req, got)
+        try:
+            async for req in parts:
+                await self._take(req, got)
+            return await self._settle(got)
+        finally:
+            if got.held and self.gate is not None:
+                self.gate.release(got.held)
+
+    async def _settle(self, got: _Received) -> agent_pb2.HandOverResponse:
+        """The whole stream is in: drop what the sender fetched, watch a dead owner's queue at
+        storage, wait for the group commit, replicate; the answer."""
         dropped = 0
         for h, (q_urls, fps) in got.theirs.items():
             dropped += self.ledger.reconcile(h, q_urls, fps)
         self.stats.handover_dropped_done += dropped
         if got.replica_urls and self.may_be_stored is not None:
             self.may_be_stored(got.replica_urls)
+        if got.held and self.gate is not None:
+            self.gate.release(got.held)  # what is left may be fetched now: the durable wait need not hold it
+            got.held = []
         if got.from_replica:
             self.stats.replicas_handed_in += len(got.from_replica)
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
@@ -233,6 +254,9 @@ class HandOff:
             if why is not None:
                 got.refused[h] = why
                 return
+        if first and self.gate is not None and not self.gate.held(h):
+            self.gate.hold([h])
+            got.held.append(h)
         if first and (self.ledger.holds(h) or req.replica_of):
             got.theirs[h] = (set(), set())
         if first and req.replica_of:
