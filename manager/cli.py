@@ -85,7 +85,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from wancrawl.cli.pipes import broken_pipe
+    from wancrawl.grpcutil import quiet_core_logs
+
     args = parser().parse_args(argv)
+    if args.cmd != "crawl":  # crawl's services inherit the environment: their logs keep grpc's
+        quiet_core_logs()
     try:
         _client_tls(args)
         if args.cmd == "seed":
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     except WancrawlError as exc:
         print(f"manager {args.cmd}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return broken_pipe()
     except KeyboardInterrupt:
         return 130
     return 2

@@ -62,6 +62,17 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
         # for that exit, or `down` below may find it still stopping (and stop it) on a loaded machine.
         drained = next(p for p in cl.procs if p.name == "agent-unicom-beijing")
         assert _exits(drained.pid, 60), "the drained agent did not exit by itself"
+        # The README's recipe as written (issue 38): a shell with no credentials; the manager
+        # finds the run's operator certificate by the address it dials (wancrawl/cli/runs.py).
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("WANCRAWL_TLS_") and k != "WANCRAWL_INSECURE"}
+        p = subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", cl.consultant, "agents", "--json"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**bare, "PYTHONPATH": str(REPO)})
+        assert p.returncode == 0 and len(json.loads(p.stdout)) == 2, p.stderr
+        # `lab strategy NAME`: no pid hunting; the consultant places by it once the call returns.
+        from lab.strategy import set_strategy
+
+        before, after = set_strategy(cl, "hash")
+        assert (before.strategy, after.strategy) == ("asn", "hash") and after.epoch > before.epoch
     finally:
         stopped = down(run)
     assert "web" in stopped and len(stopped) == 5, stopped  # the drained agent had exited by itself
