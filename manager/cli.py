@@ -59,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--storage", help="storage address, for its totals; several writers separated by commas: "
                                       "a row per writer (pages/s, MB/s, lag)")
     st.add_argument("--interval", type=float, default=1.0)
+    st.add_argument("--wide", action="store_true", help="every column, however wide the terminal (by default the "
+                                                        "columns that fit it, the others named under the table)")
 
     a = sub.add_parser("agents", help="list agents")
     a.add_argument("--all", action="store_true", help="include dead and departed agents")

@@ -208,3 +208,60 @@ def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path, argv):
     assert "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr
     assert p.returncode == 141
 
+
+
+# --- manager status: whole cells at 100 and 120 columns, every column explained --------------
+
+def _busy_snapshot():
+    from manager.status import AgentView, Snapshot
+
+    counters = {"pages": 123456, "frontier": 98765, "hosts_with_work": 4321, "load_level": -19.6, "in_flight": 32,
+                "errors": 1234, "pushes": 45678, "spool_batches": 12, "replica_hosts": 2345, "replica_unsynced": 3,
+                "replica_lag_items": 4567, "idle": 0.0}
+    names = ["telecom-guangzhou-7", "unicom-beijing", "cernet-harbin-a-very-long-agent-name"]
+    agents = [AgentView(n, "127.0.0.1:1", "alive", "Guangzhou", "telecom", counters=dict(counters), reachable=True,
+                        parked=[("p.lab", 0.0, "robots")] * 12, given_up=[("g.lab", "DNS")] * 7) for n in names]
+    return Snapshot(42, "asn", agents), {n: 321.5 for n in names}
+
+
+@pytest.mark.parametrize("width", [100, 120])
+def test_status_at_a_terminal_width_shows_whole_cells_and_names_what_it_leaves_out(width):
+    from rich.console import Console
+
+    from manager.status import render
+
+    snap, rates = _busy_snapshot()
+    console = Console(width=width, record=True, color_system=None)
+    console.print(render(snap, rates, width))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text, "a cell or header was cut"
+    for a in snap.agents:
+        assert a.agent_id in text
+    for figure in ("123456", "98765", "321.5", "12", "7"):
+        assert figure in text
+    assert "not shown at this width" in text and "--wide" in text
+
+
+def test_status_piped_shows_every_column_and_every_name_whole():
+    from rich.console import Console
+
+    from manager.columns import COLUMNS, natural_width
+    from manager.status import render
+
+    snap, rates = _busy_snapshot()
+    table = render(snap, rates, None)
+    console = Console(width=natural_width(table), record=True, color_system=None)
+    console.print(table)
+    text = console.export_text()
+    assert "…" not in text and "not shown" not in text
+    assert all(c.header in " ".join(text.split()) for c in COLUMNS)
+    assert all(a.agent_id in text for a in snap.agents)
+
+
+def test_docs_explain_every_status_column():
+    from manager.columns import COLUMNS
+
+    doc = " ".join((REPO / "docs" / "manager.md").read_text().split())
+    missing = [c.header for c in COLUMNS if f"| {c.header} | {c.doc} |" not in doc]
+    assert not missing, f"docs/manager.md lacks the row of: {missing} (python -m manager.columns prints the table)"
