@@ -265,3 +265,82 @@ def test_docs_explain_every_status_column():
     doc = " ".join((REPO / "docs" / "manager.md").read_text().split())
     missing = [c.header for c in COLUMNS if f"| {c.header} | {c.doc} |" not in doc]
     assert not missing, f"docs/manager.md lacks the row of: {missing} (python -m manager.columns prints the table)"
+
+
+# --- manager console: the page and its JSON over the snapshots `manager status` reads -------------
+
+def _console_snapshot(pages: float):
+    from manager.status import AgentView, Snapshot
+
+    a = AgentView("unicom-beijing", "127.0.0.1:1", "alive", "Beijing", "unicom", reachable=True,
+                  counters={"pages": pages, "frontier": 40, "idle": 0.0, "errors": 2, "retries": 5},
+                  parked=[("slow.lab", 1000.0 + 90, "backed off after 3 errors")],
+                  given_up=[("gone.lab", "DNS: gone.lab does not resolve")],
+                  top_hosts=[("big.lab", int(pages), 10**6, 0)])
+    b = AgentView("cernet-harbin", "127.0.0.1:2", "dead", "Harbin", "cernet")
+    return Snapshot(7, "asn", [a, b])
+
+
+def test_console_serves_the_page_and_a_json_view_of_the_snapshots(run):
+    from manager.console.server import Console, create_app
+
+    pages = iter([100.0, 160.0])
+    clock = iter([10.0, 12.0])
+    console = Console(lambda: _take(_console_snapshot(next(pages))), "consultant", 1.0,
+                      clock=lambda: next(clock), wall=lambda: 1000.0)
+    run(console.poll())
+    run(console.poll())
+    client = _Client(create_app(console), run)
+    d = client.get("/api/status").json()
+    assert d["error"] == "" and (d["strategy"], d["epoch"]) == ("asn", 7)
+    assert [(a["agent_id"], a["state"], a["pages"], a["pages_per_second"]) for a in d["agents"]] == [
+        ("unicom-beijing", "alive", 160.0, 30.0), ("cernet-harbin", "dead", 0, 0.0)]
+    assert d["totals"]["pages"] == 160 and d["totals"]["agents_alive"] == 1 and d["totals"]["pages_per_second"] == 30.0
+    assert d["history"]["total"] == [0.0, 30.0] and d["history"]["agents"]["unicom-beijing"] == [None, 30.0]
+    assert d["parked"] == [{"host": "slow.lab", "agent": "unicom-beijing", "next_try_in": 90.0, "reason": "backed off after 3 errors"}]
+    assert d["given_up"][0]["kind"] == "DNS failure"
+    assert {"counter": "retries", "what": "retries", "count": 5} in d["incidents"]
+    assert d["top_hosts"][0]["host"] == "big.lab" and d["not_built"]
+    page = client.get("/")
+    assert page.status_code == 200 and "wancrawl console" in page.text and "static/uPlot.iife.min.js" in page.text
+    for asset in ("uPlot.iife.min.js", "uPlot.min.css", "console.js", "console.css"):
+        assert client.get(f"/static/{asset}").status_code == 200, asset
+
+
+async def _take(snap):
+    return snap
+
+
+class _Client:
+    """Requests to the ASGI app in this process (httpx's ASGI transport; starlette's TestClient
+    is deprecated over httpx)."""
+
+    def __init__(self, app, run):
+        import httpx
+
+        self.httpx, self.app, self.run = httpx, app, run
+
+    def get(self, path: str, headers: dict | None = None):
+        async def go():
+            transport = self.httpx.ASGITransport(app=self.app)
+            async with self.httpx.AsyncClient(transport=transport, base_url="http://console") as c:
+                return await c.get(path, headers=headers)
+
+        return self.run(go())
+
+
+def test_console_off_loopback_needs_a_token_and_then_checks_it(run):
+    from manager.console.server import Console, create_app, listen_socket
+
+    with pytest.raises(errors.ConfigError, match="off loopback the console needs --token"):
+        listen_socket("0.0.0.0:0", "")
+    with listen_socket("127.0.0.1:0", "") as s:
+        s.listen()
+        with pytest.raises(errors.ConfigError, match="cannot listen there"):
+            listen_socket(f"127.0.0.1:{s.getsockname()[1]}", "")
+    console = Console(lambda: _take(_console_snapshot(1.0)), "consultant")
+    run(console.poll())
+    client = _Client(create_app(console, token="s3cret"), run)
+    assert client.get("/api/status").status_code == 401 and client.get("/").status_code == 401
+    assert client.get("/api/status?token=s3cret").status_code == 200
+    assert client.get("/api/status", headers={"Authorization": "Bearer s3cret"}).json()["epoch"] == 7

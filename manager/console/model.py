@@ -33,7 +33,8 @@ NOT_BUILT = (
     "`lab strategy`, `manager seed`",
     "agents on a geographic map: a grid of ISP x city instead (no map tiles offline)",
     "access control beyond loopback: `--listen` off loopback requires `--token`; no operator certificate login yet",
-    "a headless-browser test with screenshots: the test fetches the page and its JSON",
+    "a browser test of a crawl in progress (the page updating, actions clicked): tests/test_e2e.py loads the page in "
+    "headless Chromium once the crawl is over (its DOM and a screenshot)",
 )
 
 

@@ -107,6 +107,7 @@ def listen_socket(listen: str, token: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, int(port or 0)))
+        sock.listen(128)  # now: a browser opened at the printed address waits in the backlog, not refused
     except (OSError, ValueError) as exc:
         sock.close()
         raise ConfigError(f"--listen {listen}: cannot listen there ({getattr(exc, 'strerror', None) or exc})") from None
