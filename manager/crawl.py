@@ -292,6 +292,8 @@ class Run:
 
     def save(self) -> None:
         Path(self.out, "crawl.json").write_text(json.dumps(asdict(self), indent=2))
+        addresses = [*self.consultant.split(","), *self.storage_writers, self.storage, *self.agents.values()]
+        procs.record_addresses(Path(self.out), OPERATOR, addresses)
 
     @classmethod
     def load(cls, out: Path) -> Run | None:

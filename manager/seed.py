@@ -24,6 +24,22 @@ class SeedFile:
     duplicates: int = 0
 
 
+def scheme_hint(raw: str) -> str:
+    """For a line that is a host (or host/path) without a scheme, the URL the user meant:
+    "no scheme: did you mean http://example.com/?"; "" for anything else."""
+    if "://" in raw or raw[:1] in "/.?#" or " " in raw:
+        return ""
+    meant = "http://" + raw + ("" if "/" in raw else "/")
+    try:
+        canonicalize(meant)
+    except InvalidUrl:
+        return ""
+    host = raw.split("/", 1)[0].split(":", 1)[0]
+    if "." not in host and host != "localhost":
+        return ""  # "page.html" is a dotted relative path; "index" is no host either
+    return f"no scheme: did you mean {meant}?"
+
+
 def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
     """Seed lines: blank lines and # comments skipped, each URL canonicalised, bad lines kept
     with their numbers and reasons. Line numbers are the file's physical lines: only "\n" ends a
@@ -38,7 +54,7 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
         try:
             url = canonicalize(raw, sort_query=sort_query)
         except InvalidUrl as exc:
-            out.bad.append((n, str(exc), raw[:200]))
+            out.bad.append((n, scheme_hint(raw) or str(exc), raw[:200]))
             continue
         if url in seen:
             out.duplicates += 1
