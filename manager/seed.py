@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.client import AgentPool
 from manager.directory import Directory, open_directory
 from wancrawl.errors import InvalidArgument, Unavailable, WancrawlError
-from wancrawl.urls import InvalidUrl, canonicalize
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
 
 BATCH = 1000
@@ -99,6 +99,8 @@ async def inject_all(consultant: Directory, urls: list[str], force: bool = False
     live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
     if not live:
         raise Unavailable("no live agent: none is registered with the consultant (or listed by the overlay, with --peers)")
+    if force:
+        return await _inject_forced(consultant, urls)
     res = Injection()
     async with AgentPool(timeout=60) as pool:
         for n, i in enumerate(range(0, len(urls), BATCH)):
@@ -114,6 +116,42 @@ async def inject_all(consultant: Directory, urls: list[str], force: bool = False
                 res.refused += refusals(chunk, r.errors)
                 break
             else:
+                res.failed += chunk
+    return res
+
+
+async def _inject_forced(consultant: Directory, urls: list[str]) -> Injection:
+    """`seed --force`: each URL straight to its host's owner (then the rest of its preference
+    list), never through a routing agent. `force` is the operator's alone (agent/server.py
+    AUTH_RULES): an agent that routed it on would be refused by the owner, and its pushes
+    retried for ever (the crawl never idle)."""
+    res = Injection()
+    by_host: dict[str, list[str]] = {}
+    for u in urls:
+        by_host.setdefault(host_of_canonical(u), []).append(u)
+    routes = {r.host: r for r in await consultant.resolve(sorted(by_host))}
+    targets: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for host, us in by_host.items():
+        r = routes.get(host)
+        if r is None or not r.agents:
+            res.failed += us
+            continue
+        targets.setdefault(tuple(r.agents), []).extend(us)
+    async with AgentPool(timeout=60) as pool:
+        for agents, us in targets.items():
+            for i in range(0, len(us), BATCH):
+                chunk = us[i : i + BATCH]
+                for agent_id, address in agents:
+                    items = [agent_pb2.UrlItem(url=u, force=True) for u in chunk]
+                    try:
+                        r = await pool.get(address).push("manager", 0, items, route=False)
+                    except WancrawlError:
+                        continue  # the next of the preference list
+                    res.taken[agent_id] += r.accepted
+                    res.refused += refusals(chunk, r.errors)
+                    chunk = [chunk[j] for j in r.not_mine if 0 <= j < len(chunk)]  # indices: a route that moved meanwhile
+                    if not chunk:
+                        break
                 res.failed += chunk
     return res
 
