@@ -384,6 +384,12 @@ for _path, (_fields, _) in INVALID.items():
     LIARS[_path] = Reply(_head(*_fields) + _body, close=True)
 
 
+# A response head over 64 KiB (docs/agent-fetching.md): 1,000 small fields, each far under any
+# per-field limit, sent with the body in one write (a check made only while the head is incomplete
+# never sees it).
+LIARS["/huge-head"] = Reply(_head(*(b"X-Filler-%04d: %s" % (i, b"v" * 56) for i in range(1000)), _cl(N)) + PAGE)
+
+
 @pytest.fixture
 def liar():
     with HostileServer(LIARS) as srv:
@@ -452,6 +458,13 @@ def test_invalid_content_length_discards_the_response(liar, backend, path):
     (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, path)])
     assert (r.status, r.error, r.truncated, r.body, r.headers) == (0, "protocol", None, b"", [])
     assert r.error_detail == f"invalid response: {INVALID[path][1]}"
+
+
+def test_a_response_head_over_64_kib_is_refused(liar, backend):
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, "/huge-head")])
+    assert len(LIARS["/huge-head"].data) > 70_000
+    assert (r.status, r.body) == (0, b""), (r.status, r.error, r.error_detail, len(r.headers))
+    assert r.error in ("too_large", "protocol"), (r.error, r.error_detail)
 
 
 def test_body_on_a_304_is_excess(liar, backend):

@@ -743,6 +743,27 @@ def apply_sink(resp: FetchResponse, sink: BodySink) -> None:
         resp.error_detail = f"content-encoding {sink.undecodable!r} not decoded"
 
 
+# A response head longer than this is refused (`too_large`, no response kept): no real head comes
+# near it, and a server that sends one is a trap for memory (docs/agent-fetching.md).
+MAX_RESPONSE_HEAD = 64 * 1024
+
+
+def head_overflow(reason: str | bytes, headers: list[tuple[str, str]]) -> str | None:
+    """Why a complete response head is refused (over MAX_RESPONSE_HEAD bytes as sent, counted
+    from its status line and fields), or None. For the fetchers whose parser limits each field
+    but not the whole head: 1,000 small fields pass any per-field limit."""
+    n = 17 + len(reason) + sum(len(k) + len(v) + 4 for k, v in headers)  # "HTTP/1.1 200 " ... CRLFs
+    if n <= MAX_RESPONSE_HEAD:
+        return None
+    return f"response head over {MAX_RESPONSE_HEAD} bytes ({len(headers)} fields)"
+
+
+def refuse_head(resp: FetchResponse, detail: str) -> None:
+    """A head refused after it was read: no response is kept (status 0), the error says why."""
+    resp.status, resp.reason, resp.headers = 0, "", []
+    _fail(resp, "too_large", detail)
+
+
 def late_failure(resp: FetchResponse, sink: BodySink | None, truncated: str, error: str, detail: str) -> None:
     """A failure after the head truncates the body; before it, it is an error without a response."""
     if sink is not None:
