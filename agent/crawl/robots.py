@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from protego import Protego
@@ -9,6 +10,17 @@ from protego import Protego
 # How long a host whose robots.txt keeps failing stays fully disallowed before the RFC lets
 # a crawler treat it as having none (RFC 9309 2.4: "unreachable for more than 30 days").
 UNREACHABLE_ALLOW_AFTER = 30 * 86400.0
+
+
+# protego drops a Crawl-delay it cannot take as a finite number, so `Crawl-delay: inf` read as no
+# delay at all while 1e9 was capped (politeness.max_crawl_delay): an infinite delay is the
+# largest one, capped the same way.
+_INFINITE_DELAY = re.compile(r"(?im)^([ \t]*crawl-delay[ \t]*:[ \t]*)\+?inf(?:inity)?[ \t]*(#.*)?$")
+
+
+def parse_rules(text: str) -> Protego:
+    """A robots.txt body as protego's rules, an infinite Crawl-delay taken as a huge one."""
+    return Protego.parse(_INFINITE_DELAY.sub(r"\g<1>1e18", text))
 
 
 @dataclass
@@ -70,7 +82,7 @@ class RobotsCache:
             if isinstance(body, str):
                 text = text[: self.max_bytes]
             try:
-                rules = Protego.parse(text)
+                rules = parse_rules(text)
             except Exception:  # noqa: BLE001 - an unparseable file is treated as empty (RFC 9309 2.2)
                 rules = None
             self._hosts[host] = _Entry(rules, rules is None, now + self.ttl, now, None, status, text)
@@ -150,7 +162,7 @@ class RobotsCache:
         if 200 <= st.status < 300 or (st.text and st.fetched_ok is not None):
             # A 2xx file, or a failing host's rules kept from its last good answer.
             try:
-                rules = Protego.parse(st.text)
+                rules = parse_rules(st.text)
             except Exception:  # noqa: BLE001 - as in update(): unparseable = empty
                 rules = None
             allow_all = rules is None
