@@ -144,12 +144,12 @@ async def _inject_forced(consultant: Directory, urls: list[str]) -> Injection:
                 for agent_id, address in agents:
                     items = [agent_pb2.UrlItem(url=u, force=True) for u in chunk]
                     try:
-                        r = await pool.get(address).push("manager", 0, items, route=False)
+                        pushed = await pool.get(address).push("manager", 0, items, route=False)
                     except WancrawlError:
                         continue  # the next of the preference list
-                    res.taken[agent_id] += r.accepted
-                    res.refused += refusals(chunk, r.errors)
-                    chunk = [chunk[j] for j in r.not_mine if 0 <= j < len(chunk)]  # indices: a route that moved meanwhile
+                    res.taken[agent_id] += pushed.accepted
+                    res.refused += refusals(chunk, pushed.errors)
+                    chunk = [chunk[j] for j in pushed.not_mine if 0 <= j < len(chunk)]  # indices: a route that moved meanwhile
                     if not chunk:
                         break
                 res.failed += chunk
