@@ -38,6 +38,19 @@ def test_an_infinite_crawl_delay_is_the_largest_delay_capped_like_any():
     assert not rc.allowed("http://inf.lab/x/1", "inf.lab"), "the rest of the group still applies"
 
 
+def test_an_unreachable_robots_txt_is_named_by_its_failure_not_status_0():
+    """Issue 37: a host refusing connections was reported as "robots.txt unreachable (last status
+    0)": the failure is named as the fetch named it."""
+    rc = RobotsCache(UA)
+    rc.update("refuse.lab", 0, None, 0, "connect: ConnectionRefusedError: [Errno 111] Connection refused")
+    rc.update("busy.lab", 503, b"", 0)
+    rc.update("quiet.lab", 0, None, 0)
+    assert rc.failure("refuse.lab") == "connect: ConnectionRefusedError: [Errno 111] Connection refused"
+    assert rc.failure("busy.lab") == "status 503" and rc.failure("quiet.lab") == "no response"
+    rc.update("refuse.lab", 200, TXT, 5)
+    assert rc.failure("refuse.lab") == "status 200" and rc.unreachable("refuse.lab") is None
+
+
 def test_4xx_allows_all_5xx_and_network_errors_disallow_temporarily():
     rc = RobotsCache(UA, ttl=1000, error_ttl=10, retry_base=2)
     rc.update("nf.lab", 404, b"", 0)

@@ -33,6 +33,7 @@ class _Entry:
     status: int
     text: str = ""  # the file the rules came from: a host handed over carries it
     failures: int = 0  # consecutive unreachable answers (the retry backs off exponentially)
+    why: str = ""  # the last failure without a response, named (e.g. "connect: connection refused")
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ class RobotsCache:
         e = self._hosts.get(host)
         return e is None or now >= e.expires
 
-    def update(self, host: str, status: int, body: bytes | str | None, now: float) -> None:
-        """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response)."""
+    def update(self, host: str, status: int, body: bytes | str | None, now: float, why: str = "") -> None:
+        """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response, `why`
+        names the failure)."""
         prev = self._hosts.get(host)
         if 200 <= status < 300:
             text = body if isinstance(body, str) else (body or b"")[: self.max_bytes].decode("utf-8", "replace")
@@ -98,12 +100,13 @@ class RobotsCache:
             since = prev.failing_since if prev is not None and prev.failing_since is not None else now
             n = (prev.failures if prev is not None and failing else 0) + 1
             until = now + min(self.error_ttl, self.retry_base * 2.0 ** min(n - 1, 30))
+            why = why if status == 0 else ""
             if now - since >= self.unreachable_allow_after:
-                self._hosts[host] = _Entry(None, True, until, None, since, status, "", n)
+                self._hosts[host] = _Entry(None, True, until, None, since, status, "", n, why)
             elif prev is not None and prev.fetched_ok is not None and now - prev.fetched_ok < self.unreachable_allow_after:
-                self._hosts[host] = _Entry(prev.rules, prev.allow_all, until, prev.fetched_ok, since, status, prev.text, n)
+                self._hosts[host] = _Entry(prev.rules, prev.allow_all, until, prev.fetched_ok, since, status, prev.text, n, why)
             else:
-                self._hosts[host] = _Entry(None, False, until, None, since, status, "", n)
+                self._hosts[host] = _Entry(None, False, until, None, since, status, "", n, why)
 
     def unreachable(self, host: str) -> tuple[float, float, int] | None:
         """(failing since, retry at, last status) while the host's robots.txt is unreachable and
@@ -112,6 +115,14 @@ class RobotsCache:
         if e is None or e.failing_since is None or e.allow_all or e.rules is not None:
             return None
         return e.failing_since, e.expires, e.status
+
+    def failure(self, host: str) -> str:
+        """The last robots.txt failure of the host, for people: "status 503", or the failure
+        without a response by name ("connect: connection refused"), never "status 0"."""
+        e = self._hosts.get(host)
+        if e is None:
+            return ""
+        return e.why or (f"status {e.status}" if e.status else "no response")
 
     def allowed(self, url: str, host: str) -> bool:
         """Whether the rules let us fetch url; /robots.txt itself is always allowed."""
