@@ -249,6 +249,40 @@ def test_the_new_owner_claims_a_live_owners_host_rather_than_promote_its_lagging
     run(go())
 
 
+@pytest.mark.parametrize("b_alive", [True, False])
+def test_a_new_owners_replicate_does_not_take_a_live_owners_replica_off_its_backup(run, tmp_path, b_alive):
+    """The same move seen from the new owner's replication (chaos storage-writer-kill, balancer
+    on: "handed the replicas of 2 hosts of dead owners", 200 ms before the live owner's own
+    handover). c, the new owner, claims only from its list, which does not name b: it fetches
+    pushed URLs at once and replicates them to a, whose replica of the host is b's. The rule
+    "hand the replaced replica to the sender first" (for an owner that died as the host moved)
+    gave c b's lagging copy to fetch from. b alive: the host is refused by name and b's copy
+    kept; dead: handed to c, then c's message applied, as before."""
+    from agent.server import AgentServicer
+
+    async def go():
+        placement = MovingPlacement({MOVED: (B, A)}, ALL)
+        async with moving_node(tmp_path, placement) as (node, sent):
+            placement.lists, placement.epoch = {MOVED: (C, A, D)}, 8
+            placement.live = ALL if b_alive else [A, C, D]
+            node.directory.consultant_epoch(8)  # learnt, not settled yet: the settle window
+
+            async def batch():
+                yield agent_pb2.ReplicateBatch(items=[_msg(MOVED, reset=True, adds=[(1, f"http://{MOVED}/9", 1)],
+                                                           sender="c")])
+
+            resp = await AgentServicer(node).Replicate(batch(), None)
+            if b_alive:
+                assert sent == [] and resp.applied == 0, "b's lagging copy went to c"
+                assert [n.host for n in resp.refused] == [MOVED] and "b's" in resp.refused[0].reason
+                assert node.replicas.owner(MOVED) == "b"
+            else:
+                assert sent == [(C[1], [MOVED], {MOVED: "b"})] and resp.applied == 1 and not resp.refused
+                assert node.replicas.owner(MOVED) == "c"
+
+    run(go())
+
+
 # -- the gate -----------------------------------------------------------------------------------
 def test_gate_fences_on_lease_and_wakes_what_it_refused():
     woken = []

@@ -429,8 +429,20 @@ class Ownership:
     async def hand_out(self, peer: Peer, hosts: list[str]) -> list[str]:
         return await self.outgoing.hand_out(peer, hosts)
 
-    async def superseded(self, sender: str, owners: dict[str, str]) -> None:
-        await self.outgoing.superseded(sender, owners)
+    async def superseded(self, sender: str, owners: dict[str, str]) -> dict[str, str]:
+        """The host's owner now (`sender`) replicates hosts whose replica here is another agent's
+        (host -> that agent). Within a settle window, a replica whose agent lives though the
+        host's list does not name it is kept and the sender's message refused (host -> reason):
+        the sender claims only from its list, so it fetches what it holds at once, and that
+        copy handed to it now would be fetched from before the live agent's own handover (the
+        same race as `hand_replica`'s; that agent's DELETE_BACKUP then frees the way, and the
+        sender's retry is taken). The others are handed to the sender first (Outgoing)."""
+        keep: dict[str, str] = {}
+        if self._unsettled(self.clock()):
+            routes = await self.directory.routes(sorted(owners))
+            keep = {h: p[0] for h, p in (await self._live_owners(routes, owners)).items()}
+        await self.outgoing.superseded(sender, {h: o for h, o in owners.items() if h not in keep})
+        return {h: f"the replica here is {o}'s, which lives: it hands the host over itself" for h, o in keep.items()}
 
     async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
         return await self.outgoing.claimed(claimer, epoch, hosts)
