@@ -1,13 +1,26 @@
-"""Host name to IP: a hosts file first, then (optionally) DNS, with caching of answers and failures."""
+"""Host name to IP: a hosts file first, then (optionally) DNS, with a cache of answers and failures.
+
+`HostResolver` is the one interface the agent (dispatcher, fetcher) and the consultant (its
+locator) use. Behind it a backend asks DNS: "system" (getaddrinfo in the event loop's thread
+pool: no TTLs, the system's resolv.conf) or "cares" (c-ares through aiodns, wancrawl/cares.py:
+asynchronous, the answers' TTLs, the nameservers given in the settings). The cache
+(wancrawl/dnscache.py, pure) is shared by everything holding the resolver; a name asked again
+while its look-up runs waits for that look-up instead of asking twice.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+from wancrawl.config import TomlWritable
+from wancrawl.dnscache import DnsCache, Lookup
 from wancrawl.errors import ConfigError
 from wancrawl.urls import canonical_host, ip_literal
 
@@ -48,74 +61,82 @@ _EAI_DEFINITIVE = {getattr(socket, n): w for n, w in (("EAI_NONAME", NXDOMAIN), 
                    if hasattr(socket, n)}
 
 
-class HostResolver:
-    """Resolves canonical host names to one IP each (IPv4 preferred).
+RESOLVERS = ("system", "cares")
 
-    Invariant: `_cache[host] = (ip or None, expires_at)`; None is a cached failure, kept
-    `negative_ttl` seconds so a dead name is not asked again on every batch; `_why[host]` is
-    the reason of the host's last failure (one of NXDOMAIN, NO_ADDRESS, NOT_LISTED, TEMPORARY).
-    """
 
-    def __init__(
-        self,
-        hosts: dict[str, str] | None = None,
-        *,
-        system_dns: bool = True,
-        timeout: float = 2.0,
-        ttl: float = 300.0,
-        negative_ttl: float = 60.0,
-        max_concurrency: int = 64,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.hosts = dict(hosts or {})
-        self.system_dns = system_dns
+@dataclass(frozen=True)
+class ResolverSettings(TomlWritable):
+    """How names are resolved when DNS is on (the agent's [dns] table; the consultant's [dns]
+    adds its hosts file). Keys read by both services, so one class."""
+
+    resolver: str = "system"          # "system" (getaddrinfo in threads) or "cares" (c-ares through aiodns)
+    # "IP" or "IP:PORT", asked in turn (cares only; empty: the system's resolv.conf servers). The
+    # lab gives its own server here: no query of a test, bench or demo leaves the machine.
+    nameservers: tuple[str, ...] = ()
+    timeout: float = 2.0              # seconds per look-up, all tries included
+    tries: int = 2                    # cares: tries per server within the timeout
+    cache_ttl: float = 300.0          # seconds an answer without a TTL is kept (system resolver)
+    min_ttl: float = 5.0              # an answer's TTL is kept within [min_ttl, max_ttl]
+    max_ttl: float = 3600.0
+    negative_ttl: float = 60.0        # seconds a definitive failure (NXDOMAIN, no address) is kept
+    temporary_ttl: float = 10.0       # seconds a temporary failure (timeout, SERVFAIL) is kept
+    max_concurrency: int = 64         # look-ups in flight: per nameserver (cares), in all (system)
+    cache_size: int = 1_000_000       # names kept at most (the oldest answer goes first)
+
+    def __post_init__(self) -> None:
+        if self.resolver not in RESOLVERS:
+            raise ValueError(f"dns.resolver must be one of {', '.join(RESOLVERS)}, not {self.resolver!r}")
+        if self.nameservers and self.resolver != "cares":
+            raise ValueError("dns.nameservers needs dns.resolver = \"cares\" (getaddrinfo asks the system's servers)")
+        for ns in self.nameservers:
+            host, port = split_nameserver(ns)
+            if ip_literal(host) is None or not 0 < port < 65536:
+                raise ValueError(f"dns.nameservers: {ns!r} is not IP or IP:PORT")
+        if self.timeout <= 0 or self.tries < 1:
+            raise ValueError("dns.timeout must be > 0 and dns.tries >= 1")
+        if not 0 <= self.min_ttl <= self.max_ttl or min(self.cache_ttl, self.negative_ttl, self.temporary_ttl) < 0:
+            raise ValueError("dns TTLs must be >= 0 and min_ttl <= max_ttl")
+        if self.max_concurrency < 1 or self.cache_size < 1:
+            raise ValueError("dns.max_concurrency and dns.cache_size must be >= 1")
+
+
+def split_nameserver(ns: str) -> tuple[str, int]:
+    """"IP" -> (IP, 53); "IP:PORT" and "[IPv6]:PORT" -> (IP, PORT)."""
+    if ns.startswith("["):
+        host, _, rest = ns[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else (53 if not rest else -1)
+    if ns.count(":") == 1:
+        host, _, port = ns.partition(":")
+        return host, int(port) if port.isdigit() else -1
+    return ns, 53
+
+
+class Backend(Protocol):
+    """Asks DNS for one name: an address with its TTL, or why there is none (a reason below)."""
+
+    async def lookup(self, host: str) -> Lookup: ...
+
+    async def close(self) -> None: ...
+
+
+GetAddrInfo = Callable[..., Any]
+
+
+class SystemLookup:
+    """getaddrinfo in the event loop's thread pool (the loop's own, looked up per call, so a
+    test can put another in its place). No TTLs: the cache keeps answers cache_ttl."""
+
+    def __init__(self, timeout: float, max_concurrency: int, getaddrinfo: GetAddrInfo | None = None):
         self.timeout = timeout
-        self.ttl = ttl
-        self.negative_ttl = negative_ttl
-        self.clock = clock
-        self._cache: dict[str, tuple[str | None, float]] = {}
-        self._why: dict[str, str] = {}
+        self.getaddrinfo = getaddrinfo
         self._sem = asyncio.Semaphore(max_concurrency)
-        self.lookups = 0
-        self.failures = 0
 
-    def static(self, host: str) -> str | None:
-        """The IP if the host is a literal or in the hosts file, else None."""
-        return ip_literal(host) or self.hosts.get(host)
-
-    def cached(self, host: str) -> tuple[bool, str | None]:
-        """(known, ip): known is False when DNS must be asked."""
-        ip = self.static(host)
-        if ip is not None:
-            return True, ip
-        hit = self._cache.get(host)
-        if hit is not None and hit[1] > self.clock():
-            return True, hit[0]
-        if not self.system_dns:
-            return True, None
-        return False, None
-
-    def failure(self, host: str) -> str | None:
-        """Why the host has no address (None: it has one, or was not asked yet)."""
-        if self.static(host) is not None:
-            return None
-        if not self.system_dns and host not in self._cache:
-            return NOT_LISTED
-        hit = self._cache.get(host)  # a failure while it is cached (negative_ttl): then asked again
-        return self._why.get(host) if hit is not None and hit[0] is None and hit[1] > self.clock() else None
-
-    async def resolve(self, host: str) -> str | None:
-        known, ip = self.cached(host)
-        if known:
-            return ip
+    async def lookup(self, host: str) -> Lookup:
         why = NO_ADDRESS
         async with self._sem:
-            self.lookups += 1
-            loop = asyncio.get_running_loop()
+            gai = self.getaddrinfo or asyncio.get_running_loop().getaddrinfo
             try:
-                infos = await asyncio.wait_for(
-                    loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), timeout=self.timeout
-                )
+                infos = await asyncio.wait_for(gai(host, None, type=socket.SOCK_STREAM), timeout=self.timeout)
             except socket.gaierror as exc:
                 infos, why = [], _EAI_DEFINITIVE.get(exc.errno, TEMPORARY)
             except UnicodeError:
@@ -127,13 +148,95 @@ class HostResolver:
         addrs = [a for i in infos if isinstance(a := i[4][0], str)]
         v4 = [a for a in addrs if ":" not in a]
         ip = v4[0] if v4 else addrs[0] if addrs else None
-        if ip is None:
-            self.failures += 1
-            self._why[host] = why
-        else:
-            self._why.pop(host, None)
-        self._cache[host] = (ip, self.clock() + (self.ttl if ip else self.negative_ttl))
-        return ip
+        return Lookup(ip) if ip is not None else Lookup(None, None, why)
+
+    async def close(self) -> None:
+        pass
+
+
+class HostResolver:
+    """Resolves canonical host names to one IP each (IPv4 preferred): the hosts file (and IP
+    literals) first, then, when `system_dns` (DNS on), the backend through the cache.
+
+    Invariant: a name is asked of the backend only on a cache miss, and once at a time
+    (`_pending`); the cache holds its last answer or failure with the failure's reason (one of
+    NXDOMAIN, NO_ADDRESS, TEMPORARY; NOT_LISTED is said without a look-up when DNS is off).
+    """
+
+    def __init__(
+        self,
+        hosts: dict[str, str] | None = None,
+        *,
+        system_dns: bool = True,
+        timeout: float = 2.0,
+        ttl: float = 300.0,
+        negative_ttl: float = 60.0,
+        temporary_ttl: float | None = None,
+        min_ttl: float = 0.0,
+        max_ttl: float = math.inf,
+        max_concurrency: int = 64,
+        cache_size: int = 1_000_000,
+        backend: Backend | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.hosts = dict(hosts or {})
+        self.system_dns = system_dns
+        self.clock = clock
+        self.backend: Backend = backend or SystemLookup(timeout, max_concurrency)
+        # Temporary failures kept as long as definitive ones unless told otherwise (the old behaviour).
+        self.cache = DnsCache(default_ttl=ttl, min_ttl=min_ttl, max_ttl=max_ttl, negative_ttl=negative_ttl,
+                              temporary_ttl=negative_ttl if temporary_ttl is None else temporary_ttl,
+                              max_entries=cache_size, definitive=DEFINITIVE)
+        self._pending: dict[str, asyncio.Task[str | None]] = {}
+        self.lookups = 0   # names asked of the backend
+        self.failures = 0  # of them, without an address
+
+    def static(self, host: str) -> str | None:
+        """The IP if the host is a literal or in the hosts file, else None."""
+        return ip_literal(host) or self.hosts.get(host)
+
+    def cached(self, host: str) -> tuple[bool, str | None]:
+        """(known, ip): known is False when DNS must be asked."""
+        ip = self.static(host)
+        if ip is not None:
+            return True, ip
+        if not self.system_dns:
+            return True, None
+        hit = self.cache.get(host, self.clock())
+        if hit is not None:
+            return True, hit.ip
+        return False, None
+
+    def failure(self, host: str) -> str | None:
+        """Why the host has no address (None: it has one, or was not asked yet, or its cached
+        failure expired: then it is asked again)."""
+        if self.static(host) is not None:
+            return None
+        if not self.system_dns:
+            return NOT_LISTED
+        hit = self.cache.peek(host, self.clock())
+        return hit.why if hit is not None else None
+
+    async def resolve(self, host: str) -> str | None:
+        known, ip = self.cached(host)
+        if known:
+            return ip
+        task = self._pending.get(host)
+        if task is None:
+            # Its own task: a caller that gives up waiting (a fetch's deadline) does not cancel
+            # the look-up the others wait for; it ends by the backend's own timeout.
+            task = self._pending[host] = asyncio.get_running_loop().create_task(self._ask(host))
+        return await asyncio.shield(task)
+
+    async def _ask(self, host: str) -> str | None:
+        try:
+            self.lookups += 1
+            answer = await self.backend.lookup(host)
+            self.failures += answer.ip is None
+            self.cache.put(host, answer, self.clock())
+            return answer.ip
+        finally:
+            del self._pending[host]
 
     async def resolve_many(self, hosts: Iterable[str]) -> dict[str, str | None]:
         hosts = list(dict.fromkeys(hosts))
@@ -149,3 +252,22 @@ class HostResolver:
             ips = await asyncio.gather(*(self.resolve(h) for h in ask))
             out.update(zip(ask, ips))
         return out
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+
+def make_resolver(settings: ResolverSettings, hosts: dict[str, str] | None = None, *, dns: bool = True,
+                  clock: Callable[[], float] = time.monotonic) -> HostResolver:
+    """The resolver a service's settings ask for: the hosts file first; then, when `dns`, the
+    configured backend (c-ares imported only when chosen)."""
+    s = settings
+    backend: Backend
+    if s.resolver == "cares":
+        from wancrawl.cares import CaresLookup
+
+        backend = CaresLookup(s.nameservers, timeout=s.timeout, tries=s.tries, max_per_server=s.max_concurrency)
+    else:
+        backend = SystemLookup(s.timeout, s.max_concurrency)
+    return HostResolver(hosts, system_dns=dns, ttl=s.cache_ttl, negative_ttl=s.negative_ttl, temporary_ttl=s.temporary_ttl,
+                        min_ttl=s.min_ttl, max_ttl=s.max_ttl, cache_size=s.cache_size, backend=backend, clock=clock)
