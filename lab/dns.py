@@ -272,6 +272,42 @@ class DnsThread:
         return self.server.address
 
 
+def blocking_stub(address: str, timeout: float = 1.0):  # type: ignore[no-untyped-def]
+    """A getaddrinfo-shaped coroutine function that asks the lab server `address` ("IP:PORT")
+    with blocking sockets in the loop's thread pool, as the C library's stub resolver would if
+    it could be pointed at a port: hostres.SystemLookup's getaddrinfo in tests and benches (the
+    real one asks the machine's servers, which no test may do). Follows CNAMEs; NXDOMAIN is
+    EAI_NONAME, no address EAI_NODATA, no answer EAI_AGAIN."""
+    import socket
+
+    ip, _, port = address.rpartition(":")
+
+    def ask(name: str) -> list:
+        for _ in range(8):
+            try:
+                raw = DNSRecord.question(name, "A").send(ip, int(port), timeout=timeout)
+            except (socket.timeout, OSError):
+                raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution") from None
+            r = DNSRecord.parse(raw)
+            if r.header.rcode == RCODE.NXDOMAIN:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            if r.header.rcode != RCODE.NOERROR:
+                raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+            addrs = [str(rr.rdata) for rr in r.rr if rr.rtype == QTYPE.A]
+            if addrs:
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in addrs]
+            cnames = [str(rr.rdata) for rr in r.rr if rr.rtype == QTYPE.CNAME]
+            if not cnames:
+                break
+            name = cnames[-1]
+        raise socket.gaierror(socket.EAI_NODATA, "No address associated with hostname")
+
+    async def getaddrinfo(host: str, port: object = None, **_: object) -> list:
+        return await asyncio.get_running_loop().run_in_executor(None, ask, host)
+
+    return getaddrinfo
+
+
 async def serve(topology: Topology, host: str, port: int) -> None:
     """`lab dns`: serve until cancelled."""
     srv = DnsServer(Zone(topology), host, port)
@@ -283,4 +319,4 @@ async def serve(topology: Topology, host: str, port: int) -> None:
         await srv.close()
 
 
-__all__ = ["Answer", "DnsServer", "DnsThread", "NXDOMAIN", "RESOLVES", "TIMEOUT", "Zone", "reply", "serve"]
+__all__ = ["Answer", "blocking_stub", "DnsServer", "DnsThread", "NXDOMAIN", "RESOLVES", "TIMEOUT", "Zone", "reply", "serve"]

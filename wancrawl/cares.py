@@ -116,11 +116,11 @@ def _walk(res: pycares.DNSResult, name: str, ttl: float) -> tuple[str | None, st
     cnames: dict[str, tuple[str, int]] = {}
     addrs: dict[str, tuple[str, int]] = {}
     for rec in res.answer:
-        owner = rec.name.lower().rstrip(".")
-        if rec.type == pycares.QUERY_TYPE_CNAME:
-            cnames[owner] = (rec.data.cname.lower().rstrip("."), rec.ttl)
-        elif rec.type in (pycares.QUERY_TYPE_A, pycares.QUERY_TYPE_AAAA):
-            addrs.setdefault(owner, (rec.data.addr, rec.ttl))
+        owner, data = rec.name.lower().rstrip("."), rec.data
+        if isinstance(data, pycares.CNAMERecordData):
+            cnames[owner] = (data.cname.lower().rstrip("."), rec.ttl)
+        elif isinstance(data, (pycares.ARecordData, pycares.AAAARecordData)):
+            addrs.setdefault(owner, (data.addr, rec.ttl))
     end = name.lower().rstrip(".")
     for _ in range(MAX_CHAIN):
         if end not in cnames:
