@@ -82,6 +82,18 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dns(args: argparse.Namespace) -> int:
+    from lab.dns import serve
+
+    t = _topo(args)
+    print(f"lab dns: {len(t.sites)} sites' names on {args.listen}:{args.port} (udp, tcp)", file=sys.stderr)
+    try:
+        asyncio.run(serve(t, args.listen, args.port))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_truth(args: argparse.Namespace) -> int:
     from lab.truth import Scope, Truth, read_seeds
 
@@ -122,11 +134,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
             mode=args.mode, consultants=args.consultants, object_store=args.object_store,
-            storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema)
+            storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema,
+            dns=args.dns)
     kademlia = cl.mode == "kademlia"
     how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
     print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
     print(f"  web        port {cl.web_port} (request log {cl.web_log})")
+    if cl.dns:
+        print(f"  dns        {cl.dns} (udp, tcp; agents and consultant resolve through it with c-ares)")
     if not kademlia:
         print(f"  consultant {cl.consultant}")
     for w in cl.storage_writers or [cl.storage]:
@@ -214,6 +229,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~24 KB each, with their links)")
     sp.set_defaults(func=cmd_web)
 
+    sp = sub.add_parser("dns", help="serve the plan's names as an authoritative DNS server (UDP and TCP)")
+    topo_arg(sp)
+    sp.add_argument("--listen", default="127.0.0.1", help="a loopback address")
+    sp.add_argument("--port", type=int, default=5353)
+    sp.set_defaults(func=cmd_dns)
+
     sp = sub.add_parser("truth", help="print the canonical URLs reachable from seeds (BFS over the generator)")
     sp.add_argument("--seeds", required=True, metavar="FILE")
     sp.add_argument("--max-depth", type=int, default=None)
@@ -263,6 +284,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--index-url", default="", help="the storage index (default: SQLite in the run dir), e.g. "
                     "postgresql+psycopg://postgres@127.0.0.1:5432/test")
     sp.add_argument("--index-schema", default="", help="PostgreSQL schema of the storage index (created if missing)")
+    sp.add_argument("--dns", action="store_true", help="start the lab's DNS server and resolve every name through it "
+                    "(c-ares; no hosts file): NXDOMAIN, timeouts, TTLs and CNAME chains as the topology's [dns] says")
     sp.set_defaults(func=cmd_up)
     sp = sub.add_parser("seed", help="seed a running lab through its agents (route=true; works without a consultant)")
     sp.add_argument("--run-dir", default="run/lab")
