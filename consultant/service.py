@@ -26,7 +26,7 @@ from consultant.store import Store
 from consultant.whereabouts import Evidence, Place, settle
 from wancrawl.checks import shown
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
-from wancrawl.hostres import make_resolver, parse_hosts_file
+from wancrawl.hostres import DEFINITIVE, TEMPORARY, make_resolver, parse_hosts_file
 from wancrawl.stats import Counters
 from wancrawl.urls import canonical_host, ip_literal
 
@@ -496,7 +496,10 @@ class ConsultantService:
         notes: list[str] = []
         needs = d.needs()
         if ip is None:
-            notes.append("IP unknown (not in the hosts file, DNS failed or disabled)")
+            # What placement does with it follows: the strategy's fallback (hash) for geo and asn.
+            why = self.resolver.failure(h) or "not looked up"
+            notes.append(f"IP unknown: {why}" + (" (asked again after the negative cache's time)"
+                                                 if self.resolver.system_dns and (why in DEFINITIVE or why == TEMPORARY) else ""))
         if "geo" in needs and site.lat is None:
             notes.append("site location unknown: ranked by rendezvous hash")
         if "asn" in needs and not site.asn:

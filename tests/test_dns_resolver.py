@@ -224,3 +224,38 @@ def test_the_settings_check_what_they_are_given():
                 {"min_ttl": 10, "max_ttl": 5}):
         with pytest.raises(ConfigError):
             build(ResolverSettings, bad)
+
+
+# --- the consultant's placement through the same resolver -----------------------------------------
+
+
+def test_the_consultant_places_by_asn_through_the_lab_dns_and_says_why_a_name_has_no_ip(run, dns, tmp_path):
+    from consultant.service import ConsultantService
+    from consultant_helpers import settings_for
+    from lab import geodb
+
+    topo = ZONE.topology
+    paths = geodb.write_all(topo, tmp_path / "geo")
+    s = settings_for(tmp_path, strategy="asn", databases__asn_db=str(paths[geodb.ASN_DB]),
+                     asn__isps={i.slug: [i.asn] for i in topo.isps}, asn__fallback="hash",
+                     dns__system_dns=True, dns__resolver="cares", dns__nameservers=[dns.address], dns__timeout=TIMEOUT_S)
+    svc = ConsultantService(s)
+    hosts = _names(RESOLVES)[:6] + _names(Z_NXDOMAIN)[:2] + _names(TIMEOUT)[:1]
+
+    async def go():
+        first = await svc.locator.sites(hosts, frozenset({"ip", "asn"}))
+        asked = svc.resolver.lookups
+        again = await svc.locator.sites(hosts, frozenset({"ip", "asn"}))
+        notes = {h: (await svc.explain(h)).notes for h in (_names(Z_NXDOMAIN)[0], _names(TIMEOUT)[0])}
+        await svc.stop()
+        return first, again, asked, notes
+
+    first, again, asked, notes = run(go())
+    for h in _names(RESOLVES)[:6]:
+        site = topo.site(h)
+        assert (first[h].ip, first[h].asn) == (site.ip, topo.isp(site.isp).asn), h
+    assert all(first[h].ip is None and not first[h].asn for h in hosts[6:])
+    assert again == first and svc.resolver.lookups == asked == len(hosts), "the second batch comes from the cache"
+    nx, mute = notes.values()
+    assert any(NXDOMAIN in n for n in nx) and any(TEMPORARY in n for n in mute), notes
+    assert any("fallback" in n for n in nx), "says what placement does with it"
