@@ -3,14 +3,14 @@
 * "system": hostres.SystemLookup, getaddrinfo's model (blocking look-ups in the loop's thread
   pool, no TTLs), its getaddrinfo a blocking stub asking the lab server (lab/dns.py
   blocking_stub): the machine's own resolver asks the machine's servers, which no test may do.
-* "cares": wancrawl/cares.py, c-ares through aiodns, given the lab server explicitly.
+* "cares": wancrawl/dns/cares.py, c-ares through aiodns, given the lab server explicitly.
 
 Both: an A answer; a CNAME chain followed (whole in one answer, or one link per answer);
 NXDOMAIN definitive; a name never answered a temporary failure; an answer, a definitive and a
 temporary failure each asked again only once its kept time has passed on an injected clock
 (never a sleep); one look-up for a name asked by many at once. The reference is the zone
 (lab/dns.py Zone), which says what each name is, independently of any resolver.
-Then the pure cache (wancrawl/dnscache.py) on hand-computed cases, the c-ares backend's bound
+Then the pure cache (wancrawl/dns/cache.py) on hand-computed cases, the c-ares backend's bound
 per server, and the settings.
 """
 
@@ -24,7 +24,7 @@ import pytest
 from lab import topology
 from lab.dns import NXDOMAIN as Z_NXDOMAIN, RESOLVES, TIMEOUT, DnsThread, Zone, blocking_stub
 from wancrawl import hostres
-from wancrawl.dnscache import DnsCache, Lookup
+from wancrawl.dns.cache import DnsCache, Lookup
 from wancrawl.errors import ConfigError
 from wancrawl.hostres import DEFINITIVE, NXDOMAIN, TEMPORARY, HostResolver, ResolverSettings, SystemLookup, make_resolver
 
@@ -162,7 +162,7 @@ def test_the_hosts_file_comes_first_and_dns_off_says_not_listed(make, run):
 
 
 def test_cares_keeps_at_most_max_concurrency_queries_in_flight_per_server(run, dns, monkeypatch):
-    from wancrawl import cares
+    from wancrawl.dns import cares
 
     peak = [0, 0]
     real = cares.CaresLookup._follow

@@ -2,9 +2,9 @@
 
 `HostResolver` is the one interface the agent (dispatcher, fetcher) and the consultant (its
 locator) use. Behind it a backend asks DNS: "system" (getaddrinfo in the event loop's thread
-pool: no TTLs, the system's resolv.conf) or "cares" (c-ares through aiodns, wancrawl/cares.py:
+pool: no TTLs, the system's resolv.conf) or "cares" (c-ares through aiodns, wancrawl/dns/cares.py:
 asynchronous, the answers' TTLs, the nameservers given in the settings). The cache
-(wancrawl/dnscache.py, pure) is shared by everything holding the resolver; a name asked again
+(wancrawl/dns/cache.py, pure) is shared by everything holding the resolver; a name asked again
 while its look-up runs waits for that look-up instead of asking twice.
 """
 
@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wancrawl.config import TomlWritable
-from wancrawl.dnscache import DnsCache, Lookup
+from wancrawl.dns.answers import (DEFINITIVE, NO_ADDRESS, NOT_LISTED, NXDOMAIN, TEMPORARY, EAI_REASONS, Lookup,
+                                  split_nameserver)
+from wancrawl.dns.cache import DnsCache
 from wancrawl.errors import ConfigError
 from wancrawl.urls import canonical_host, ip_literal
 
@@ -46,19 +48,6 @@ def parse_hosts_file(path: str | Path) -> dict[str, str]:
             except Exception as exc:  # noqa: BLE001
                 raise ConfigError(f"hosts file {p} line {n}: {exc}") from None
     return mapping
-
-
-# Why a name has no address. A *definitive* answer (the name does not exist or has no address,
-# or is not in the hosts file when DNS is off) lets a crawler give the host up at once; a
-# temporary one (a timeout, SERVFAIL / EAI_AGAIN) is worth asking again.
-NXDOMAIN = "no such name (NXDOMAIN)"
-NO_ADDRESS = "no address for the name"
-NOT_LISTED = "not in the hosts file (system DNS off)"
-TEMPORARY = "temporary DNS failure"
-DEFINITIVE = frozenset({NXDOMAIN, NO_ADDRESS, NOT_LISTED})
-_EAI_DEFINITIVE = {getattr(socket, n): w for n, w in (("EAI_NONAME", NXDOMAIN), ("EAI_NODATA", NO_ADDRESS),
-                                                     ("EAI_ADDRFAMILY", NO_ADDRESS), ("EAI_FAIL", NXDOMAIN))
-                   if hasattr(socket, n)}
 
 
 RESOLVERS = ("system", "cares")
@@ -100,17 +89,6 @@ class ResolverSettings(TomlWritable):
             raise ValueError("dns.max_concurrency and dns.cache_size must be >= 1")
 
 
-def split_nameserver(ns: str) -> tuple[str, int]:
-    """"IP" -> (IP, 53); "IP:PORT" and "[IPv6]:PORT" -> (IP, PORT)."""
-    if ns.startswith("["):
-        host, _, rest = ns[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else (53 if not rest else -1)
-    if ns.count(":") == 1:
-        host, _, port = ns.partition(":")
-        return host, int(port) if port.isdigit() else -1
-    return ns, 53
-
-
 class Backend(Protocol):
     """Asks DNS for one name: an address with its TTL, or why there is none (a reason below)."""
 
@@ -138,7 +116,7 @@ class SystemLookup:
             try:
                 infos = await asyncio.wait_for(gai(host, None, type=socket.SOCK_STREAM), timeout=self.timeout)
             except socket.gaierror as exc:
-                infos, why = [], _EAI_DEFINITIVE.get(exc.errno, TEMPORARY)
+                infos, why = [], EAI_REASONS.get(exc.errno, TEMPORARY)
             except UnicodeError:
                 infos, why = [], NXDOMAIN  # not a name DNS can carry
             except (OSError, asyncio.TimeoutError):
@@ -264,10 +242,14 @@ def make_resolver(settings: ResolverSettings, hosts: dict[str, str] | None = Non
     s = settings
     backend: Backend
     if s.resolver == "cares":
-        from wancrawl.cares import CaresLookup
+        from wancrawl.dns.cares import CaresLookup
 
         backend = CaresLookup(s.nameservers, timeout=s.timeout, tries=s.tries, max_per_server=s.max_concurrency)
     else:
         backend = SystemLookup(s.timeout, s.max_concurrency)
     return HostResolver(hosts, system_dns=dns, ttl=s.cache_ttl, negative_ttl=s.negative_ttl, temporary_ttl=s.temporary_ttl,
                         min_ttl=s.min_ttl, max_ttl=s.max_ttl, cache_size=s.cache_size, backend=backend, clock=clock)
+
+
+__all__ = ["DEFINITIVE", "NOT_LISTED", "NO_ADDRESS", "NXDOMAIN", "TEMPORARY", "HostResolver", "Lookup", "ResolverSettings",
+           "SystemLookup", "make_resolver", "parse_hosts_file", "split_nameserver"]

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 import aiodns
 import pycares
 
-from wancrawl.dnscache import Lookup
-from wancrawl.hostres import NO_ADDRESS, NXDOMAIN, TEMPORARY, split_nameserver
+from wancrawl.dns.answers import NO_ADDRESS, NXDOMAIN, TEMPORARY, Lookup, split_nameserver
 
 MAX_CHAIN = 8
 _DEFINITIVE = {pycares.errno.ARES_ENOTFOUND: NXDOMAIN, pycares.errno.ARES_EBADNAME: NXDOMAIN,

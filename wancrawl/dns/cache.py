@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """One answer from a DNS backend: the address (None: none), the TTL the answer carried
-    (None: the backend gives none, as getaddrinfo does) and, for a failure, why (one of
-    hostres's reasons)."""
-
-    ip: str | None
-    ttl: float | None = None
-    why: str | None = None
+from wancrawl.dns.answers import Lookup
 
 
 @dataclass(frozen=True, slots=True)
