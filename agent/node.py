@@ -244,6 +244,8 @@ class AgentNode:
         if self.s.revisit.enabled:
             reg.gauges("frontier.levels", lambda: self.frontier.revisit_counts(self.clock()))
         reg.register("dispatch", self.dispatcher.stats)
+        reg.register("dns", self.dispatcher.resolver.stats)  # the fetcher's look-ups too: one resolver
+        reg.gauges("dns.levels", self.dispatcher.resolver.gauges)
         if self.stored_check is not None:
             reg.register("stored_check", self.stored_check.stats)
         return reg

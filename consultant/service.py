@@ -448,8 +448,7 @@ class ConsultantService:
         d = self.directory
         dead = sum(1 for a in d.snapshot.agents.values() if a.state == DEAD)
         return {**self.stats.as_dict(), **self.balancer.stats.as_dict(), "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
-                "answers_cached": len(d.cache), "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures,
-                "dns_cache_hits": self.resolver.cache.hits, "dns_cached": len(self.resolver.cache)}
+                "answers_cached": len(d.cache), **self.resolver.stats.as_dict(), **self.resolver.gauges()}
 
     async def snapshot(self) -> Snapshot:
         return await self._run(self.store.snapshot)

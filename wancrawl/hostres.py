@@ -24,6 +24,7 @@ from wancrawl.dns.answers import (DEFINITIVE, NO_ADDRESS, NOT_LISTED, NXDOMAIN, 
                                   split_nameserver)
 from wancrawl.dns.cache import DnsCache
 from wancrawl.errors import ConfigError
+from wancrawl.stats import Counters
 from wancrawl.urls import canonical_host, ip_literal
 
 
@@ -132,6 +133,13 @@ class SystemLookup:
         pass
 
 
+@dataclass(slots=True)
+class DnsCounters(Counters):
+    dns_lookups: int = 0     # names asked of DNS (the cache missed)
+    dns_failures: int = 0    # of them, answered without an address (any reason)
+    dns_cache_hits: int = 0  # names answered from the cache (an address or a failure still kept)
+
+
 class HostResolver:
     """Resolves canonical host names to one IP each (IPv4 preferred): the hosts file (and IP
     literals) first, then, when `system_dns` (DNS on), the backend through the cache.
@@ -166,8 +174,18 @@ class HostResolver:
                               temporary_ttl=negative_ttl if temporary_ttl is None else temporary_ttl,
                               max_entries=cache_size, definitive=DEFINITIVE)
         self._pending: dict[str, asyncio.Task[str | None]] = {}
-        self.lookups = 0   # names asked of the backend
-        self.failures = 0  # of them, without an address
+        self.stats = DnsCounters()
+
+    @property
+    def lookups(self) -> int:
+        return self.stats.dns_lookups
+
+    @property
+    def failures(self) -> int:
+        return self.stats.dns_failures
+
+    def gauges(self) -> dict[str, float]:
+        return {"dns_cached": len(self.cache)}
 
     def static(self, host: str) -> str | None:
         """The IP if the host is a literal or in the hosts file, else None."""
@@ -182,6 +200,7 @@ class HostResolver:
             return True, None
         hit = self.cache.get(host, self.clock())
         if hit is not None:
+            self.stats.dns_cache_hits += 1
             return True, hit.ip
         return False, None
 
@@ -208,9 +227,9 @@ class HostResolver:
 
     async def _ask(self, host: str) -> str | None:
         try:
-            self.lookups += 1
+            self.stats.dns_lookups += 1
             answer = await self.backend.lookup(host)
-            self.failures += answer.ip is None
+            self.stats.dns_failures += answer.ip is None
             self.cache.put(host, answer, self.clock())
             return answer.ip
         finally:

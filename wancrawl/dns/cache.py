@@ -37,8 +37,6 @@ class DnsCache:
         self.max_entries = max_entries
         self.definitive = definitive
         self._entries: dict[str, Entry] = {}
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,17 +58,15 @@ class DnsCache:
         return e
 
     def get(self, name: str, now: float) -> Entry | None:
-        """The live entry (a hit), or None (a miss: absent or expired)."""
+        """The live entry, or None (absent, or expired: then dropped)."""
         e = self._entries.get(name)
         if e is not None and e.expires > now:
-            self.hits += 1
             return e
         if e is not None:
             del self._entries[name]
-        self.misses += 1
         return None
 
     def peek(self, name: str, now: float) -> Entry | None:
-        """As get, without counting or dropping (the failure reason of a name)."""
+        """As get, without dropping (the failure reason of a name)."""
         e = self._entries.get(name)
         return e if e is not None and e.expires > now else None
