@@ -274,6 +274,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--consultants", type=int, default=1,
                         help="consultant replicas (2 or more: over the PostgreSQL at $WANCRAWL_PG_URL, default "
                              "postgresql+psycopg://postgres@127.0.0.1:5432/test, a fresh schema per run dir)")
+        sp.add_argument("--dns", action="store_true", help="start the lab's DNS server and resolve every name through it "
+                        "(c-ares; no hosts file): NXDOMAIN, timeouts, TTLs and CNAME chains as the topology's [dns] says")
 
     sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
     cluster_args(sp)
@@ -284,8 +286,6 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--index-url", default="", help="the storage index (default: SQLite in the run dir), e.g. "
                     "postgresql+psycopg://postgres@127.0.0.1:5432/test")
     sp.add_argument("--index-schema", default="", help="PostgreSQL schema of the storage index (created if missing)")
-    sp.add_argument("--dns", action="store_true", help="start the lab's DNS server and resolve every name through it "
-                    "(c-ares; no hosts file): NXDOMAIN, timeouts, TTLs and CNAME chains as the topology's [dns] says")
     sp.set_defaults(func=cmd_up)
     sp = sub.add_parser("seed", help="seed a running lab through its agents (route=true; works without a consultant)")
     sp.add_argument("--run-dir", default="run/lab")

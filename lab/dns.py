@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import logging
 import random
+import socket
 import struct
 import threading
 from dataclasses import dataclass
@@ -177,6 +178,23 @@ class _Udp(asyncio.DatagramProtocol):
             self.transport.sendto(out, addr)
 
 
+RECEIVE_BUFFER = 8 << 20
+
+
+def _big_receive_buffer(sock: socket.socket) -> None:
+    """Room for a burst of queries (a crawler's resolver keeps hundreds in flight): with the
+    default ~200 KB a loaded machine drops datagrams and the resolver waits out its timeout.
+    SO_RCVBUFFORCE passes net.core.rmem_max when the lab runs as root; else what it allows."""
+    for opt in (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF):
+        if opt is None:
+            continue
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, RECEIVE_BUFFER)
+            return
+        except OSError:
+            continue
+
+
 class DnsServer:
     """The zone on UDP and TCP at host:port (port 0: a free one, the same for both). `queries`
     counts the messages read, `unanswered` those left without a reply (TIMEOUT names)."""
@@ -208,6 +226,7 @@ class DnsServer:
             port = self.port or random.randint(20000, 60000)
             try:
                 self._udp, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), local_addr=(self.host, port))
+                _big_receive_buffer(self._udp.get_extra_info("socket"))
             except OSError as exc:
                 last = exc
                 if self.port:
@@ -278,8 +297,6 @@ def blocking_stub(address: str, timeout: float = 1.0):  # type: ignore[no-untype
     it could be pointed at a port: hostres.SystemLookup's getaddrinfo in tests and benches (the
     real one asks the machine's servers, which no test may do). Follows CNAMEs; NXDOMAIN is
     EAI_NONAME, no address EAI_NODATA, no answer EAI_AGAIN."""
-    import socket
-
     ip, _, port = address.rpartition(":")
 
     def ask(name: str) -> list:

@@ -68,10 +68,9 @@ class CaresLookup:
         async with self._sems[i]:
             self._busy[i] += 1
             try:
-                # c-ares ends its own tries; this bound only guards against a lost callback.
-                return await asyncio.wait_for(self._follow(self._channel(i), host), self.timeout + 1.0)
-            except asyncio.TimeoutError:
-                return Lookup(None, None, TEMPORARY)
+                # No deadline of ours: c-ares ends every query by its own timeout and tries (its
+                # callback always comes), and a wait_for here cost a task per look-up.
+                return await self._follow(self._channel(i), host)
             finally:
                 self._busy[i] -= 1
 
