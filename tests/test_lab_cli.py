@@ -164,6 +164,29 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
         write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8)
 
 
+def test_cluster_configs_with_the_lab_dns_server_resolve_through_it_alone(tmp_path):
+    """`lab up --dns`: every agent and the consultant resolve with c-ares through the lab's
+    server, given explicitly, with no hosts file (a name it does not know is NXDOMAIN there, never
+    asked of the machine's servers); without it the hosts file, DNS off, as before."""
+    from agent.settings import load_settings as agent_settings
+    from consultant.settings import load_settings as consultant_settings
+    from lab import topology as topo_mod
+    from lab.cluster import write_configs
+
+    topo = topo_mod.load()
+    cfgs = write_configs(tmp_path, topo, "asn", ["unicom-beijing", "cernet-harbin"], delay=0.1, concurrency=8,
+                         dns_server="127.0.0.1:5399")
+    c = consultant_settings(cfgs.consultant.config)
+    assert (c.dns.system_dns, c.dns.hosts_file, c.dns.resolver, c.dns.nameservers) == (True, "", "cares", ("127.0.0.1:5399",))
+    for svc in cfgs.agents.values():
+        a = agent_settings(svc.config)
+        assert (a.system_dns, a.hosts_file, a.dns.resolver, a.dns.nameservers) == (True, "", "cares", ("127.0.0.1:5399",))
+    plain = write_configs(tmp_path / "plain", topo, "asn", ["cernet-harbin"], delay=0.1, concurrency=8)
+    a = agent_settings(plain.agents["cernet-harbin"].config)
+    assert (a.system_dns, a.dns.resolver) == (False, "system") and a.hosts_file.endswith("hosts")
+    assert not consultant_settings(plain.consultant.config).dns.system_dns
+
+
 def test_kill_and_restart_one_process_of_a_cluster(tmp_path):
     """The fault harness's tools: kill -9 one recorded process, start it again from its record."""
     from lab import cluster, topology
