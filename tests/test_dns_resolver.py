@@ -158,6 +158,18 @@ def test_the_hosts_file_comes_first_and_dns_off_says_not_listed(make, run):
     assert run(off.resolve("x.test")) is None and off.failure("x.test") == hostres.NOT_LISTED and off.lookups == 0
 
 
+def test_a_backend_that_raises_is_a_temporary_failure_not_a_crash(run):
+    class Broken:
+        async def lookup(self, host):
+            raise RuntimeError("no channel")
+
+        async def close(self):
+            pass
+
+    r = HostResolver({}, backend=Broken(), temporary_ttl=5, clock=lambda: 0.0)
+    assert run(r.resolve("x.test")) is None and r.failure("x.test") == TEMPORARY and r.failures == 1
+
+
 # --- the c-ares backend's bound per server ----------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ while its look-up runs waits for that look-up instead of asking twice.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import socket
 import time
@@ -50,6 +51,8 @@ def parse_hosts_file(path: str | Path) -> dict[str, str]:
                 raise ConfigError(f"hosts file {p} line {n}: {exc}") from None
     return mapping
 
+
+log = logging.getLogger("wancrawl.dns")
 
 RESOLVERS = ("system", "cares")
 
@@ -228,7 +231,11 @@ class HostResolver:
     async def _ask(self, host: str) -> str | None:
         try:
             self.stats.dns_lookups += 1
-            answer = await self.backend.lookup(host)
+            try:
+                answer = await self.backend.lookup(host)
+            except Exception:  # noqa: BLE001 - a backend's bug or a channel that cannot be made
+                log.exception("DNS look-up of %s failed", host)
+                answer = Lookup(None, None, TEMPORARY)  # asked again after temporary_ttl
             self.stats.dns_failures += answer.ip is None
             self.cache.put(host, answer, self.clock())
             return answer.ip
