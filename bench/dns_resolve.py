@@ -15,7 +15,7 @@ each backend, then the same names again (every one a cache hit):
 Printed: resolves/s (wall), this process's CPU per 1,000 resolves, the server's CPU, and the
 ratio cares/thread. Loopback only.
 
-    python bench/dns_resolve.py [--names 20000] [--concurrency 256]
+    python bench/dns_resolve.py [--names 10000] [--concurrency 64]
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ async def measure(kind: str, address: str, names: list[str], concurrency: int, s
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--names", type=int, default=20000)
-    ap.add_argument("--concurrency", type=int, default=256, help="look-ups in flight (cares: per server)")
+    ap.add_argument("--names", type=int, default=10000)
+    ap.add_argument("--concurrency", type=int, default=64, help="look-ups in flight (cares: per server; [dns] max_concurrency)")
     args = ap.parse_args()
     per_block = max(1, args.names // 9 + 1)
     with tempfile.TemporaryDirectory() as tmp:

@@ -221,12 +221,16 @@ class HostResolver:
         known, ip = self.cached(host)
         if known:
             return ip
+        return await asyncio.shield(self._task(host))
+
+    def _task(self, host: str) -> asyncio.Task[str | None]:
+        """The host's look-up under way, or a new one. Its own task: a caller that gives up
+        waiting (a fetch's deadline) does not cancel the look-up the others wait for; it ends by
+        the backend's own timeout."""
         task = self._pending.get(host)
         if task is None:
-            # Its own task: a caller that gives up waiting (a fetch's deadline) does not cancel
-            # the look-up the others wait for; it ends by the backend's own timeout.
             task = self._pending[host] = asyncio.get_running_loop().create_task(self._ask(host))
-        return await asyncio.shield(task)
+        return task
 
     async def _ask(self, host: str) -> str | None:
         try:
@@ -253,7 +257,9 @@ class HostResolver:
             else:
                 ask.append(h)
         if ask:
-            ips = await asyncio.gather(*(self.resolve(h) for h in ask))
+            # The look-up tasks themselves (one per name, shared with any other caller), under
+            # one shield: a task per name less than gathering resolve() calls.
+            ips = await asyncio.shield(asyncio.gather(*(self._task(h) for h in ask)))
             out.update(zip(ask, ips))
         return out
 
