@@ -376,3 +376,52 @@ def test_an_origin_that_stops_answering_is_given_up_on_its_own_budget(tmp_path, 
     assert c["origins_given_up"] == 1 and queued == 0
     assert {i.url for i in http} <= set(web.log)
     assert len([u for u in web.log if u.startswith("https://") and not u.endswith("robots.txt")]) < 30
+
+
+def test_an_address_past_its_ttl_is_looked_up_again_and_the_new_one_fetched(tmp_path, run):
+    """DNS answers live their TTL in the agent too (issue 37): the host's address, looked up when
+    it came, is asked again once the resolver's cache lets it go (an injected clock past the
+    TTL, no sleep), in the background, and the fetches after the answer dial the new address."""
+    from agent.fetch import FetchResponse
+    from wancrawl.dns.answers import Lookup
+
+    now = [0.0]
+    answers = {"moved.test": Lookup("127.0.0.21", 30)}
+    dialed: list[str] = []
+
+    class Backend:
+        async def lookup(self, host):
+            return answers[host]
+
+        async def close(self):
+            pass
+
+    class Fetcher:
+        async def fetch(self, req):
+            dialed.append(req.ip)
+            if len(dialed) == 5:  # the server moves and its old answer's TTL passes
+                answers["moved.test"] = Lookup("127.0.0.22", 30)
+                now[0] += 31
+            status = 404 if req.url.endswith("/robots.txt") else 200
+            return FetchResponse(req.url, status=status, body=b"x", content_type="text/html", raw_length=1,
+                                 headers=[("Content-Type", "text/html")])
+
+        async def close(self):
+            pass
+
+    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.0,
+            "commit_interval": 0.02, "concurrency": 1, "progress_interval": 0.0, "heartbeat_interval": 5.0}
+    n = AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=Fetcher())  # type: ignore[arg-type]
+    r = n.dispatcher.resolver
+    r.backend, r.clock, r.cache.min_ttl = Backend(), (lambda: now[0]), 0.0
+
+    async def go():
+        await n.start()
+        n.intake.accept_local([Item(f"http://moved.test/p{i}", "moved.test") for i in range(30)])
+        await until(n.idle, "the crawl to finish")
+        await n.stop()
+
+    run(go())
+    assert dialed[0] == "127.0.0.21" and dialed[-1] == "127.0.0.22", dialed
+    assert dialed.index("127.0.0.22") > 4 and r.lookups == 2
+    assert n.dispatcher.hosts.ip("moved.test") == "127.0.0.22"

@@ -207,6 +207,11 @@ class HostResolver:
             return True, hit.ip
         return False, None
 
+    def fresh(self, host: str) -> bool:
+        """Whether what is known of the host is still good (static, DNS off, or a cache entry
+        within its kept time): a crawler holding its address need not ask again before using it."""
+        return self.static(host) is not None or not self.system_dns or self.cache.peek(host, self.clock()) is not None
+
     def failure(self, host: str) -> str | None:
         """Why the host has no address (None: it has one, or was not asked yet, or its cached
         failure expired: then it is asked again)."""

@@ -116,6 +116,7 @@ class Dispatcher:
         self.in_flight = 0
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
+        self._refreshing: set[str] = set()  # hosts whose expired address is being looked up again
         self._last_progress = (self.clock(), 0.0)
 
     # -- waking hosts -----------------------------------------------------------------------------
@@ -187,6 +188,31 @@ class Dispatcher:
         if self.frontier.has_work(host):
             self._schedule(host)
 
+    def _refresh(self, host: str) -> None:
+        """The host's address outlived its TTL: look it up again in the background (once at a
+        time). Fetches go on with the old address until the answer comes; a new one is used, and
+        politeness keyed on it, from the host's next start. A name gone since (NXDOMAIN) is given
+        up; a temporary failure keeps the old address (asked again after temporary_ttl)."""
+        if host in self._refreshing:
+            return
+        self._refreshing.add(host)
+        t = asyncio.get_running_loop().create_task(self._re_resolve(host))
+        self.bg_tasks.add(t)
+        t.add_done_callback(self.bg_tasks.discard)
+
+    async def _re_resolve(self, host: str) -> None:
+        try:
+            ip = await self.resolver.resolve(host)
+        finally:
+            self._refreshing.discard(host)
+        if not self.hosts.resolved(host):
+            return  # dropped meanwhile (handed over): nothing to update
+        if ip is not None:
+            self.hosts.resolve(host, ip)
+        elif (why := self.resolver.failure(host)) in DEFINITIVE:
+            self.hosts.resolve(host, None)
+            self.hosts.give_up(host, f"DNS: {host} does not resolve: {why}", "dns_failure")
+
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
         last_purge = self.clock()
@@ -235,6 +261,8 @@ class Dispatcher:
             self.scheduler.remove(host)
             return
         ip = self.hosts.ip(host)
+        if not unresolved(ip) and not self.resolver.fresh(host):
+            self._refresh(host)
         item = self.frontier.pop(host, now, self.origin_wait)
         if item is None:
             ready = self.frontier.ready_at(host, self.origin_wait)
