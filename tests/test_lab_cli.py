@@ -100,6 +100,38 @@ def test_web_subcommand_serves_and_logs(tmp_path):
         _interrupt(proc)
 
 
+def test_dns_subcommand_answers_over_udp_and_tcp(tmp_path):
+    """`lab dns`: the topology's names from a process, over UDP and over TCP (the two-byte length
+    framing), NXDOMAIN for a name the plan lacks; it stops on SIGINT."""
+    import socket as socketlib
+
+    from dnslib import QTYPE, RCODE, DNSRecord
+
+    from lab import topology
+    from lab.cluster import free_udp_port
+
+    port = free_udp_port()
+    proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "lab.cli", "dns", "--port", str(port)]),
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        site = topology.load().normal_sites[3]
+        for _ in range(100):
+            try:
+                udp = DNSRecord.parse(DNSRecord.question(site.host).send("127.0.0.1", port, timeout=0.5))
+                break
+            except (OSError, socketlib.timeout):
+                time.sleep(0.05)
+        else:
+            pytest.fail("lab dns did not come up")
+        tcp = DNSRecord.parse(DNSRecord.question(site.host).send("127.0.0.1", port, tcp=True, timeout=2))
+        gone = DNSRecord.parse(DNSRecord.question("www.nowhere.lab").send("127.0.0.1", port, timeout=2))
+        for r in (udp, tcp):
+            assert [(str(rr.rdata), rr.rtype, rr.ttl) for rr in r.rr] == [(site.ip, QTYPE.A, 300)] and r.header.aa
+        assert gone.header.rcode == RCODE.NXDOMAIN and not gone.rr and gone.auth[0].rtype == QTYPE.SOA
+    finally:
+        _interrupt(proc)
+
+
 def test_web_survives_a_client_that_vanishes_mid_response():
     """An agent killed with kill -9 mid-response must not take the web down (it did: `lab web`
     ran with SIGPIPE at its default, and a send after the peer's reset killed it silently)."""
