@@ -108,8 +108,13 @@ def cmd_truth(args: argparse.Namespace) -> int:
         respect_robots=args.respect_robots, user_agent=args.user_agent, sort_query=args.sort_query,
         max_urls=args.max_urls,
     )
+    resolves = None
+    if args.dns:
+        from lab.dns import Zone
+
+        resolves = Zone(web.topology).resolves
     out = sys.stdout
-    for r in Truth(web, scope).reachable(seeds):
+    for r in Truth(web, scope, resolves=resolves).reachable(seeds):
         out.write(f"{r.status}\t{r.depth}\t{r.url}\n" if args.status else r.url + "\n")
     return 0
 
@@ -247,6 +252,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-urls", type=int, default=1_000_000)
     sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
     sp.add_argument("--status", action="store_true", help="print status, depth and URL")
+    sp.add_argument("--dns", action="store_true", help="as `lab up --dns` crawls: URLs of names the topology's [dns] "
+                    "zone does not resolve are status -1, their links not followed")
     topo_arg(sp)
     sp.set_defaults(func=cmd_truth)
 

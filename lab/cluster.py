@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import geodb, topology
+from lab.dns import Zone
 from manager import procs
 from manager.procs import Proc, free_port
 from manager.seaweedfs import SeaweedFS, storage_tables
@@ -342,8 +343,10 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
                          index_schema=index_schema, dns_server=dns_server)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
+    resolves = Zone(topo).resolves if dns else (lambda host: True)
     for s in topo.normal_sites:
-        by_block.setdefault((s.isp, s.city), s)
+        if resolves(s.host):  # with the DNS server: a seed whose name fails would seed nothing
+            by_block.setdefault((s.isp, s.city), s)
     base = lambda s: f"http://{s.host}:{web_port}/"  # noqa: E731
     seeds.write_text("# one site per ISP/city block (written by lab up)\n" + "".join(base(s) + "\n" for s in by_block.values()))
     web_log = run / "web-requests.jsonl"

@@ -40,6 +40,25 @@ def test_truth_cli_matches_the_api(tmp_path, capsys):
     assert any("/cal/" in u for u in out.split())
 
 
+def test_truth_cli_with_dns_leaves_the_names_that_fail_unfollowed(tmp_path, capsys):
+    from lab import topology
+    from lab.dns import Zone
+
+    topo_file = ROOT / "configs/lab/dns-failures.toml"
+    t = topology.load(topo_file)
+    zone = Zone(t)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(s.base_url + "/\n" for s in t.normal_sites[::8] if zone.resolves(s.host)))
+    args = ["truth", "--seeds", str(seeds), "--seed", "1", "--max-depth", "2", "--status", "--topology", str(topo_file)]
+    assert cli.main(args) == 0
+    plain = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert cli.main(args + ["--dns"]) == 0
+    dns = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    failing = {u for st, _, u in dns if st == "-1"}
+    assert failing and all(not zone.resolves(u.split("/")[2].split(":")[0]) for u in failing)
+    assert {u for _, _, u in dns} <= {u for _, _, u in plain} and len(dns) < len(plain), "their links are not followed"
+
+
 def test_plan_lists_blocks_and_sites(capsys):
     assert cli.main(["plan", "--topology", str(ROOT / "configs/lab/world.toml")]) == 0
     out = capsys.readouterr().out
