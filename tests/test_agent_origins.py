@@ -268,6 +268,21 @@ def test_the_resolver_tells_a_missing_name_from_a_temporary_failure(run, monkeyp
     assert hostres.HostResolver({}, system_dns=False).failure("x.test") == hostres.NOT_LISTED
 
 
+def _answer(url: str):
+    """The fake fetchers' answer: robots.txt 404, any other URL a one-byte page."""
+    from agent.fetch import FetchResponse
+
+    status = 404 if url.endswith("/robots.txt") else 200
+    return FetchResponse(url, status=status, body=b"x", content_type="text/html", raw_length=1,
+                         headers=[("Content-Type", "text/html")])
+
+
+def _fake_fetcher_node(tmp_path, fetcher, **keys) -> AgentNode:
+    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "commit_interval": 0.02,
+            "progress_interval": 0.0, "heartbeat_interval": 5.0, **keys}
+    return AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=fetcher)  # type: ignore[arg-type]
+
+
 def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_path, run):
     """The dead origin's second robots.txt try hangs (as a connect timeout would) until the live
     origin has fetched five more pages: were the try holding the host's one slot, none could."""
@@ -293,17 +308,12 @@ def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_p
                 return FetchResponse(req.url, error="connect")
             if tries >= 2 and not req.url.endswith("/robots.txt"):
                 live_after_probe.append(req.url)
-            status = 404 if req.url.endswith("/robots.txt") else 200
-            return FetchResponse(req.url, status=status, body=b"x", content_type="text/html", raw_length=1,
-                                 headers=[("Content-Type", "text/html")])
+            return _answer(req.url)
 
         async def close(self):
             pass
 
-    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.02,
-            "commit_interval": 0.02, "concurrency": 4, "progress_interval": 0.0, "heartbeat_interval": 5.0,
-            "robots.retry_base": 0.05}
-    n = AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=Fetcher())  # type: ignore[arg-type]
+    n = _fake_fetcher_node(tmp_path, Fetcher(), **{"politeness.delay": 0.02, "concurrency": 4, "robots.retry_base": 0.05})
     n.dispatcher.resolver.hosts = AnyName()
 
     async def go():
@@ -382,7 +392,6 @@ def test_an_address_past_its_ttl_is_looked_up_again_and_the_new_one_fetched(tmp_
     """DNS answers live their TTL in the agent too (issue 37): the host's address, looked up when
     it came, is asked again once the resolver's cache lets it go (an injected clock past the
     TTL, no sleep), in the background, and the fetches after the answer dial the new address."""
-    from agent.fetch import FetchResponse
     from wancrawl.dns.answers import Lookup
 
     now = [0.0]
@@ -402,16 +411,12 @@ def test_an_address_past_its_ttl_is_looked_up_again_and_the_new_one_fetched(tmp_
             if len(dialed) == 5:  # the server moves and its old answer's TTL passes
                 answers["moved.test"] = Lookup("127.0.0.22", 30)
                 now[0] += 31
-            status = 404 if req.url.endswith("/robots.txt") else 200
-            return FetchResponse(req.url, status=status, body=b"x", content_type="text/html", raw_length=1,
-                                 headers=[("Content-Type", "text/html")])
+            return _answer(req.url)
 
         async def close(self):
             pass
 
-    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.0,
-            "commit_interval": 0.02, "concurrency": 1, "progress_interval": 0.0, "heartbeat_interval": 5.0}
-    n = AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=Fetcher())  # type: ignore[arg-type]
+    n = _fake_fetcher_node(tmp_path, Fetcher(), **{"politeness.delay": 0.0, "concurrency": 1})
     r = n.dispatcher.resolver
     r.backend, r.clock, r.cache.min_ttl = Backend(), (lambda: now[0]), 0.0
 
