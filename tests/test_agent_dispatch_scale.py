@@ -184,7 +184,7 @@ def test_a_url_routed_before_an_epoch_change_is_routed_again_when_found_again(tm
 # The dispatcher's counters as they were named in its one dict before issue 34 split it: every
 # status, Prometheus and chaos reader knows them by these names.
 NAMES = {
-    "fetches", "pages", "bytes", "errors", "robots_fetches", "robots_denied", "out_of_scope", "dropped_schemes", "invalid_urls",
+    "fetches", "pages", "bytes", "errors", "request_errors", "robots_fetches", "robots_denied", "out_of_scope", "dropped_schemes", "invalid_urls",
     "redirects", "not_html", "truncated", "retries", "given_up", "recent_skips", "budget_dropped", "hosts_given_up",
     "robots_deferred", "robots_given_up", "links_over_cap", "nofollow_skipped", "noindex_pages", "fenced_results",
     "hosts_dns_failed", "origins_given_up", "revisits", "revisits_changed", "revisits_unchanged", "not_modified",
