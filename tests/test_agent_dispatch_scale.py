@@ -35,6 +35,9 @@ class _Resolver:
     def failure(self, host):
         return None
 
+    def fresh(self, host):
+        return True  # never expires: the dispatcher re-resolves nothing
+
 
 def _dispatcher(tmp_path, fetcher, *, route, finish, budget: PassBudget | None = None,
                 epoch=None) -> tuple[Dispatcher, Frontier, HostSignal]:
