@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -56,6 +57,9 @@ class _Received:
     theirs: dict[str, tuple[set[str], set[int]]] = field(default_factory=dict)
     from_replica: list[str] = field(default_factory=list)
     replica_urls: list[str] = field(default_factory=list)
+    # Of `theirs`, the hosts this agent was taking over when the stream began (held for claims
+    # or a promotion: their state was asked for): the sender's word drops done copies there.
+    taking: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -69,6 +73,7 @@ class HandOffCounters(Counters):
     handover_failures: int = 0
     handover_bytes_out: int = 0
     handover_dropped_done: int = 0
+    handover_deferred_done: int = 0
     handover_refused_out: int = 0
     replicas_handed_in: int = 0
 
@@ -80,7 +85,9 @@ class HandOff:
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
-                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None):
+                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None,
+                 clock: Callable[[], float] = time.time, defer_done: float = 10.0,
+                 taking: Callable[[str], bool] = lambda h: True):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -96,6 +103,11 @@ class HandOff:
         # that promotes fetches those pages again (issue 23, kill2 with a balance move off the
         # first victim: docs/balance.md "Stored twice after a move at a death").
         self.replicate = replicate
+        # URLs a sender says it did, queued here too, wait this long and are checked at storage
+        # before they are fetched (HostLedger.defer_done): replication's unshipped_grace.
+        self.clock = clock
+        self.defer_done = defer_done
+        self.taking = taking  # the gate's `held`: is this host being taken over here now?
         self.stats = HandOffCounters()
 
     def attach(self, *, admit: Admit) -> None:
@@ -194,12 +206,10 @@ class HandOff:
         got = _Received()
         async for req in parts:
             await self._take(req, got)
-        dropped = 0
-        for h, (q_urls, fps) in got.theirs.items():
-            dropped += self.ledger.reconcile(h, q_urls, fps)
-        self.stats.handover_dropped_done += dropped
-        if got.replica_urls and self.may_be_stored is not None:
-            self.may_be_stored(got.replica_urls)
+        dropped, deferred = self._reconcile(got)
+        watch = got.replica_urls + deferred
+        if watch and self.may_be_stored is not None:
+            self.may_be_stored(watch)
         if got.from_replica:
             self.stats.replicas_handed_in += len(got.from_replica)
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
@@ -216,6 +226,24 @@ class HandOff:
                         "; ".join(f"{h}: {r}" for h, r in list(got.refused.items())[:3]))
         return agent_pb2.HandOverResponse(hosts=len(got.hosts), queued=got.queued, seen=got.seen,
                                           refused=[agent_pb2.HostNote(host=h, reason=r) for h, r in got.refused.items()])
+
+    def _reconcile(self, got: _Received) -> tuple[int, list[str]]:
+        """Copies queued here of what the sender says it did (seen, not queued there). A host
+        being taken over here (its state asked for: `taking`) drops them: the sender is the
+        holder it was asked of, and they would be fetched twice. A host crawled here steadily
+        keeps them (issue 36: a compromised backup's `seen` inside an epoch change's window
+        erased such a host): they wait a grace and storage is asked before each is fetched.
+        Returns (URLs dropped, URLs deferred)."""
+        until = self.clock() + self.defer_done
+        dropped, deferred = 0, []
+        for h, (q_urls, fps) in got.theirs.items():
+            if h in got.taking:
+                dropped += self.ledger.reconcile(h, q_urls, fps)
+            else:
+                deferred += self.ledger.defer_done(h, q_urls, fps, until)
+        self.stats.handover_dropped_done += dropped
+        self.stats.handover_deferred_done += len(deferred)
+        return dropped, deferred
 
     async def _take(self, req: agent_pb2.HandOverRequest, got: _Received) -> None:
         """Import one part of a HandOver stream, unless `admit` refuses its host (asked at the
@@ -235,6 +263,8 @@ class HandOff:
                 return
         if first and (self.ledger.holds(h) or req.replica_of):
             got.theirs[h] = (set(), set())
+            if self.taking(h) or not self.ledger.holds(h):
+                got.taking.add(h)
         if first and req.replica_of:
             got.from_replica.append(h)
         st = HostState.from_proto(req.host, first=first)
