@@ -75,3 +75,27 @@ def test_a_lying_agent_first_in_the_peers_list_decides_no_placement(tmp_path, ru
     assert sum(ack.stored for ack in acks.values()) == len(placed)
     for r in routes:  # the manager's lists: the XOR truth, agreed by every path
         assert list(r.agent_ids) == xor_list(ids, r.host) and not r.contested, r.host
+
+
+def test_an_agents_own_lookup_admits_no_made_up_contact(tmp_path, run):
+    """The agents' own lookups (a partial table's, forced here: the lab's tables are complete)
+    run over disjoint paths and admit a node only when it answered as itself: the liar's ten
+    made-up contacts per target, which claim its address, fail (its server answers as the liar)
+    and enter neither the lookup's result nor the routing table. Before, without TLS, they did
+    both (the channel is dialed by id only with TLS; the answer's responder was not read)."""
+    web = lab_web(pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        async def go():
+            async with kademlia_cluster(tmp_path, lab, 4) as (servers, _):
+                await overlay_formed(servers)
+                lie(servers[0].node.overlay, "fabricate")
+                honest = servers[1].node.overlay
+                keys = [xorspace.host_key(h) for h in HOSTS[:10]]
+                found = await honest.lookup(keys, force=True)
+                real = {s.node.id for s in servers}
+                return real, found, {c.agent_id for c in honest.table.contacts()}
+
+        real, found, table = run(go())
+    assert all({c.agent_id for c in cs} <= real for cs in found.values()), found
+    assert all(len(cs) == len(real) - 1 for cs in found.values()), "every other agent found"
+    assert table <= real, "no made-up contact in the routing table"
