@@ -147,6 +147,7 @@ from lab.faults.measure import Row, worst
 from lab.faults.run import run_scenario
 from lab.faults.scenarios import (
     CONSULTANT_ONLY,
+    KADEMLIA_ONLY,
     CONSULTANT_STOP_LEASES,
     DEFAULT_BACKUPS,
     DEFAULT_FAULT_AT,
@@ -218,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if n not in CONSULTANT_ONLY]
         if skipped:
             print(f"chaos: kademlia mode has no consultant: {', '.join(skipped)} not run", file=sys.stderr)
+    else:
+        skipped = [n for n in names if n in KADEMLIA_ONLY]
+        names = [n for n in names if n not in KADEMLIA_ONLY]
+        if skipped:
+            print(f"chaos: consultant mode asks no agent who is placed where: {', '.join(skipped)} not run", file=sys.stderr)
 
     base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="wancrawl-chaos-"))
     base.mkdir(parents=True, exist_ok=True)

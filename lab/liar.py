@@ -4,7 +4,7 @@ Members with itself alone. It still crawls and pings honestly, so the other agen
 complete; what it fools, if anything, is whoever starts a lookup at it: storage's placement
 check and the manager (agent/peers.py). Never part of an agent: the lab runs it as
 
-    python -m lab.liar self|fabricate run --config agent.toml    # agent.cli with the lie
+    python -m lab.liar self|fabricate --config agent.toml    # `agent.cli run` with the lie
 
 and the tests call `lie(overlay, how)` on an in-process agent."""
 
@@ -39,9 +39,11 @@ def lie(overlay: Overlay, how: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in HOWS:
-        print(f"usage: python -m lab.liar {{{'|'.join(HOWS)}}} run --config AGENT.toml", file=sys.stderr)
+        print(f"usage: python -m lab.liar {{{'|'.join(HOWS)}}} --config AGENT.toml", file=sys.stderr)
         return 2
     how = args.pop(0)
+    if args[:1] != ["run"]:
+        args.insert(0, "run")
     init = Overlay.__init__
 
     def lying_init(self: Overlay, *a, **kw) -> None:  # type: ignore[no-untyped-def]
