@@ -142,6 +142,24 @@ def responder_is(c: Contact, r: agent_pb2.Contact) -> None:
                                  f"not as {c.agent_id} ({xorspace.id_hex(c.node_id)[:8]})")
 
 
+class AnsweredAt:
+    """One node per address: once a node answered as itself at an address, another contact
+    claiming that address fails without a call. A liar's made-up contacts name real addresses
+    (its own, or others'): one call per contact per target otherwise, ten per target for the
+    "ten contacts next to each target" lie (issue 36)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, int] = {}  # address -> node id that answered there as itself
+
+    def check(self, c: Contact) -> None:
+        n = self._at.get(c.address)
+        if n is not None and n != c.node_id:
+            raise errors.Unavailable(f"{c.address} answers as another node ({xorspace.id_hex(n)[:8]}), not {c.agent_id}")
+
+    def answered(self, c: Contact) -> None:
+        self._at[c.address] = c.node_id
+
+
 @dataclass(slots=True)
 class PeerCounters(Counters):
     """The directory's calls and what its lookups found, since start (storage's metrics)."""
@@ -243,14 +261,18 @@ class PeerDirectory:
         epochs = [epoch]
         self.stats.peer_resolves += 1
 
+        seen_at = AnsweredAt()
+
         async def find_nodes(c: Contact, targets: list[int]) -> dict[int, list[Contact]]:
             out: dict[int, list[Contact]] = {}
             for i in range(0, len(targets), FIND_BATCH):
                 part = targets[i : i + FIND_BATCH]
                 self.stats.peer_find_node_calls += 1
                 try:
+                    seen_at.check(c)
                     r = await self._client(c).find_node(None, [xorspace.id_bytes(t) for t in part], self.k, 0)
                     responder_is(c, r.responder)
+                    seen_at.answered(c)
                     if len(r.closest) != len(part):
                         raise errors.Unavailable(f"FindNode from {c.agent_id}: {len(r.closest)} answers to {len(part)} targets")
                 except errors.WancrawlError:

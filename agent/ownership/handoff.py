@@ -215,8 +215,9 @@ class HandOff:
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
                      got.sender or "?", ", ".join(got.from_replica[:3]))
         if got.hosts:
-            log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
-                     len(got.hosts), got.sender or "?", got.queued, got.seen, len(got.theirs), dropped)
+            log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped "
+                     "as done, %d deferred and checked at storage)", len(got.hosts), got.sender or "?", got.queued, got.seen,
+                     len(got.theirs), dropped, len(deferred))
         await self.durable(got.hosts)  # raises if rows of these hosts could not be written: refused
         if got.hosts and self.replicate is not None:
             self.replicate(sorted(got.hosts))  # their backups get them whole (see __init__)
