@@ -166,6 +166,7 @@ class PeerCounters(Counters):
     peer_members_calls: int = 0
     peer_find_node_calls: int = 0
     peer_find_node_failures: int = 0
+    peer_contacts_skipped: int = 0
     peer_resolves: int = 0
     peer_hosts_contested: int = 0
 
@@ -267,9 +268,13 @@ class PeerDirectory:
             out: dict[int, list[Contact]] = {}
             for i in range(0, len(targets), FIND_BATCH):
                 part = targets[i : i + FIND_BATCH]
-                self.stats.peer_find_node_calls += 1
                 try:
                     seen_at.check(c)
+                except errors.Unavailable:
+                    self.stats.peer_contacts_skipped += 1
+                    raise
+                self.stats.peer_find_node_calls += 1
+                try:
                     r = await self._client(c).find_node(None, [xorspace.id_bytes(t) for t in part], self.k, 0)
                     responder_is(c, r.responder)
                     seen_at.answered(c)

@@ -29,6 +29,7 @@ HELP = {
     "peer_members_calls": "Members calls to the agents named in `peers` (Kademlia mode: up to `paths` per resolve)",
     "peer_find_node_calls": "FindNode calls of the overlay lookups (Kademlia mode)",
     "peer_find_node_failures": "of those, the ones that failed or were answered by another node than the one dialed",
+    "peer_contacts_skipped": "contacts of the overlay lookups failed without a call: their address answers as another node (a liar's made-up contacts)",
     "peer_resolves": "overlay lookups of a batch of hosts (Kademlia mode)",
     "peer_hosts_contested": "hosts whose disjoint lookup paths disagreed on the closest nodes (Kademlia mode): not known yet",
     "raw_bytes_received": "uncompressed size of the WARC records received (the agents' raw_length)",

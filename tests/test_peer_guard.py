@@ -93,7 +93,7 @@ class Placement:
 
     async def resolve(self, hosts):
         self.asked += 1
-        return [HostRoute(h, self.lists[h], 300, 7) for h in hosts]
+        return [HostRoute(h, self.lists.get(h, (A, B)), 300, 7) for h in hosts]
 
     async def close(self) -> None:
         pass
@@ -386,6 +386,36 @@ def test_a_backups_crawl_delay_is_what_the_receiver_reads_in_robots_txt(tmp_path
         assert pol.delay(H) == max(3.0, pol.default_delay)
         st = node.dispatcher.robots.export(f"http://{H}")
         assert st is not None and st.expires <= node.clock() + node.s.robots.ttl
+        await done(node)
+
+    run(go())
+
+
+def test_the_settle_window_is_per_host(tmp_path, run):
+    """Issue 36: any epoch change (a balancer's move elsewhere) made every host of the receiver
+    "settling" for 2 x lease. Now, once the change is settled here, a host crawled here since
+    before it is steady: a backup's HandOver of it is refused. A host the change moved here
+    (held for a takeover) and a host new here are still taken from the agent below in its list."""
+
+    async def go():
+        node = await compromised_backup_node(tmp_path)  # H crawled here; epoch 8 learnt, not settled
+        node.membership.registered = True  # so the settle loop takes the new epoch (as a running agent)
+        node.ownership._registrations = node.membership.registrations
+        node.placement.lists.update({"moved.lab": (A, B), "new.lab": (A, B)})
+        node.seen.add_new("moved.lab", ["http://moved.lab/"])
+        node.frontier.add([Item("http://moved.lab/", "moved.lab")])
+        node.commit_log.commit(force=True)
+        node.ownership.arriving(["new.lab"])  # nothing of it here: arriving holds only unknown hosts
+        await node.ownership.step()  # the epoch change's pass: opens the window
+        assert node.ownership.settling("new.lab") and not node.ownership.settling(H)
+        node.gate.hold(["moved.lab"])
+        node.ownership._moving_in(["moved.lab"], node.clock())  # taken over: held for its claim
+        resp = await node.handoff.receive(stream(handover("b", H, seen=[fingerprint(u) for u in URLS]),
+                                                 handover("b", "moved.lab", queue=["http://moved.lab/a"]),
+                                                 handover("b", "other.lab", queue=["http://other.lab/"])))
+        assert [n.host for n in resp.refused] == [H], "the steady host alone is refused"
+        assert sorted(i.url for i in node.frontier.export_host(H)) == sorted(URLS)
+        assert resp.hosts == 2
         await done(node)
 
     run(go())

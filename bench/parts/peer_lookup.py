@@ -49,6 +49,7 @@ async def measure(addresses: list[str], ids: dict[str, int], paths: int, hosts: 
                 total += 1
         st = d.stats
         return {"members": st.peer_members_calls / rounds, "find_nodes": st.peer_find_node_calls / rounds,
+                "skipped": st.peer_contacts_skipped / rounds,
                 "ms": statistics.median(times) * 1000, "right": right / total, "contested": contested}
 
 
@@ -69,10 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         addresses = list(cl.agents.values())
         print(f"{args.agents} agents (Kademlia mode, mutual TLS), {args.hosts} hosts per resolve, {args.rounds} rounds"
               + (f"; {groups[0]} lies ({args.liar}), first in the peers list" if args.liar else ""))
-        print(f"{'paths':>5} {'Members/resolve':>16} {'FindNode/resolve':>17} {'ms/resolve (median)':>20} {'right':>7} {'contested':>9}")
+        print(f"{'paths':>5} {'Members/resolve':>16} {'FindNode/resolve':>17} {'skipped/resolve':>16} "
+              f"{'ms/resolve (median)':>20} {'right':>7} {'contested':>9}")
         for p in (int(x) for x in args.paths.split(",")):
             m = asyncio.run(measure(addresses, ids, p, args.hosts, args.rounds))
-            print(f"{p:>5} {m['members']:>16.1f} {m['find_nodes']:>17.1f} {m['ms']:>20.1f} {m['right']:>7.1%} {m['contested']:>9.0f}")
+            print(f"{p:>5} {m['members']:>16.1f} {m['find_nodes']:>17.1f} {m['skipped']:>16.1f} {m['ms']:>20.1f} "
+                  f"{m['right']:>7.1%} {m['contested']:>9.0f}")
     finally:
         cluster.down(run)
     return 0
