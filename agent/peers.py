@@ -11,13 +11,17 @@ has no use for (tests/test_storage_placement.py checks what `import storage.serv
 overlay's defaults it needs are constants here, and agent/settings.py takes its [kademlia]
 defaults from them, so the two cannot drift.
 
-There is no consultant process in that mode, so the manager asks any agent: the first of
-`addresses` that answers (the next one on Unavailable). `list_agents` is that agent's Members
-(the overlay's live members as it sees them); `resolve` is an iterative FIND_NODE of every host's
-key (Kademlia §2.3, wancrawl/kademlia/lookup.py) started at that agent and asked as a
-plain query (no `sender`: the manager is not a node and enters no routing table), whose
-`preference` closest answering nodes are the host's preference list, owner first, the same list
-the agents compute (agent/placement/kademlia/placement.py `preference`).
+There is no consultant process in that mode, so the manager asks the agents, and no single
+agent's answer decides (issue 36: one lying agent first in the list made storage refuse every
+other agent's pages). `list_agents` is the union of the Members of up to `paths` (3) answering
+agents of `addresses`; `resolve` is an iterative FIND_NODE of every host's key over `paths`
+disjoint paths (S/Kademlia; wancrawl/kademlia/disjoint.py) seeded with those members, asked as
+plain queries (no `sender`: the manager is not a node and enters no routing table). A node
+counts only once it answered as itself (the answer's responder is the contact dialed; with TLS
+the channel checked its id too), and one address answers for one node. The host's preference
+list is the `preference` closest such nodes any path found, owner first, the same list the
+agents compute (agent/placement/kademlia/placement.py `preference`); `contested` says when the
+paths disagree, and then an agent it leaves out is not known to be unplaced (storage holds).
 
 The answers are shaped like the consultant's (wancrawl.placement.HostRoute, a ListAgentsResponse)
 so that manager/seed.py, manager/status.py and storage take either. Errors are translated at this
