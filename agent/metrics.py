@@ -39,6 +39,7 @@ HELP = {
     "fetches": "HTTP requests made (pages, robots.txt, robots.txt redirects; retries each count)",
     "pages": "pages fetched: URLs finished with a response (any status, truncated ones too)",
     "bytes": "body bytes read from the wire by every request",
+    "request_errors": "requests without a response (connection refused or reset, TLS, timeout, DNS...), robots.txt's included",
     "fetch_errors": "failed requests and refused URLs by kind: a transport failure of any request (connect, timeout, "
                     "read, dns, forbidden_address, protocol, too_large, tls, internal), a page answered 4xx or 5xx "
                     "(http_4xx, http_5xx; each try counts), a URL robots.txt disallows (robots_denied)",

@@ -48,6 +48,11 @@ class ScopeSettings(TomlWritable):
     max_url_length: int = 2048
     max_path_depth: int = 32  # path segments
     max_segment_repeats: int = 2  # a block of path segments (any width) repeated back to back more often than this is a trap
+    # One segment more often than this anywhere in a path is a trap: blocks that alternate (a/,
+    # x1/x2/x3/x4/, never one three times in a row) escape the back-to-back rule and grow paths
+    # exponentially up to max_path_depth; with every segment at most this often, a trap of D
+    # distinct segments has paths of at most D * max_segment_count segments.
+    max_segment_count: int = 4
     max_query_params: int = 32
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])  # of the URLs followed
     ports: list[int] = field(default_factory=list)  # [] = any; else only these (a URL without a port: 80 or 443)
@@ -80,7 +85,8 @@ class ScopeSettings(TomlWritable):
             raise ValueError(f"schemes must be a non-empty subset of http, https (got {self.schemes})")
         if any(not 0 < p < 65536 for p in self.ports):
             raise ValueError(f"ports must be 1..65535 (got {self.ports})")
-        for key in ("max_url_length", "max_path_depth", "max_segment_repeats", "max_query_params", "max_outlinks_per_page"):
+        for key in ("max_url_length", "max_path_depth", "max_segment_repeats", "max_segment_count", "max_query_params",
+                    "max_outlinks_per_page"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
 

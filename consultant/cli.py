@@ -174,14 +174,20 @@ async def _client_cmd(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from wancrawl.cli.pipes import broken_pipe
+    from wancrawl.grpcutil import quiet_core_logs
+
     args = parser().parse_args(argv)
     try:
         if args.cmd == "serve":
             return _serve(args)
+        quiet_core_logs()
         return asyncio.run(_client_cmd(args))
     except WancrawlError as exc:
         print(f"consultant {args.cmd}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return broken_pipe()
     except KeyboardInterrupt:
         return 130
 

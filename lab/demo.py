@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab.cluster import Cluster, down, up
+from lab.cluster import Cluster, check_strategy, down, up
 
 
 async def _seed_and_wait(cl: Cluster, timeout: float) -> tuple[dict, bool]:
@@ -39,6 +39,7 @@ async def _seed_and_wait(cl: Cluster, timeout: float) -> tuple[dict, bool]:
 
 def run_demo(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
+    check_strategy(args.strategy, args.mode)  # before the earlier demo is removed
     run = Path(args.run_dir)
     if (run / "cluster.json").is_file():
         # A demo starts from nothing: stop and remove what an earlier demo left in its run dir.

@@ -31,6 +31,20 @@ class LogEntry:
     bytes: int  # body bytes the response carries (as declared, even if the client leaves early)
 
 
+def port_taken(ips: list[str], port: int) -> str:
+    """The first site address on which `port` cannot be bound now ("" when it is free on every
+    one): checked before `lab web` says it serves and before `lab up` starts anything. Bound as
+    the server binds (SO_REUSEADDR), so a port in TIME_WAIT counts as free, a listener as taken."""
+    for ip in ips:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((ip, port))
+            except OSError:
+                return ip
+    return ""
+
+
 class LabServer:
     """Serves every site of a Web on its own address; exposes the request log and counters."""
 

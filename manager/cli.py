@@ -59,6 +59,17 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--storage", help="storage address, for its totals; several writers separated by commas: "
                                       "a row per writer (pages/s, MB/s, lag)")
     st.add_argument("--interval", type=float, default=1.0)
+    st.add_argument("--wide", action="store_true", help="every column, however wide the terminal (by default the "
+                                                        "columns that fit it, the others named under the table)")
+
+    co = sub.add_parser("console", help="the operator's page in a browser: agents, rates, hosts, incidents (read-only)",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    co.add_argument("--listen", default="127.0.0.1:8765", help="address:port to serve on (port 0: any free one); "
+                                                               "off loopback it needs --token")
+    co.add_argument("--token", default=os.environ.get("WANCRAWL_CONSOLE_TOKEN", ""),
+                    help="required on every request when given (?token= or Authorization: Bearer; env WANCRAWL_CONSOLE_TOKEN)")
+    co.add_argument("--storage", help="storage address(es), for the archive's totals and each writer's state")
+    co.add_argument("--interval", type=float, default=1.0, help="seconds between two polls of the cluster")
 
     a = sub.add_parser("agents", help="list agents")
     a.add_argument("--all", action="store_true", help="include dead and departed agents")
@@ -85,7 +96,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from wancrawl.cli.pipes import broken_pipe
+    from wancrawl.grpcutil import quiet_core_logs
+
     args = parser().parse_args(argv)
+    if args.cmd != "crawl":  # crawl's services inherit the environment: their logs keep grpc's
+        quiet_core_logs()
     try:
         _client_tls(args)
         if args.cmd == "seed":
@@ -96,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             from manager.status import run_agents, run_status
 
             return asyncio.run(run_status(args) if args.cmd == "status" else run_agents(args))
+        if args.cmd == "console":
+            from manager.console.server import run_console
+
+            return asyncio.run(run_console(args))
         if args.cmd == "wait":
             from manager.status import run_wait
 
@@ -115,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     except WancrawlError as exc:
         print(f"manager {args.cmd}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return broken_pipe()
     except KeyboardInterrupt:
         return 130
     return 2

@@ -292,6 +292,8 @@ class Run:
 
     def save(self) -> None:
         Path(self.out, "crawl.json").write_text(json.dumps(asdict(self), indent=2))
+        addresses = [*self.consultant.split(","), *self.storage_writers, self.storage, *self.agents.values()]
+        procs.record_addresses(Path(self.out), OPERATOR, addresses)
 
     @classmethod
     def load(cls, out: Path) -> Run | None:
@@ -435,15 +437,22 @@ def progress_table(snap: Any, rates: dict[str, float], elapsed: float, stored: i
         c = a.counters
         t.add_row(a.agent_id, a.state if a.reachable or a.state != "alive" else "unreachable",
                   f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('in_flight', 0):.0f}",
-                  f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
+                  f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{errors_of(c):.0f}",
                   f"{len(a.parked)}", f"{c.get('spool_batches', 0):.0f}")
     return t
+
+
+def errors_of(counters: dict[str, float]) -> float:
+    """An agent's errors for the progress: its requests that got no response (robots.txt's too:
+    a host refusing connections is not "errors 0" while its robots.txt is retried), or, from an
+    agent older than that counter, the URLs finished without one."""
+    return counters.get("request_errors", counters.get("errors", 0.0))
 
 
 def progress_line(snap: Any, rates: dict[str, float], elapsed: float, stored: int | None) -> str:
     total = sum(a.counters.get("pages", 0) for a in snap.agents)
     per = ", ".join(f"{a.agent_id} queue {a.counters.get('frontier', 0):.0f} pages {a.counters.get('pages', 0):.0f} "
-                    f"errors {a.counters.get('errors', 0):.0f}" for a in snap.agents)
+                    f"errors {errors_of(a.counters):.0f}" for a in snap.agents)
     from manager.status import revisit_line
 
     rv = revisit_line(snap)

@@ -173,6 +173,17 @@ def operator_tls(run: Path, operator: str) -> TlsSettings:
     return TlsSettings(str(d / "ca.crt"), str(d / f"operator-{operator}.crt"), str(d / f"operator-{operator}.key"))
 
 
+def record_addresses(run: Path, operator: str, addresses: Sequence[str]) -> None:
+    """RUN/pki/operator.json: the run's service addresses and its operator certificate, so a
+    `manager` or CLI in a shell that sourced nothing finds its credentials (wancrawl/cli/runs.py)."""
+    from wancrawl.cli import runs as localruns
+
+    d = run / PKI_DIR
+    if (d / "ca.crt").is_file():
+        t = operator_tls(run, operator)
+        localruns.write(d, run, addresses, t.ca, t.cert, t.key)
+
+
 def issue_tls(run: Path, role: str, name: str, *, operator: str, ca_name: str, source_ip: str = "") -> str:
     """Issue ROLE/NAME's certificate in RUN/pki (a CA and the operator's certificate made on
     first use, with RUN/pki/operator.env for other processes) and return its [tls] TOML table.

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.client import AgentPool
 from manager.directory import Directory, open_directory
 from wancrawl.errors import InvalidArgument, Unavailable, WancrawlError
-from wancrawl.urls import InvalidUrl, canonicalize
+from wancrawl.urls import InvalidUrl, canonicalize, host_of_canonical
 from wancrawl.v1 import agent_pb2
 
 BATCH = 1000
@@ -22,6 +22,22 @@ class SeedFile:
     urls: list[str] = field(default_factory=list)        # canonical, unique, in file order
     bad: list[tuple[int, str, str]] = field(default_factory=list)  # (line number, reason, text)
     duplicates: int = 0
+
+
+def scheme_hint(raw: str) -> str:
+    """For a line that is a host (or host/path) without a scheme, the URL the user meant:
+    "no scheme: did you mean http://example.com/?"; "" for anything else."""
+    if "://" in raw or raw[:1] in "/.?#" or " " in raw:
+        return ""
+    meant = "http://" + raw + ("" if "/" in raw else "/")
+    try:
+        canonicalize(meant)
+    except InvalidUrl:
+        return ""
+    host = raw.split("/", 1)[0].split(":", 1)[0]
+    if "." not in host and host != "localhost":
+        return ""  # "page.html" is a dotted relative path; "index" is no host either
+    return f"no scheme: did you mean {meant}?"
 
 
 def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
@@ -38,7 +54,7 @@ def parse_seeds(text: str, sort_query: bool = False) -> SeedFile:
         try:
             url = canonicalize(raw, sort_query=sort_query)
         except InvalidUrl as exc:
-            out.bad.append((n, str(exc), raw[:200]))
+            out.bad.append((n, scheme_hint(raw) or str(exc), raw[:200]))
             continue
         if url in seen:
             out.duplicates += 1
@@ -83,6 +99,8 @@ async def inject_all(consultant: Directory, urls: list[str], force: bool = False
     live = [(a.agent_id, a.address) for a in (await consultant.list_agents()).agents]
     if not live:
         raise Unavailable("no live agent: none is registered with the consultant (or listed by the overlay, with --peers)")
+    if force:
+        return await _inject_forced(consultant, urls)
     res = Injection()
     async with AgentPool(timeout=60) as pool:
         for n, i in enumerate(range(0, len(urls), BATCH)):
@@ -98,6 +116,42 @@ async def inject_all(consultant: Directory, urls: list[str], force: bool = False
                 res.refused += refusals(chunk, r.errors)
                 break
             else:
+                res.failed += chunk
+    return res
+
+
+async def _inject_forced(consultant: Directory, urls: list[str]) -> Injection:
+    """`seed --force`: each URL straight to its host's owner (then the rest of its preference
+    list), never through a routing agent. `force` is the operator's alone (agent/server.py
+    AUTH_RULES): an agent that routed it on would be refused by the owner, and its pushes
+    retried for ever (the crawl never idle)."""
+    res = Injection()
+    by_host: dict[str, list[str]] = {}
+    for u in urls:
+        by_host.setdefault(host_of_canonical(u), []).append(u)
+    routes = {r.host: r for r in await consultant.resolve(sorted(by_host))}
+    targets: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for host, us in by_host.items():
+        r = routes.get(host)
+        if r is None or not r.agents:
+            res.failed += us
+            continue
+        targets.setdefault(tuple(r.agents), []).extend(us)
+    async with AgentPool(timeout=60) as pool:
+        for agents, us in targets.items():
+            for i in range(0, len(us), BATCH):
+                chunk = us[i : i + BATCH]
+                for agent_id, address in agents:
+                    items = [agent_pb2.UrlItem(url=u, force=True) for u in chunk]
+                    try:
+                        pushed = await pool.get(address).push("manager", 0, items, route=False)
+                    except WancrawlError:
+                        continue  # the next of the preference list
+                    res.taken[agent_id] += pushed.accepted
+                    res.refused += refusals(chunk, pushed.errors)
+                    chunk = [chunk[j] for j in pushed.not_mine if 0 <= j < len(chunk)]  # indices: a route that moved meanwhile
+                    if not chunk:
+                        break
                 res.failed += chunk
     return res
 

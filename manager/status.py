@@ -112,7 +112,8 @@ async def snapshot(consultant: Directory, include_dead: bool = False, storage: s
 
 def top_hosts(agents: list[AgentView], n: int = 5) -> dict[str, list[tuple[str, int, int, int]]]:
     """The hosts that cost the crawl the most, by pages, by bytes and by give-ups, over every
-    agent's tally (a host that moved between agents adds up)."""
+    agent's tally (a host that moved between agents adds up). A host may be in several lists
+    (the most pages are most often the most bytes too): cost_rows lists each host once."""
     sums: dict[str, list[int]] = {}
     for a in agents:
         for host, pages, nbytes, give_ups in a.top_hosts:
@@ -127,16 +128,29 @@ def top_hosts(agents: list[AgentView], n: int = 5) -> dict[str, list[tuple[str, 
     return out
 
 
+def cost_rows(agents: list[AgentView], n: int = 5) -> list[tuple[str, int, int, int, str]]:
+    """Each host of any top-n list once: (host, pages, bytes, give-ups, the lists it tops),
+    by pages, then bytes, then give-ups."""
+    rows: dict[str, tuple[str, int, int, int, list[str]]] = {}
+    for key, listed in top_hosts(agents, n).items():
+        for host, pages, nbytes, give_ups in listed:
+            rows.setdefault(host, (host, pages, nbytes, give_ups, []))[4].append(key.replace("_", "-"))
+    ordered = sorted(rows.values(), key=lambda r: (-r[1], -r[2], -r[3], r[0]))
+    return [(h, p, b, g, ", ".join(by)) for h, p, b, g, by in ordered]
+
+
 def render_top_hosts(snap: Snapshot, n: int = 5):
-    """The top hosts table `manager status` prints under the agents."""
+    """The top hosts table `manager status` prints under the agents: the n first hosts by each
+    measure, each host once, "top by" naming the measures it is among the n first of."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title="hosts that cost the most (pages, wire bytes, give-ups)")
-    for col in ("by", "host", "pages", "MB", "give-ups"):
-        t.add_column(col, justify="right" if col in ("pages", "MB", "give-ups") else "left")
-    for key, rows in top_hosts(snap.agents, n).items():
-        for host, pages, nbytes, give_ups in rows:
-            t.add_row(key.replace("_", "-"), host, f"{pages}", f"{nbytes / 1e6:.1f}", f"{give_ups}")
+    t = Table(title=f"hosts that cost the most (the {n} first by pages, by wire bytes, by give-ups; each host once)",
+              box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("host", "pages", "MB", "give-ups", "top by"):
+        t.add_column(col, justify="left" if col in ("host", "top by") else "right", no_wrap=col == "host")
+    for host, pages, nbytes, give_ups, by in cost_rows(snap.agents, n):
+        t.add_row(host, f"{pages}", f"{nbytes / 1e6:.1f}", f"{give_ups}", by)
     return t
 
 
@@ -177,32 +191,26 @@ def writer_view(address: str, answer) -> WriterView:
                       w.bytes_written, w.queued_batches, w.lag_seconds, w.since_durable_seconds)
 
 
-def render(snap: Snapshot, rates: dict[str, float]):
-    from rich.table import Table
+def render(snap: Snapshot, rates: dict[str, float], width: int | None = None, wide: bool = False):
+    """The agents' table: the columns that fit `width` (None: all; manager/columns.py), the
+    storage totals, the columns left out and the revisits line under it."""
+    from manager.columns import fitted
 
-    t = Table(title=f"wancrawl — strategy {snap.strategy}, epoch {snap.epoch}" + ("  [idle]" if snap.idle() else ""))
-    for col in ("agent", "state", "ISP", "city", "hosts", "queue", "load L", "in flight", "pages", "pages/s", "errors", "parked",
-                "given up", "pushes", "spool", "replicas", "repl lag"):
-        t.add_column(col, justify="right" if col not in ("agent", "state", "ISP", "city") else "left")
-    for a in snap.agents:
-        c = a.counters
-        t.add_row(
-            a.agent_id, a.state if a.reachable or a.state != "alive" else "unreachable", a.isp or "-", a.city or "-",
-            # seed 000's load level as of the agent's last heartbeat (> 0 heavy, < 0 light; docs/balance.md)
-            f"{c.get('hosts_with_work', 0):.0f}", f"{c.get('frontier', 0):.0f}", f"{c.get('load_level', 0):+.1f}",
-            f"{c.get('in_flight', 0):.0f}",
-            f"{c.get('pages', 0):.0f}", f"{rates.get(a.agent_id, 0):.1f}", f"{c.get('errors', 0):.0f}",
-            f"{len(a.parked)}", f"{len(a.given_up)}", f"{c.get('pushes', 0):.0f}", f"{c.get('spool_batches', 0):.0f}",
-            # hosts backed up here; hosts whose backup lacks a full copy / changes not yet at a backup
-            f"{c.get('replica_hosts', 0):.0f}", f"{c.get('replica_unsynced', 0):.0f}/{c.get('replica_lag_items', 0):.0f}",
-        )
+    title = f"wancrawl — strategy {snap.strategy}, epoch {snap.epoch}" + ("  [idle]" if snap.idle() else "")
+    t, hidden = fitted(title, snap.agents, rates, width, wide)
+    notes = []
     if snap.storage:
         st = snap.storage
-        t.caption = (f"storage: {st.get('error')}" if "error" in st else
+        notes.append(f"storage: {st.get('error')}" if "error" in st else
                      f"storage: {st.get('pages', 0)} pages, ratio {float(st.get('compression_ratio', 0) or 0):.2f}")
+    if hidden:
+        notes.append(f"not shown at this width ({len(hidden)}): {', '.join(c.header for c in hidden)} "
+                     "(--wide, or --json; docs/manager.md explains each)")
     line = revisit_line(snap)
     if line:
-        t.caption = f"{t.caption}\n{line}" if t.caption else line
+        notes.append(line)
+    if notes:
+        t.caption = "\n".join(notes)
     return t
 
 
@@ -279,22 +287,27 @@ async def run_status(args) -> int:
         from rich.live import Live
 
         rates, writer_rates = PageRates(), WriterRates()
+        console = Console()
+        piped = not console.is_terminal
+        wide = getattr(args, "wide", False)
 
         async def frame():
             from rich.console import Group
 
             snap = await snapshot(c, True, args.storage)
             now = time.monotonic()
-            agents = render(snap, rates.update(snap, now))
+            # Piped: every column at its natural width (a log keeps it all, nothing cut).
+            agents = render(snap, rates.update(snap, now), None if piped else console.width, wide)
             parts = [agents, render_top_hosts(snap)] + ([render_writers(snap, writer_rates.update(snap, now))] if snap.writers else [])
             return Group(*parts)
 
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=150)
+        if piped:
+            from manager.columns import natural_width
+
             # Piped or logged: a table per interval instead of redrawing in place.
             while True:
-                console.print(await frame())
+                f = await frame()
+                Console(width=max(80, natural_width(f))).print(f)
                 await asyncio.sleep(args.interval)
         with Live(await frame(), refresh_per_second=4, screen=False, console=console) as live:
             while True:

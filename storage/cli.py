@@ -239,11 +239,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.cmd != "serve":
+        from wancrawl.grpcutil import quiet_core_logs
+
+        quiet_core_logs()
     try:
         return args.fn(args)
     except WancrawlError as exc:
         print(f"storage {args.cmd}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        from wancrawl.cli.pipes import broken_pipe
+
+        return broken_pipe()
     except KeyboardInterrupt:
         return 130
 

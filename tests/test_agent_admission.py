@@ -93,7 +93,7 @@ def test_a_given_up_origin_finishes_its_urls_and_robots_off_fetches_them():
 def test_the_origin_give_up_says_how_long_and_the_last_status():
     adm = _admission(_robots((503, b"", T0), (429, b"", T0 + 5)))
     assert adm.url(ORIGIN + "/", ORIGIN, False, T0 + 3700.4) == Verdict(
-        Act.GIVE_UP_ORIGIN, "robots.txt unreachable for 3700s (last status 429)")
+        Act.GIVE_UP_ORIGIN, "robots.txt unreachable for 3700s (status 429)")
 
 
 def test_asking_changes_nothing():

@@ -2,6 +2,7 @@
 
 import asyncio
 import gzip
+import random
 import time
 import tracemalloc
 import zlib
@@ -308,8 +309,21 @@ def test_body_sink_decodes_and_caps():
     assert sk.truncated is None and sk.body == data
     sk = BodySink(_sink(max_decoded_bytes=100), "gzip")
     assert not sk.feed(gzip.compress(data)) and sk.truncated == "decoded" and sk.body == data[:100]
+    # A header that lies (not gzip at all): the body is kept as sent, and says it is still "gzip".
     sk = BodySink(_sink(), "gzip")
-    assert not sk.feed(b"not gzip at all") and sk.error
+    assert sk.feed(b"not gzip ") and sk.feed(b"at all")
+    sk.finish()
+    assert (sk.body, sk.encoded, sk.truncated) == (b"not gzip at all", "gzip", None) and "kept as sent" in sk.detail
+    # A stream that breaks after good data: the decoded prefix, truncated "encoding".
+    rnd = random.Random(7)
+    text = " ".join(str(rnd.random()) for _ in range(3000)).encode()
+    good = gzip.compress(text)
+    sk = BodySink(_sink(), "gzip")
+    assert sk.feed(good[:2000])
+    sk.feed(b"\xff" * 64 + good[2064:])
+    sk.finish()
+    assert sk.truncated == "encoding" and sk.body[:1000] == text[:1000] and sk.encoded == "", sk.detail
+    assert "broke" in sk.detail
 
 
 def _raw_deflate(data):
@@ -384,6 +398,14 @@ for _path, (_fields, _) in INVALID.items():
     LIARS[_path] = Reply(_head(*_fields) + _body, close=True)
 
 
+# A response head over 64 KiB (docs/agent-fetching.md): 1,000 small fields, each far under any
+# per-field limit, sent with the body in one write (a check made only while the head is incomplete
+# never sees it).
+# Content-Encoding: gzip over a body that is not gzip (it was recorded as 0 bytes, no flag).
+LIARS["/gzip-lie"] = Reply(_head(b"Content-Encoding: gzip", _cl(N)) + PAGE)
+LIARS["/huge-head"] = Reply(_head(*(b"X-Filler-%04d: %s" % (i, b"v" * 56) for i in range(1000)), _cl(N)) + PAGE)
+
+
 @pytest.fixture
 def liar():
     with HostileServer(LIARS) as srv:
@@ -452,6 +474,34 @@ def test_invalid_content_length_discards_the_response(liar, backend, path):
     (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, path)])
     assert (r.status, r.error, r.truncated, r.body, r.headers) == (0, "protocol", None, b"", [])
     assert r.error_detail == f"invalid response: {INVALID[path][1]}"
+
+
+def test_a_response_head_over_64_kib_is_refused(liar, backend):
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, "/huge-head")])
+    assert len(LIARS["/huge-head"].data) > 70_000
+    assert (r.status, r.body) == (0, b""), (r.status, r.error, r.error_detail, len(r.headers))
+    assert r.error in ("too_large", "protocol"), (r.error, r.error_detail)
+
+
+def test_a_content_encoding_that_lies_keeps_the_body_as_sent(liar, backend):
+    (r,) = run_fetches(backend, liar_settings(), [liar_req(liar, "/gzip-lie")])
+    assert (r.status, r.error, r.truncated, r.body, r.encoded) == (200, None, None, PAGE, "gzip"), r.error_detail
+    assert "kept as sent" in r.error_detail
+    # The record keeps the header (its bytes are what the server sent) and says why.
+    cap = _capture(r)
+    response = gzip.decompress(cap.response)
+    assert b"\r\nContent-Encoding: gzip\r\n" in response and response.endswith(PAGE + b"\r\n\r\n")
+    assert b"encoding-note: content-encoding 'gzip' named" in gzip.decompress(cap.metadata)
+
+
+def _capture(r):
+    """The page step's WARC capture of a response (agent/crawl/page.py Record.capture)."""
+    from agent.crawl.page import Record
+    from agent.state.frontier import Item
+
+    rec = Record.__new__(Record)
+    rec.agent_id, rec.gzip_level = "a", 1
+    return rec.capture(Item(r.url, "liar.test"), r)
 
 
 def test_body_on_a_304_is_excess(liar, backend):

@@ -1051,3 +1051,56 @@ def test_a_host_moved_off_its_owner_as_it_dies_goes_on_from_the_replica(run, tmp
     assert not twice, f"{len(twice)} stored twice: {twice[:5]}"
     assert sum(c.get("replicas_handed_out", 0) for c in counters) > 0 and new.get("replicas_handed_in", 0) > 0, \
         "the new owner took the host from the dead owner's backup"
+
+
+def test_a_handed_host_is_closed_until_its_whole_stream_is_in(tmp_path, run):
+    """A HandOver's first part queues the host's URLs (and wakes it) before the copies the sender
+    fetched are dropped and before a dead owner's queue is watched at storage: a fetch in that gap
+    stored a page twice (chaos flap, session 13). The host stays closed at the gate until the
+    stream is in, reconciled and watched; a host held before (a claim) stays held."""
+    from agent.ownership.handoff import HandOff
+    from agent.ownership.ledger import HostLedger
+    from agent.state.frontier import Frontier
+    from agent.state.seen import SeenSet
+
+    class NoCrawl:
+        def import_host(self, host, st): ...
+        def export_host(self, host, robots=True): return None
+        def drop_host(self, host): ...
+
+    class Directory:
+        epoch = 7
+
+        def saw_epoch(self, epoch): ...
+
+    fr, seen = Frontier(tmp_path / "f.sqlite"), SeenSet(tmp_path / "s.sqlite")
+    gate = Gate(lambda h: None, fenced=False)
+    gate.hold(["claimed.lab"])
+    watched: list[tuple[list[str], bool]] = []
+    ledger = HostLedger(fr, seen, NoCrawl(), wake=lambda h: None)  # type: ignore[arg-type]
+
+    async def durable(hosts=None):
+        fr.flush()
+        seen.flush()
+
+    handoff = HandOff("a", ledger, Directory(), None, durable=durable, gate=gate,  # type: ignore[arg-type]
+                      may_be_stored=lambda urls: watched.append((sorted(urls), gate.held("h.lab"))))
+    u = [f"http://h.lab/{i}" for i in range(3)]
+    st = HostState("h.lab", [Item(u[1], "h.lab", 1), Item(u[2], "h.lab", 1)], [fingerprint(x) for x in u])
+    other = HostState("claimed.lab", [Item("http://claimed.lab/", "claimed.lab", 0)], [fingerprint("http://claimed.lab/")])
+    during: list[bool] = []
+
+    async def parts():
+        for s in (st, other):
+            for i, part in enumerate(s.parts()):
+                if i:  # the host's first part is in: queued here, and closed
+                    during.append(fr.queue_len(s.host) > 0 and not gate.allows(s.host, 0.0))
+                yield agent_pb2.HandOverRequest(sender_id="c", epoch=7, host=part.to_proto(), replica_of="d")
+
+    run(handoff.receive(parts()))
+    assert during == [True, True], "queued but not fetchable while the stream goes on"
+    assert watched == [(sorted([u[1], u[2], "http://claimed.lab/"]), True)], "watched at storage before the gate opens"
+    assert gate.allows("h.lab", 0.0), "open once the stream is in"
+    assert gate.held("claimed.lab"), "a host held for its claim before the stream stays held"
+    fr.close()
+    seen.close()

@@ -23,6 +23,34 @@ def test_2xx_rules_ua_group_delay_and_sitemaps():
     assert rc.crawl_delay("a.lab") is None and rc.crawl_delay("b.lab") is None and rc.sitemaps("b.lab") == []
 
 
+def test_an_infinite_crawl_delay_is_the_largest_delay_capped_like_any():
+    """protego drops `Crawl-delay: inf` (not a finite number): it read as no delay at all, while
+    1e9 was capped at politeness.max_crawl_delay. It is the largest delay; NaN is still ignored."""
+    from agent.crawl.politeness import Politeness
+
+    rc = RobotsCache(UA)
+    for host, value in (("inf.lab", "inf"), ("big.lab", "1e9"), ("word.lab", "Infinity  # never"), ("nan.lab", "nan")):
+        rc.update(host, 200, f"User-agent: *\nCrawl-delay: {value}\nDisallow: /x\n".encode(), 0)
+    assert rc.crawl_delay("inf.lab") == rc.crawl_delay("word.lab") >= rc.crawl_delay("big.lab") == 1e9
+    assert rc.crawl_delay("nan.lab") is None
+    p = Politeness(default_delay=1.0, max_delay=60.0)
+    assert p.set_delay("inf.lab", rc.crawl_delay("inf.lab")) == 60.0 == p.set_delay("big.lab", rc.crawl_delay("big.lab"))
+    assert not rc.allowed("http://inf.lab/x/1", "inf.lab"), "the rest of the group still applies"
+
+
+def test_an_unreachable_robots_txt_is_named_by_its_failure_not_status_0():
+    """Issue 37: a host refusing connections was reported as "robots.txt unreachable (last status
+    0)": the failure is named as the fetch named it."""
+    rc = RobotsCache(UA)
+    rc.update("refuse.lab", 0, None, 0, "connect: ConnectionRefusedError: [Errno 111] Connection refused")
+    rc.update("busy.lab", 503, b"", 0)
+    rc.update("quiet.lab", 0, None, 0)
+    assert rc.failure("refuse.lab") == "connect: ConnectionRefusedError: [Errno 111] Connection refused"
+    assert rc.failure("busy.lab") == "status 503" and rc.failure("quiet.lab") == "no response"
+    rc.update("refuse.lab", 200, TXT, 5)
+    assert rc.failure("refuse.lab") == "status 200" and rc.unreachable("refuse.lab") is None
+
+
 def test_4xx_allows_all_5xx_and_network_errors_disallow_temporarily():
     rc = RobotsCache(UA, ttl=1000, error_ttl=10, retry_base=2)
     rc.update("nf.lab", 404, b"", 0)

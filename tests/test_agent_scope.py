@@ -51,6 +51,35 @@ def test_a_repeated_block_of_any_width_is_a_trap():
     assert deep.check("http://h.lab/a/b/c/d/a/b/c/d/a/b/c", "h.lab", 0) is None  # twice and a bit
 
 
+def test_alternating_blocks_are_a_bounded_trap():
+    """Issue 37: a cycle that mixes two blocks (a/ and x1/x2/x3/x4/), never one three times in a
+    row, escaped the back-to-back rule: 209 pages in 11 minutes and growing. Every path a trap page
+    can link to (one more block) is enumerated: with one segment at most max_segment_count times
+    in a path the set is small; without it, it grows with max_path_depth (exponentially with more
+    blocks to mix)."""
+    blocks = (("a",), ("x1", "x2", "x3", "x4"))
+
+    def reachable(scope: Scope, cap: int = 200_000) -> int:
+        seen, todo = 0, [()]
+        while todo and seen < cap:
+            path = todo.pop()
+            for b in blocks:
+                nxt = path + b
+                if scope.check("http://h.lab/" + "/".join(nxt) + "/", "h.lab", 0) is None:
+                    seen += 1
+                    todo.append(nxt)
+        return seen
+
+    bounded, before = reachable(Scope(ScopeSettings())), reachable(Scope(ScopeSettings(max_segment_count=32)))
+    assert bounded < 200 and before > 1000, (bounded, before)  # the back-to-back rule alone: 1,055 paths of two blocks
+    h = "h.lab"
+    x = "x1/x2/x3/x4"
+    four = "/".join(["a", x, "a", "a", x, x, "a", x])  # A X A A X X A X: each block 4 times, never 3 in a row
+    assert Scope().check(f"http://h.lab/{four}", h, 0) is None
+    assert Scope().check(f"http://h.lab/{four}/a", h, 0) == "repeated_segments"  # a fifth a/
+    assert Scope().check("http://h.lab/page/1/item/1/comment/1/reply/1", h, 0) is None, "a few repeats are fine"
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from("abc"), max_size=24), st.integers(1, 4))
 def test_repeats_matches_a_brute_force_reference(segs, limit):

@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import select
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -62,6 +63,18 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
         # for that exit, or `down` below may find it still stopping (and stop it) on a loaded machine.
         drained = next(p for p in cl.procs if p.name == "agent-unicom-beijing")
         assert _exits(drained.pid, 60), "the drained agent did not exit by itself"
+        # The README's recipe as written (issue 38): a shell with no credentials; the manager
+        # finds the run's operator certificate by the address it dials (wancrawl/cli/runs.py).
+        bare = {k: v for k, v in os.environ.items() if not k.startswith("WANCRAWL_TLS_") and k != "WANCRAWL_INSECURE"}
+        p = subprocess.run([sys.executable, "-m", "manager.cli", "--consultant", cl.consultant, "agents", "--json"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**bare, "PYTHONPATH": str(REPO)})
+        assert p.returncode == 0 and len(json.loads(p.stdout)) == 2, p.stderr
+        # `lab strategy NAME`: no pid hunting; the consultant places by it once the call returns.
+        from lab.strategy import set_strategy
+
+        before, after = set_strategy(cl, "hash")
+        assert (before.strategy, after.strategy) == ("asn", "hash") and after.epoch > before.epoch
+        _console_shows_what_status_shows(cl, tmp_path, bare)
     finally:
         stopped = down(run)
     assert "web" in stopped and len(stopped) == 5, stopped  # the drained agent had exited by itself
@@ -85,6 +98,44 @@ def test_lab_cluster_crawls_the_truth_exactly_once_by_owners(tmp_path):
     # and all: each says so when it starts serving.
     agent_logs = sorted(run.glob("logs/agent-*.log"))
     assert len(agent_logs) == 3 and all("(event loop: uvloop)" in p.read_text() for p in agent_logs)
+
+
+def _console_shows_what_status_shows(cl, tmp_path: Path, env: dict) -> None:
+    """`manager console` against the lab (credentials found as `manager` finds them): its JSON
+    lists the agents and totals `manager status --json` does, and its page loads; where Debian's
+    Chromium is installed, the page as a headless browser renders it (the DOM and a screenshot
+    under tmp_path)."""
+    import shutil
+    import urllib.request
+
+    status = json.loads(manager("status", "--json", "--storage", cl.storage, consultant=cl.consultant).stdout)
+    proc = subprocess.Popen([sys.executable, "-m", "manager.cli", "--consultant", cl.consultant, "console", "--listen",
+                             "127.0.0.1:0", "--storage", cl.storage], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)})
+    try:
+        line = proc.stdout.readline()  # "manager console: http://127.0.0.1:PORT/ (Ctrl-C stops)"
+        assert line.startswith("manager console: http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+        url = line.split()[2]
+        d = json.loads(urllib.request.urlopen(url + "api/status", timeout=30).read())
+        assert d["error"] == "" and d["strategy"] == status["strategy"] == "hash"
+        assert sorted((a["agent_id"], a["state"]) for a in d["agents"]) == sorted(
+            (a["agent_id"], a["state"]) for a in status["agents"])
+        assert d["totals"]["pages"] == sum(a["counters"].get("pages", 0) for a in status["agents"])
+        assert d["storage"]["pages"] == status["storage"]["pages"]
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert "wancrawl console" in page
+        chromium = shutil.which("chromium")
+        if chromium:
+            shot = tmp_path / "console.png"
+            browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                       "--window-size=1400,1500", "--virtual-time-budget=3000"]
+            dom = subprocess.run(browser + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+            assert all(f">{a['agent_id']}<" in dom for a in status["agents"]), "the page's script drew every agent"
+            subprocess.run(browser + [f"--screenshot={shot}", url], capture_output=True, timeout=120)
+            assert shot.stat().st_size > 10_000
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
 
 
 def manager(*args: str, consultant: str) -> subprocess.CompletedProcess:

@@ -87,7 +87,7 @@ def test_progress_key_ignores_the_order_the_directory_lists_agents_in():
 
 
 def test_status_merges_the_agents_top_hosts_by_pages_bytes_and_give_ups():
-    from manager.status import AgentView, Snapshot, render_top_hosts, top_hosts
+    from manager.status import AgentView, Snapshot, cost_rows, render_top_hosts, top_hosts
 
     a = AgentView("a", "", "alive", "", "", top_hosts=[("big.lab", 900, 10, 0), ("moved.lab", 5, 10**9, 1)])
     b = AgentView("b", "", "alive", "", "", top_hosts=[("moved.lab", 5, 10**9, 2), ("trap.lab", 1, 1, 40)])
@@ -95,4 +95,9 @@ def test_status_merges_the_agents_top_hosts_by_pages_bytes_and_give_ups():
     assert [h for h, *_ in top["pages"]] == ["big.lab", "moved.lab"]
     assert top["bytes"][0] == ("moved.lab", 10, 2 * 10**9, 3), "a host that moved between agents adds up"
     assert [h for h, *_ in top["give_ups"]] == ["trap.lab", "moved.lab"]
-    assert render_top_hosts(Snapshot(1, "hash", [a, b])).row_count == 3 + 3 + 2  # a measure lists hosts with some of it
+    # Each host once, saying which lists it tops (it listed big.lab and moved.lab under pages and
+    # again under bytes, with nothing saying why).
+    assert cost_rows([a, b], n=2) == [("big.lab", 900, 10, 0, "pages, bytes"),
+                                      ("moved.lab", 10, 2 * 10**9, 3, "pages, bytes, give-ups"),
+                                      ("trap.lab", 1, 1, 40, "give-ups")]
+    assert render_top_hosts(Snapshot(1, "hash", [a, b]), n=2).row_count == 3

@@ -592,9 +592,9 @@ def test_crawl_verdict_names_why_nothing_came_of_it():
     assert verdict(False, 60, 0, seeds, {}, {}) == (1, "timed out after 60s: the crawl was still running")
     code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: a.test does not resolve", "https://b.test": "robots.txt unreachable for 3600s"}, {})
     assert code == 3 and line.startswith("every seed was given up: http://a.test/: DNS:")
-    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: gone"}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    code, line = verdict(True, 0, 0, seeds, {"a.test": "DNS: gone"}, {"https://b.test": "robots.txt unreachable (connect: connection refused) for 130s"})
     assert code == 3 and line == "nothing was stored: of 2 seeds 1 given up, 1 parked; http://a.test/: DNS: gone"
-    code, line = verdict(True, 0, 0, seeds, {}, {"https://b.test": "robots.txt unreachable (last status 0) for 130s"})
+    code, line = verdict(True, 0, 0, seeds, {}, {"https://b.test": "robots.txt unreachable (connect: connection refused) for 130s"})
     assert code == 3 and "b.test/x: robots.txt unreachable" in line
     assert verdict(True, 0, 5, seeds, {"a.test": "DNS: gone"}, {})[0] == 0
 
@@ -603,7 +603,7 @@ def test_leftovers_list_what_is_left_and_why_by_kind():
     from manager.status import AgentView, Snapshot, finished, leftovers
 
     a = AgentView("a1", "x:1", "alive", "", "", counters={"idle": 1.0}, reachable=True,
-                  parked=[("https://docs.test", 1100.0, "robots.txt unreachable (last status 0) for 130s")],
+                  parked=[("https://docs.test", 1100.0, "robots.txt unreachable (connect: connection refused) for 130s")],
                   given_up=[(f"gone{i}.test", f"DNS: gone{i}.test does not resolve: no such name (NXDOMAIN)") for i in range(25)]
                   + [("big.test", "page budget (100000 pages)")])
     b = AgentView("a2", "x:2", "alive", "", "", counters={"idle": 0.0}, reachable=True)
@@ -613,6 +613,18 @@ def test_leftovers_list_what_is_left_and_why_by_kind():
     assert finished(snap) and not finished(Snapshot(1, "hash", []))
     lines = leftovers(snap, 1000.0, limit=20)
     assert lines[0] == "left: 1 parked (waiting, not fetchable within the park horizon), 26 given up (25 DNS failure, 1 budget spent)"
-    assert lines[1] == "parked    https://docs.test (a1): robots.txt unreachable (last status 0) for 130s; next try in 100s"
+    assert lines[1] == "parked    https://docs.test (a1): robots.txt unreachable (connect: connection refused) for 130s; next try in 100s"
     assert "given up  ... and 5 more (DNS failure)" in lines and "given up  big.test (a1): page budget (100000 pages)" in lines
     assert len(lines) == 1 + 1 + 20 + 1 + 1
+
+
+def test_progress_errors_count_requests_without_a_response_robots_txt_included():
+    """Issue 37: a host refusing connections showed "errors 0" for minutes (its robots.txt was
+    being retried, no URL finished): errors are the requests that got no response."""
+    from agent.crawl.dispatcher import error_kinds
+    from manager.crawl import errors_of
+
+    assert errors_of({"errors": 0.0, "request_errors": 7.0}) == 7.0
+    assert errors_of({"errors": 2.0}) == 2.0, "an agent without the counter"
+    assert error_kinds({"connect": 5.0, "timeout": 2.0, "http_5xx": 9.0, "tls": 0.0}) == " (connect 5, timeout 2)"
+    assert error_kinds({}) == ""

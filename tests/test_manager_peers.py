@@ -257,3 +257,35 @@ def test_an_agent_not_in_the_overlay_yet_is_not_asked_for_its_view(run, tmp_path
         listed, routes, id0, id1 = run(go())
     assert listed == sorted([id0, id1])
     assert {a for a, _ in routes[0].agents} == {id0, id1}
+
+
+def test_seed_force_goes_straight_to_each_owner_and_is_fetched_again(run, tmp_path):
+    """`seed --force` (an operator's re-seed): `force` is the operator's alone, so a routing agent
+    that passed it on was refused by the owner and retried for ever (the crawl never idle). Each
+    forced URL now goes from the manager to its owner, which fetches it once more."""
+    from agent_helpers import cluster, wait_idle as agents_idle
+
+    web = lab_web(seed=2, pages_max=5)
+    with ServerThread(web, zero_latency=True) as lab:
+        port = lab.port
+        web = lab.web
+        hosts = normal_hosts(web)
+        seeds = [web.url(s, "/") for s in web.topology.normal_sites[:6]]
+
+        async def go():
+            keys = {"scope.allowed_domains": hosts, "scope.max_depth": 0}
+            async with cluster(tmp_path, lab, 2, agent_keys=keys) as (_, client, servers, _):
+                first = await inject_all(client, seeds)
+                await agents_idle([s.node for s in servers])
+                owners = {r.host: r.agents[0][0] for r in await client.resolve(sorted({u.split("/")[2].split(":")[0] for u in seeds}))}
+                again = await inject_all(client, seeds, force=True)
+                await agents_idle([s.node for s in servers])
+                return first, again, owners
+
+        first, again, owners = run(go())
+        got = collections.Counter(fetched_urls(lab, port))
+    assert sum(first.taken.values()) == len(seeds) and not first.failed
+    want = collections.Counter(owners[u.split("/")[2].split(":")[0]] for u in seeds)
+    assert dict(again.taken) == dict(want), "each forced URL taken by its host's owner, not by a routing agent"
+    assert not again.failed and not again.refused
+    assert all(got[u] == 2 for u in seeds), {u: got[u] for u in seeds}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -16,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from wancrawl import checks, errors
+from wancrawl.cli import runs as localruns
 from wancrawl.checks import clip_message
 
 if TYPE_CHECKING:
@@ -56,7 +58,44 @@ def translate(exc: grpc.aio.AioRpcError, what: str) -> errors.WancrawlError:
         if code == exc.code() and err not in (errors.ConfigError, errors.PermissionDenied):
             cls = err
             break
-    return cls(clip_message(f"{what}: {exc.code().name}: {exc.details()}"))
+    details = exc.details() or ""
+    plain = explain_failure(exc.code(), details)
+    return cls(clip_message(f"{what}: {exc.code().name}: {plain or details}"))
+
+
+# Connection failures as grpc's C core words them, and what a user should read instead (the
+# OpenSSL text ends in ": OK" and names no cause). First match wins; the address is grpc's.
+_FAILURES: list[tuple[str, str]] = [
+    ("CERTIFICATE_VERIFY_FAILED",
+     "TLS: this CA did not sign the server's certificate at {addr}: is the CA (--ca, WANCRAWL_TLS_CA) or "
+     "operator.env from another run? `source RUN/pki/operator.env` of the run that started the service"),
+    ("Socket closed",
+     "the server at {addr} closed the connection (during the TLS handshake: it refused our certificate; is the "
+     "certificate from another run's CA?)"),
+    ("Connection refused",
+     "connection refused: nothing listens at {addr} (is the service running? `lab up` and `manager crawl` print "
+     "their addresses)"),
+    ("Connection reset", "connection reset by {addr} (the service stopped or restarted?)"),
+    ("Ssl handshake failed", "TLS handshake with {addr} failed (a wrong CA or certificate, or not a TLS port?)"),
+    ("Tls handshake failed", "TLS handshake with {addr} failed (a wrong CA or certificate, or not a TLS port?)"),
+    ("Deadline Exceeded", "timed out: no answer from {addr} in time (overloaded, paused, or an unroutable address?)"),
+    ("DNS resolution failed", "cannot resolve the address {addr}"),
+]
+_ADDRESS = re.compile(r"ipv[46]:(\[[^\]]*\]:\d+|[^:\s]+:\d+)")
+
+
+def explain_failure(code: grpc.StatusCode, details: str) -> str:
+    """A connection failure in plain words naming its fix; "" when it is none we know."""
+    if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ""
+    m = _ADDRESS.search(details)
+    addr = m.group(1) if m else "the address dialled"
+    for needle, text in _FAILURES:
+        if needle.lower() in details.lower():
+            return text.format(addr=addr)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"timed out: no answer in time ({details})"
+    return ""
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
@@ -233,11 +272,30 @@ def effective_tls(tls: TlsSettings | None, target: str = "") -> TlsSettings:
     env = tls_from_env()
     if env is not None:
         return env
+    if target:
+        found = localruns.find(target)  # a run of `lab up` / `manager crawl` listing this address
+        if found is not None:
+            return TlsSettings(found.ca, found.cert, found.key)
+    raise errors.ConfigError(no_credentials_message(target))
+
+
+def quiet_core_logs() -> None:
+    """A command line's stderr without grpc's C-core INFO lines (a failed handshake printed
+    OpenSSL's text before our own message said what it means); GRPC_VERBOSITY set by the
+    user wins. grpc reads it when its core starts, at the first channel or server."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def no_credentials_message(target: str) -> str:
+    """What to do when no credentials are found: the runs' operator.env files first (the usual
+    case: a lab or crawl started from another directory or with another --run-dir)."""
     who = f"dial {target}" if target else "serve"
-    raise errors.ConfigError(
-        f"no TLS credentials to {who}: set [tls] ca, cert and key (made by `python -m wancrawl.pki`), or "
-        f"{ENV_CA}/{ENV_CERT}/{ENV_KEY}; plaintext only with [tls] insecure = true (or {ENV_INSECURE}=1)"
-    )
+    envs = localruns.env_files() if target else []
+    first = (f"`source {envs[-1]}` (the operator certificate of a run here; `lab up` and `manager crawl` write one), or "
+             if envs else "")
+    return (f"no TLS credentials to {who}: {first}set {ENV_CA}/{ENV_CERT}/{ENV_KEY} or [tls] ca, cert and key "
+            f"(certificates from `wancrawl pki init DIR` and `wancrawl pki issue DIR operator NAME`); "
+            f"plaintext only with [tls] insecure = true (or {ENV_INSECURE}=1)")
 
 
 def _read(path: str, what: str) -> bytes:

@@ -90,7 +90,7 @@ class Admission:
             return FETCH
         failing = self.robots.unreachable(origin)
         if failing is not None and now - failing[0] >= self.give_up_after:
-            return Verdict(Act.GIVE_UP_ORIGIN, f"robots.txt unreachable for {now - failing[0]:.0f}s (last status {failing[2]})")
+            return Verdict(Act.GIVE_UP_ORIGIN, f"robots.txt unreachable for {now - failing[0]:.0f}s ({self.robots.failure(origin)})")
         if self.robots.needs_fetch(origin, now):
             # A retry after no answer at all (refused, timed out) is a probe: it takes neither
             # the host's slot nor its delay, or each retry of a dead origin would hold back the

@@ -24,7 +24,7 @@ from agent.crawl.robots import RobotsCache
 from agent.crawl.robotstxt import RobotsTxt
 from agent.crawl.scope import Scope
 from agent.crawl.sitemap_reader import SitemapReader
-from agent.fetch import Fetcher
+from agent.fetch import ERRORS, Fetcher
 from agent.placement.gate import Gate
 from agent.settings import AgentSettings
 from agent.state.frontier import Frontier, Item
@@ -50,6 +50,14 @@ class Parked:
     host: str
     until: float   # unix time the host may be fetched again
     reason: str
+
+
+def error_kinds(fetch_errors: dict[str, float], top: int = 3) -> str:
+    """' (connect 12, timeout 3)': the commonest kinds of requests without a response, for the
+    progress line ('errors' counts every request that got none, robots.txt's included: a host
+    that refuses connections shows its errors, not 0)."""
+    kinds = sorted(((n, k) for k, n in fetch_errors.items() if k in ERRORS and n), reverse=True)[:top]
+    return f" ({', '.join(f'{k} {n:.0f}' for n, k in kinds)})" if kinds else ""
 
 
 class Dispatcher:
@@ -163,7 +171,7 @@ class Dispatcher:
         if self.s.robots.enabled:
             failing = self.robots.unreachable(origin)
             if failing is not None and (now - failing[0] >= self.s.robots.park_after or wait > now + self.s.politeness.park_horizon):
-                return failing[1], f"robots.txt unreachable (last status {failing[2]}) for {now - failing[0]:.0f}s"
+                return failing[1], f"robots.txt unreachable ({self.robots.failure(origin)}) for {now - failing[0]:.0f}s"
         if wait > now + self.s.politeness.park_horizon and wait != INF:
             return wait, f"backoff after {self.origins.level(origin)} transport failures (connect, timeout, TLS...)"
         return None
@@ -307,9 +315,10 @@ class Dispatcher:
             return
         pages = self.page.outcome.stats.pages
         self._last_progress = (now, pages)
-        log.info("progress: %d pages (%.1f/s), %d queued on %d hosts, %d in flight, %d parked, %d given up, %d errors",
+        log.info("progress: %d pages (%.1f/s), %d queued on %d hosts, %d in flight, %d parked, %d given up, %d errors%s",
                  pages, (pages - pages0) / (now - t0), len(self.frontier), self.frontier.hosts_with_work(), self.in_flight,
-                 len(self.parked(now)), self.hosts.given_up_count, self.page.outcome.stats.errors)
+                 len(self.parked(now)), self.hosts.given_up_count, self.requests.stats.request_errors,
+                 error_kinds(self.fetch_errors))
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         self.in_flight += 1

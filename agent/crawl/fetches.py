@@ -18,6 +18,7 @@ log = logging.getLogger("agent")
 class FetchCounters(Counters):
     fetches: int = 0  # requests sent
     bytes: int = 0    # bytes read from the wire
+    request_errors: int = 0  # requests without a response (refused, reset, TLS, timeout...), robots.txt's included
 
 
 class Requests:
@@ -39,6 +40,7 @@ class Requests:
         self.stats.fetches += 1
         self.stats.bytes += resp.raw_length
         if resp.error:
+            self.stats.request_errors += 1
             self.fetch_errors[resp.error] = self.fetch_errors.get(resp.error, 0.0) + 1
         return resp
 

@@ -397,12 +397,16 @@ class Record:
     def capture(self, item: Item, resp: FetchResponse) -> Capture | None:
         # WARC-Truncated knows length, time, disconnect and unspecified; a server that sent more
         # than its Content-Length ("excess") had its message cut at that length by us.
-        trunc = {"decoded": "length", "excess": "unspecified"}.get(resp.truncated or "", resp.truncated)
+        # A body whose encoding broke mid-stream ("encoding") is cut where it broke: "unspecified".
+        trunc = {"decoded": "length", "excess": "unspecified", "encoding": "unspecified"}.get(resp.truncated or "", resp.truncated)
+        # A body still in its Content-Encoding (one the agent cannot undo, or a header that lied
+        # about it) keeps the header in the record, and the metadata record says why.
+        note = (("encoding-note", resp.error_detail),) if (resp.encoded or resp.truncated == "encoding") and resp.error_detail else ()
         fr = FetchResult(
             url=item.url, status=resp.status, response_headers=resp.headers, body=resp.body, agent_id=self.agent_id,
             started_at=resp.started_at, ended_at=resp.ended_at, request_headers=resp.request_headers,
             reason=resp.reason, http_version=resp.http_version or "HTTP/1.1", ip=resp.ip or "",
-            truncated=trunc, body_decoded=True,
+            truncated=trunc, body_decoded=not resp.encoded, extra_metadata=note,
         )
         try:
             return build_capture(fr, level=self.gzip_level)

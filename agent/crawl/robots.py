@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from protego import Protego
@@ -9,6 +10,17 @@ from protego import Protego
 # How long a host whose robots.txt keeps failing stays fully disallowed before the RFC lets
 # a crawler treat it as having none (RFC 9309 2.4: "unreachable for more than 30 days").
 UNREACHABLE_ALLOW_AFTER = 30 * 86400.0
+
+
+# protego drops a Crawl-delay it cannot take as a finite number, so `Crawl-delay: inf` read as no
+# delay at all while 1e9 was capped (politeness.max_crawl_delay): an infinite delay is the
+# largest one, capped the same way.
+_INFINITE_DELAY = re.compile(r"(?im)^([ \t]*crawl-delay[ \t]*:[ \t]*)\+?inf(?:inity)?[ \t]*(#.*)?$")
+
+
+def parse_rules(text: str) -> Protego:
+    """A robots.txt body as protego's rules, an infinite Crawl-delay taken as a huge one."""
+    return Protego.parse(_INFINITE_DELAY.sub(r"\g<1>1e18", text))
 
 
 @dataclass
@@ -21,6 +33,7 @@ class _Entry:
     status: int
     text: str = ""  # the file the rules came from: a host handed over carries it
     failures: int = 0  # consecutive unreachable answers (the retry backs off exponentially)
+    why: str = ""  # the last failure without a response, named (e.g. "connect: connection refused")
 
 
 @dataclass(frozen=True)
@@ -68,15 +81,16 @@ class RobotsCache:
         e = self._hosts.get(host)
         return e is None or now >= e.expires
 
-    def update(self, host: str, status: int, body: bytes | str | None, now: float) -> None:
-        """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response)."""
+    def update(self, host: str, status: int, body: bytes | str | None, now: float, why: str = "") -> None:
+        """Record the outcome of fetching http(s)://host/robots.txt (status 0: no response, `why`
+        names the failure)."""
         prev = self._hosts.get(host)
         if 200 <= status < 300:
             text = body if isinstance(body, str) else (body or b"")[: self.max_bytes].decode("utf-8", "replace")
             if isinstance(body, str):
                 text = text[: self.max_bytes]
             try:
-                rules = Protego.parse(text)
+                rules = parse_rules(text)
             except Exception:  # noqa: BLE001 - an unparseable file is treated as empty (RFC 9309 2.2)
                 rules = None
             self._hosts[host] = _Entry(rules, rules is None, now + self.ttl, now, None, status, text)
@@ -92,12 +106,13 @@ class RobotsCache:
             since = prev.failing_since if prev is not None and prev.failing_since is not None else now
             n = (prev.failures if prev is not None and failing else 0) + 1
             until = now + min(self.error_ttl, self.retry_base * 2.0 ** min(n - 1, 30))
+            why = why if status == 0 else ""
             if now - since >= self.unreachable_allow_after:
-                self._hosts[host] = _Entry(None, True, until, None, since, status, "", n)
+                self._hosts[host] = _Entry(None, True, until, None, since, status, "", n, why)
             elif prev is not None and prev.fetched_ok is not None and now - prev.fetched_ok < self.unreachable_allow_after:
-                self._hosts[host] = _Entry(prev.rules, prev.allow_all, until, prev.fetched_ok, since, status, prev.text, n)
+                self._hosts[host] = _Entry(prev.rules, prev.allow_all, until, prev.fetched_ok, since, status, prev.text, n, why)
             else:
-                self._hosts[host] = _Entry(None, False, until, None, since, status, "", n)
+                self._hosts[host] = _Entry(None, False, until, None, since, status, "", n, why)
 
     def unreachable(self, host: str) -> tuple[float, float, int] | None:
         """(failing since, retry at, last status) while the host's robots.txt is unreachable and
@@ -106,6 +121,14 @@ class RobotsCache:
         if e is None or e.failing_since is None or e.allow_all or e.rules is not None:
             return None
         return e.failing_since, e.expires, e.status
+
+    def failure(self, host: str) -> str:
+        """The last robots.txt failure of the host, for people: "status 503", or the failure
+        without a response by name ("connect: connection refused"), never "status 0"."""
+        e = self._hosts.get(host)
+        if e is None:
+            return ""
+        return e.why or (f"status {e.status}" if e.status else "no response")
 
     def allowed(self, url: str, host: str) -> bool:
         """Whether the rules let us fetch url; /robots.txt itself is always allowed."""
@@ -156,7 +179,7 @@ class RobotsCache:
         if 200 <= st.status < 300 or (st.text and st.fetched_ok is not None):
             # A 2xx file, or a failing host's rules kept from its last good answer.
             try:
-                rules = Protego.parse(st.text)
+                rules = parse_rules(st.text)
             except Exception:  # noqa: BLE001 - as in update(): unparseable = empty
                 rules = None
             allow_all = rules is None

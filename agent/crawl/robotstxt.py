@@ -82,7 +82,8 @@ class RobotsTxt:
                     self.scheduler.finished(host, ip, self.clock(), 0, None, has_work=False)
                 self.hosts.give_up(host, *failed)
                 return
-            self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock())
+            why = f"{resp.error}: {(resp.error_detail or '')[:120]}" if resp.error else ""
+            self.robots.update(origin, resp.status if not resp.error else 0, resp.body, self.clock(), why)
             if self.robots.unreachable(origin) is not None:
                 self.stats.robots_deferred += 1  # the origin's URLs wait for the next try
             elif self.sitemaps.enabled and not self.sitemaps.known(origin):

@@ -32,7 +32,9 @@ ERRORS = ("connect", "timeout", "read", "dns", "forbidden_address", "protocol", 
 #   excess      the server sent more than its framing announced (bytes past Content-Length or
 #               after the last chunk): the body is the announced message, as curl keeps it;
 #               the rest is dropped unread and the connection is not reused
-TRUNCATIONS = ("length", "decoded", "time", "disconnect", "excess")
+#   encoding    the Content-Encoding stream broke mid-body (a corrupt gzip member): the body is
+#               what decoded before the break
+TRUNCATIONS = ("length", "decoded", "time", "disconnect", "excess", "encoding")
 
 
 @dataclass
@@ -51,7 +53,11 @@ class FetchResponse:
     http_version: str = ""
     headers: list[tuple[str, str]] = field(default_factory=list)  # as received, in order
     request_headers: list[tuple[str, str]] = field(default_factory=list)  # as sent
-    body: bytes = b""  # decoded per Content-Encoding, capped
+    body: bytes = b""  # decoded per Content-Encoding, capped (unless `encoded` says otherwise)
+    # The Content-Encoding the body still carries ("": decoded, or none was named): one this agent
+    # cannot undo, or one the server named for a body that is not in it (kept as sent; the WARC
+    # keeps the header then, so the record says what its bytes are).
+    encoded: str = ""
     raw_length: int = 0  # body bytes read from the wire
     ip: str | None = None  # peer address actually connected to
     started_at: float = 0.0  # time.time()
@@ -246,11 +252,14 @@ class BodySink:
         self.parts: list[bytes] = []
         self.decoded = 0
         self.truncated: str | None = None
-        self.error: str | None = None
+        self.detail: str | None = None  # why the body is not decoded, or where its encoding broke
         enc = encoding if encoding else "identity"
+        self.enc = enc
         factory = DECODERS.get(enc)
         # An encoding we did not ask for: keep the bytes as they came, say so.
-        self.undecodable = None if factory is not None else enc
+        self.encoded = "" if factory is not None else enc
+        if self.encoded:
+            self.detail = f"content-encoding {enc!r} not decoded"
         self._dec: _Decoder = (factory or _Identity)()
 
     def feed(self, chunk: bytes) -> bool:
@@ -270,8 +279,7 @@ class BodySink:
             # Ask for one byte more than the room so "exactly at the cap" is not a truncation.
             out = self._dec.decompress(chunk, room + 1)
         except zlib.error as exc:
-            self.error = f"bad {type(self._dec).__name__.strip('_').lower()} stream: {exc}"
-            return False
+            return self._broken(chunk, f"bad {type(self._dec).__name__.strip('_').lower()} stream: {exc}")
         if len(out) > room or self._dec.unconsumed_tail:
             self.parts.append(out[:room])
             self.decoded += min(len(out), room)
@@ -281,13 +289,24 @@ class BodySink:
         self.decoded += len(out)
         return True
 
+    def _broken(self, chunk: bytes, why: str) -> bool:
+        """The encoded stream is not what the header named. Broken at its first bytes (nothing
+        decoded yet): the header lied, the body is kept as sent and says so (`encoded`); broken
+        later: the body is what decoded before the break (truncated "encoding")."""
+        if self.decoded == 0 and not self.encoded and self.raw_length == len(chunk):  # the first chunk: all of it is here
+            self.encoded, self.detail = self.enc, f"content-encoding {self.enc!r} named, but {why}: the body is kept as sent"
+            self._dec = _Identity()
+            return self._emit(chunk)
+        self.truncated, self.detail = "encoding", f"the {self.enc} stream broke after {self.decoded} decoded bytes: {why}"
+        return False
+
     def finish(self) -> None:
         """The wire body is complete: flush the decoder's remainder (within the cap)."""
-        if self.truncated is None and self.error is None:
+        if self.truncated is None:
             try:
                 tail = self._dec.flush()
             except zlib.error as exc:
-                self.error = f"bad stream at end: {exc}"
+                self.truncated, self.detail = "encoding", f"the {self.enc} stream broke at its end: {exc}"
                 return
             room = self.max_decoded - self.decoded
             if len(tail) > room:
@@ -737,10 +756,30 @@ def apply_sink(resp: FetchResponse, sink: BodySink) -> None:
     resp.raw_length = sink.raw_length
     if sink.truncated and resp.truncated is None:
         resp.truncated = sink.truncated
-    if sink.error and resp.error is None:
-        resp.error, resp.error_detail = "protocol", sink.error
-    if sink.undecodable and resp.error is None:
-        resp.error_detail = f"content-encoding {sink.undecodable!r} not decoded"
+    resp.encoded = sink.encoded
+    if sink.detail and resp.error is None and resp.error_detail is None:
+        resp.error_detail = sink.detail
+
+
+# A response head longer than this is refused (`too_large`, no response kept): no real head comes
+# near it, and a server that sends one is a trap for memory (docs/agent-fetching.md).
+MAX_RESPONSE_HEAD = 64 * 1024
+
+
+def head_overflow(reason: str | bytes, headers: list[tuple[str, str]]) -> str | None:
+    """Why a complete response head is refused (over MAX_RESPONSE_HEAD bytes as sent, counted
+    from its status line and fields), or None. For the fetchers whose parser limits each field
+    but not the whole head: 1,000 small fields pass any per-field limit."""
+    n = 17 + len(reason) + sum(len(k) + len(v) + 4 for k, v in headers)  # "HTTP/1.1 200 " ... CRLFs
+    if n <= MAX_RESPONSE_HEAD:
+        return None
+    return f"response head over {MAX_RESPONSE_HEAD} bytes ({len(headers)} fields)"
+
+
+def refuse_head(resp: FetchResponse, detail: str) -> None:
+    """A head refused after it was read: no response is kept (status 0), the error says why."""
+    resp.status, resp.reason, resp.headers = 0, "", []
+    _fail(resp, "too_large", detail)
 
 
 def late_failure(resp: FetchResponse, sink: BodySink | None, truncated: str, error: str, detail: str) -> None:

@@ -23,6 +23,8 @@ from agent.fetch.base import (
     collect_framing,
     end_framing,
     finish_headers,
+    head_overflow,
+    refuse_head,
 )
 from agent.fetch.base import (
     late_failure as _late,
@@ -161,14 +163,18 @@ class HttpxFetcher(BaseFetcher):
                 slot = True
                 r = await client.send(client.build_request("GET", req.url, headers=headers), stream=True)
                 stream = _take_head(resp, r, t0)
-                sink = BodySink(self.settings, finish_headers(resp))
-                complete = True
-                async for chunk in r.aiter_raw():
-                    if not sink.feed(chunk):
-                        complete = False
-                        break
-                if complete:
-                    sink.finish()
+                big = head_overflow(resp.reason, resp.headers)
+                if big is not None:
+                    refuse_head(resp, big)  # h11 limits the incomplete head only (16 KiB per read)
+                else:
+                    sink = BodySink(self.settings, finish_headers(resp))
+                    complete = True
+                    async for chunk in r.aiter_raw():
+                        if not sink.feed(chunk):
+                            complete = False
+                            break
+                    if complete:
+                        sink.finish()
         except TimeoutError:
             # httpx raises its own timeout classes, so this is the total deadline.
             _late(resp, sink, "time", "timeout", f"total timeout {self.settings.total_timeout}s")

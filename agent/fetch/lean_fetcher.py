@@ -24,6 +24,7 @@ from typing import cast
 import httptools
 
 from agent.fetch.base import (
+    MAX_RESPONSE_HEAD,
     BaseFetcher,
     BodySink,
     FetchRequest,
@@ -34,6 +35,8 @@ from agent.fetch.base import (
     apply_framing,
     apply_sink,
     finish_headers,
+    head_overflow,
+    refuse_head,
 )
 from agent.fetch.base import (
     late_failure as _late,
@@ -45,7 +48,7 @@ from wancrawl.urls import split_target
 KEEPALIVE = 15.0
 # The response head may not be longer than this (aiohttp refuses a header line over 8190 bytes,
 # a field over max_field_size 16384; a head of 64 KiB is far beyond any real one).
-MAX_HEAD = 64 * 1024
+MAX_HEAD = MAX_RESPONSE_HEAD
 _DEFAULT_PORT = {"http": 80, "https": 443}
 
 
@@ -200,6 +203,14 @@ class _Conn(asyncio.Protocol):
             self.headers = []
             self.reason = b""
             return
+        big = head_overflow(self.reason, self.headers)
+        if big is not None:
+            # Whole in one read, the head never met the incomplete-head check in data_received.
+            refuse_head(resp, big)
+            self.keep = False
+            self._settle()
+            self.close()
+            return
         resp.ttfb = time.monotonic() - self.t0
         resp.status = status
         resp.reason = self.reason.decode("latin-1").strip()
@@ -212,9 +223,11 @@ class _Conn(asyncio.Protocol):
         self.sink = BodySink(self.settings, finish_headers(resp))
 
     def on_body(self, body: bytes) -> None:
+        if self.done is None or self.done.done():
+            return  # settled already (a refused head): what follows in this read is dropped
         sink = self.sink
         assert sink is not None
-        if self.done is not None and not self.done.done() and not sink.feed(body):
+        if not sink.feed(body):
             self._settle()  # a cap reached or a bad stream: read nothing more
             self.close()
 

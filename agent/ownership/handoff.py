@@ -11,6 +11,7 @@ from typing import ClassVar
 from agent.client import AgentPool
 from agent.ownership.ledger import HostLedger, HostState
 from agent.placement.directory import HostDirectory
+from agent.placement.gate import Gate
 from agent.state.commit import Durable
 from agent.state.frontier import Item
 from wancrawl import errors
@@ -57,6 +58,8 @@ class _Received:
     theirs: dict[str, tuple[set[str], set[int]]] = field(default_factory=dict)
     from_replica: list[str] = field(default_factory=list)
     replica_urls: list[str] = field(default_factory=list)
+    # Hosts this stream closed at the gate (not held before it): reopened once it is all in.
+    held: list[str] = field(default_factory=list)
     # Of `theirs`, the hosts this agent was taking over when the stream began (held for claims
     # or a promotion: their state was asked for): the sender's word drops done copies there.
     taking: set[str] = field(default_factory=set)
@@ -85,9 +88,8 @@ class HandOff:
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
-                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None,
-                 clock: Callable[[], float] = time.time, defer_done: float = 10.0,
-                 taking: Callable[[str], bool] = lambda h: True):
+                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None, gate: Gate | None = None,
+                 clock: Callable[[], float] = time.time, defer_done: float = 10.0):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -107,7 +109,12 @@ class HandOff:
         # before they are fetched (HostLedger.defer_done): replication's unshipped_grace.
         self.clock = clock
         self.defer_done = defer_done
-        self.taking = taking  # the gate's `held`: is this host being taken over here now?
+        # A host arriving by HandOver is closed at the gate until its whole stream is in: its
+        # first part is queued (and woken) before the copies the sender fetched are dropped
+        # (reconcile) and before a dead owner's replica is watched at storage. A fetch in that
+        # gap stored a page twice (chaos flap, session 13: a replica's URL fetched 20 ms before
+        # the stream ended, the dead owner's capture of it already at storage).
+        self.gate = gate
         self.stats = HandOffCounters()
 
     def attach(self, *, admit: Admit) -> None:
@@ -204,12 +211,24 @@ class HandOff:
         """Import every part of the hosts `admit` takes, then answer once all of it is durable
         (the next group commit); the refused hosts are named in the answer."""
         got = _Received()
-        async for req in parts:
-            await self._take(req, got)
+        try:
+            async for req in parts:
+                await self._take(req, got)
+            return await self._settle(got)
+        finally:
+            if got.held and self.gate is not None:
+                self.gate.release(got.held)
+
+    async def _settle(self, got: _Received) -> agent_pb2.HandOverResponse:
+        """The whole stream is in: drop (or defer: _reconcile) what the sender fetched, watch a
+        dead owner's queue at storage, wait for the group commit, replicate; the answer."""
         dropped, deferred = self._reconcile(got)
         watch = got.replica_urls + deferred
         if watch and self.may_be_stored is not None:
             self.may_be_stored(watch)
+        if got.held and self.gate is not None:
+            self.gate.release(got.held)  # what is left may be fetched now: the durable wait need not hold it
+            got.held = []
         if got.from_replica:
             self.stats.replicas_handed_in += len(got.from_replica)
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
@@ -262,9 +281,12 @@ class HandOff:
             if why is not None:
                 got.refused[h] = why
                 return
+        if first and self.gate is not None and not self.gate.held(h):
+            self.gate.hold([h])
+            got.held.append(h)
         if first and (self.ledger.holds(h) or req.replica_of):
             got.theirs[h] = (set(), set())
-            if self.taking(h) or not self.ledger.holds(h):
+            if h not in got.held or not self.ledger.holds(h):  # held before this stream: a takeover
                 got.taking.add(h)
         if first and req.replica_of:
             got.from_replica.append(h)
