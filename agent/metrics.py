@@ -129,6 +129,7 @@ HELP = {
     "epoch_claims": "peer messages claiming an epoch newer than the consultant's latest",
     "epoch_checks": "Resolves made to check such a claim",
     "epoch_claims_refuted": "claims the consultant did not confirm",
+    "live_agents_failures": "LiveAgents asks placement could not answer (unreachable, or a consultant replica behind this agent's epoch)",
     "consultant_rpcs": "RPCs to the consultant (register, heartbeat, resolve)",
     "heartbeats_withheld": "heartbeats (or registrations) not sent because the agent made no durable progress",
     # ConsultantClient over several replicas (consultant/client.py, wancrawl/failover.py)
@@ -211,6 +212,8 @@ HELP = {
     "hosts_moved_out": "hosts given to the agent that owns them now",
     "replicas_dropped": "replicas dropped here (the host's owner or backup changed)",
     "replicas_handed_out": "replicas of a departed owner handed to the host's current owner (the host moved as its owner died)",
+    "replicas_kept_owner_alive": "replicas whose owner is off the host's new list but alive, kept for its own handover (or claimed from it) rather than handed on",
+    "replica_owner_liveness_unknown": "replicas whose owner is off the host's new list, taken for dead because placement could not say who is alive",
     "replicas_handed_in": "hosts taken over from a backup's replica of their departed owner (merged like a promotion)",
     "replicas_superseded_unhanded": "replicas replaced by a new owner's Replicate before they could be handed to it (the handover failed)",
     "replica_unsynced": "this agent's hosts whose backup has no full copy yet",

@@ -104,15 +104,17 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             if new:
                 drops = {m.host for m in batch.items if m.drop}
                 refused.update(await node.guard.replicate(sender, new, drops & set(new)))
-                taken.update(h for h in new if h not in refused)
+                fresh = {h for h in new if h not in refused}
+                # A replica of another agent that this message would replace goes to the sender
+                # (the host's owner now) first: that agent may have died as the host moved off it
+                # (docs/replication.md, "A move at a death"); or, that agent alive off the
+                # host's list, the host is refused and the replica kept for its handover.
+                superseded = {m.host: old for m in batch.items
+                              if m.host in fresh and not m.drop and (old := node.replicas.owner(m.host)) not in (None, sender)}
+                if superseded:
+                    refused.update(await node.ownership.superseded(sender, superseded))
+                taken.update(h for h in fresh if h not in refused)
             items = [m for m in batch.items if m.host in taken]
-            # A replica of another agent that this message would replace goes to the
-            # sender (the host's owner now) first: that agent may have died as the host
-            # moved off it (docs/replication.md, "A move at a death").
-            superseded = {m.host: old for m in items
-                          if not m.drop and (old := node.replicas.owner(m.host)) not in (None, sender)}
-            if superseded:
-                await node.ownership.superseded(sender, superseded)
             if items:
                 applied += node.replicas.apply(sender, items)
         if refused:

@@ -8,7 +8,7 @@ import grpc
 
 from wancrawl import errors, failover, grpcutil
 # The answers' types live at the bottom floor, shared with storage and the overlay's query client.
-from wancrawl.placement import HostRoute, Registration
+from wancrawl.placement import HostRoute, LiveAgents, Registration
 from wancrawl.v1 import consultant_pb2 as pb, consultant_pb2_grpc as pb_grpc
 
 
@@ -98,6 +98,11 @@ class ConsultantClient:
 
     async def list_agents(self, include_dead: bool = False) -> pb.ListAgentsResponse:
         return await self._call("ListAgents", pb.ListAgentsRequest(include_dead=include_dead))
+
+    async def live_agents(self) -> LiveAgents:
+        """The agents alive at the consultant's current epoch (their lease holds)."""
+        r = await self._call("LiveAgents", pb.LiveAgentsRequest())
+        return LiveAgents(r.epoch, {a.agent_id: a.address for a in r.agents})
 
     async def set_override(self, host: str, agent_id: str) -> int:
         return (await self._call("SetOverride", pb.SetOverrideRequest(host=host, agent_id=agent_id))).epoch

@@ -36,6 +36,9 @@ AUTH_RULES = Rules(SERVICE_NAME, {
     "Resolve": {"agent": "", "operator": "", "service": ""},
     "Explain": {"operator": ""},
     "ListAgents": {"operator": ""},
+    # Who is alive now (agents: is a replica's owner that left a host's list dead, or did the
+    # host only move? agent/ownership/settle.py). Cheap, unlike ListAgents (no store read, no refit).
+    "LiveAgents": {"agent": "", "operator": "", "service": ""},
     "SetOverride": {"operator": ""},
     "ClearOverride": {"operator": ""},
 })
@@ -159,6 +162,11 @@ class ConsultantServicer(pb_grpc.ConsultantServicer):
         fit = self.service.capacity.fit()
         return pb.ListAgentsResponse(epoch=snap.epoch, strategy=self.service.settings.strategy, agents=out,
                                      capacity_model=fit.model.name if fit else "", capacity_errors=fit.errors if fit else {})
+
+    async def LiveAgents(self, request, context):
+        validate.live_agents(request)
+        d = self.service.directory  # one epoch's live agents, replaced whole: a consistent read
+        return pb.LiveAgentsResponse(epoch=d.epoch, agents=self._agent_refs(d))
 
     async def SetOverride(self, request, context):
         validate.set_override(request)

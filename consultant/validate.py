@@ -98,6 +98,10 @@ def list_agents(r: pb.ListAgentsRequest) -> None:
     """include_dead only: a bool."""
 
 
+def live_agents(r: pb.LiveAgentsRequest) -> None:
+    """No fields."""
+
+
 def set_override(r: pb.SetOverrideRequest) -> None:
     host("host", r.host)
     agent_id("agent_id", r.agent_id)

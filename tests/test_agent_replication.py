@@ -20,6 +20,7 @@ from agent.ownership.settle import Action, settle_action
 from agent.ownership.replica import ReplicaStore
 from agent.state.seen import fingerprint
 from consultant.client import HostRoute
+from wancrawl.placement import LiveAgents
 from lab.testing import ServerThread
 from wancrawl.errors import Unavailable
 from wancrawl.urls import canonicalize
@@ -77,6 +78,28 @@ def test_settle_action_with_two_backups(agents, want):
     assert settle_action("a", route(*agents), holds=False, replica_of="b", settling=False, backups=2) == want
 
 
+# A host moves off b, its owner, which lives (a balance epoch: b had been pinned the host, and the
+# new list, three of four agents, does not name b). Off the list is not dead: placement's
+# LiveAgents says b lives (live_owner), and b hands the host over itself.
+@pytest.mark.parametrize("agents, holds, live_owner, want", [
+    ((C, A), False, B, Action("keep")),                  # its backup: keeps the copy until b's handover and drop
+    ((C, D), False, B, Action("keep")),                  # ... pushed off the list too
+    ((C, A, D), False, B, Action("keep")),
+    ((C, A), False, None, Action("hand_replica", (C,))),  # b dead (or liveness unknown): handed on, as before
+    ((C, D), False, None, Action("hand_replica", (C,))),
+    ((C, A), False, D, Action("hand_replica", (C,))),     # another agent alive is no word on b
+    ((C, A), True, B, Action("hand_out", (C,))),          # owned state here goes first, as ever
+    ((A, C), False, B, Action("claim", (B,))),           # this agent is the new owner: claim it from b
+    ((A, C, D), False, B, Action("claim", (B,))),
+    ((A, C), False, None, Action("promote")),            # b dead: the replica is the host's state
+    ((A, B), False, B, Action("claim", (B,))),           # listed: as before
+])
+def test_settle_action_keeps_a_live_owners_replica_when_the_host_moves_off_its_list(agents, holds, live_owner, want):
+    for backups in (1, 2):
+        assert settle_action("a", route(*agents), holds=holds, replica_of="b", settling=False, backups=backups,
+                             live_owner=live_owner) == want
+
+
 def test_settle_action_never_leaves_a_dead_owners_replica_unclaimed():
     """Against the invariant, for every small preference list: a replica whose owner is not in
     the list is promoted here (this agent owns the host) or handed to the owner; never kept or
@@ -109,6 +132,155 @@ def test_replica_store_drops_a_replica_only_if_it_is_still_the_named_owners(tmp_
     assert rs.hosts() == {"h.lab": "c"} and [i.url for i in rs.export("h.lab").queue] == ["http://h.lab/5"]
     assert rs.drop(["h.lab"]) == 1 and len(rs) == 0, "without an owner: unconditional, as before"
     rs.close()
+
+
+# -- a move off a live owner, on a real node ------------------------------------------------------
+class MovingPlacement:
+    """Preference lists and live agents a test changes epoch by epoch (as a balance move and a
+    death would); counts the LiveAgents asks. live None: placement cannot say (it fails)."""
+
+    def __init__(self, lists: dict[str, tuple], live: list | None, epoch: int = 7):
+        self.lists, self.live, self.epoch = lists, live, epoch
+        self.live_asks = 0
+
+    async def resolve(self, hosts):
+        return [HostRoute(h, self.lists[h], 300, self.epoch) for h in hosts]
+
+    async def live_agents(self) -> LiveAgents:
+        self.live_asks += 1
+        if self.live is None:
+            raise Unavailable("consultant: connection refused")
+        return LiveAgents(self.epoch, dict(self.live))
+
+    async def close(self) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def moving_node(tmp_path, placement: MovingPlacement):
+    """Agent a, not started (its loops are called by the test), holding b's replica of H whose
+    queue lags b (b fetched more since); its HandOvers are recorded, not sent."""
+    from agent.node import AgentNode
+    from agent.settings import load_settings
+
+    s = load_settings(None, {"agent_id": "a", "data_dir": str(tmp_path / "a"), "storage_out.fsync": False})
+    node = AgentNode(s, placement=placement)  # type: ignore[arg-type]
+    node.tasks.append(asyncio.create_task(node.commit_log.run(0.01)))
+    sent: list[tuple[str, list[str], dict]] = []
+
+    async def send(address, states, replica_of=None):
+        sent.append((address, [st.host for st in states], dict(replica_of or {})))
+        return agent_pb2.HandOverResponse(hosts=len(states))
+
+    node.handoff.send = send  # type: ignore[method-assign]
+    node.replicas.apply("b", [_msg(MOVED, reset=True, adds=[(i, f"http://{MOVED}/{i}", 1) for i in (1, 2, 3)],
+                                   sender="b")])
+    try:
+        await node.ownership.reconcile(claim_all=False)  # the steady state: b owns, a backs it up
+        assert placement.live_asks == 0, "every replica's owner is listed: nothing to ask"
+        yield node, sent
+    finally:
+        for task in node.tasks:
+            task.cancel()
+        await asyncio.gather(*node.tasks, return_exceptions=True)
+
+
+MOVED = "www.s0002.telecom-beijing.lab"
+ALL = [A, B, C, D]
+
+
+async def _new_epoch(node, placement: MovingPlacement, epoch: int, route: tuple, live: list | None) -> None:
+    placement.lists, placement.epoch, placement.live = {MOVED: route}, epoch, live
+    node.directory.consultant_epoch(epoch)  # as the heartbeat that brings it
+    await node.ownership.reconcile(claim_all=False)
+
+
+@pytest.mark.parametrize("b_is", ["alive", "dead", "unknown"])
+def test_a_backup_keeps_a_live_owners_replica_when_a_move_takes_the_host_off_its_list(run, tmp_path, b_is):
+    """Chaos, consultant mode, a balance epoch: a host pinned to b moved to c, and c's list (three
+    of four agents) does not name b, which lives. Its backup a took "b not in the list" for "b is
+    gone" and handed its lagging replica to c as a dead owner's: c fetched at once, 400 ms before
+    b's own handover, 5 pages b had fetched a second before (stored twice). Now a asks placement
+    who lives: b alive, the copy stays (b hands over, then tells a to drop it); dead, it goes to c
+    as before; placement unreachable, taken for dead (today's behaviour), counted."""
+    live = {"alive": ALL, "dead": [A, C, D], "unknown": None}[b_is]
+
+    async def go():
+        placement = MovingPlacement({MOVED: (B, A)}, ALL)
+        async with moving_node(tmp_path, placement) as (node, sent):
+            await _new_epoch(node, placement, 8, (C, D, A), live)
+            stats = node.ownership.loop_stats
+            if b_is == "alive":
+                assert sent == [], "a live owner's replica was handed on as a dead owner's"
+                assert node.replicas.owner(MOVED) == "b" and stats.replicas_kept_owner_alive == 1
+                await node.ownership.reconcile(claim_all=False)
+                assert placement.live_asks == 1, "liveness is asked once per epoch"
+                # b dies before its handover: at the epoch of its death the copy goes to c.
+                await _new_epoch(node, placement, 9, (C, D, A), [A, C, D])
+                assert placement.live_asks == 2
+            assert sent == [(C[1], [MOVED], {MOVED: "b"})], sent
+            assert node.replicas.owner(MOVED) is None, "dropped once c took it"
+            assert stats.replica_owner_liveness_unknown == (1 if b_is == "unknown" else 0)
+
+    run(go())
+
+
+@pytest.mark.parametrize("b_alive", [True, False])
+def test_the_new_owner_claims_a_live_owners_host_rather_than_promote_its_lagging_replica(run, tmp_path, b_alive):
+    """The same move with a (b's backup) as the new owner and b off the list: a promoted its
+    replica and fetched before b's handover came. b alive: a holds the host and claims it from b
+    (b's answer is its handover); b dead: promoted, as before."""
+
+    async def go():
+        placement = MovingPlacement({MOVED: (B, A)}, ALL)
+        async with moving_node(tmp_path, placement) as (node, sent):
+            claims: list[tuple[str, ...]] = []
+            node.ownership.claims.ask = lambda h, peers: claims.append(tuple(p[0] for p in peers))  # type: ignore
+            await _new_epoch(node, placement, 8, (A, C, D), ALL if b_alive else [A, C, D])
+            await node.ownership.settle()
+            assert sent == []
+            if b_alive:
+                assert claims == [("b",)] and node.replicas.owner(MOVED) == "b"
+                assert not node.ledger.holds(MOVED) and node.ownership.loop_stats.hosts_promoted == 0
+            else:
+                assert claims == [] and node.ownership.loop_stats.hosts_promoted == 1
+                assert node.ledger.holds(MOVED) and node.replicas.owner(MOVED) is None
+
+    run(go())
+
+
+@pytest.mark.parametrize("b_alive", [True, False])
+def test_a_new_owners_replicate_does_not_take_a_live_owners_replica_off_its_backup(run, tmp_path, b_alive):
+    """The same move seen from the new owner's replication (chaos storage-writer-kill, balancer
+    on: "handed the replicas of 2 hosts of dead owners", 200 ms before the live owner's own
+    handover). c, the new owner, claims only from its list, which does not name b: it fetches
+    pushed URLs at once and replicates them to a, whose replica of the host is b's. The rule
+    "hand the replaced replica to the sender first" (for an owner that died as the host moved)
+    gave c b's lagging copy to fetch from. b alive: the host is refused by name and b's copy
+    kept; dead: handed to c, then c's message applied, as before."""
+    from agent.server import AgentServicer
+
+    async def go():
+        placement = MovingPlacement({MOVED: (B, A)}, ALL)
+        async with moving_node(tmp_path, placement) as (node, sent):
+            placement.lists, placement.epoch = {MOVED: (C, A, D)}, 8
+            placement.live = ALL if b_alive else [A, C, D]
+            node.directory.consultant_epoch(8)  # learnt, not settled yet: the settle window
+
+            async def batch():
+                yield agent_pb2.ReplicateBatch(items=[_msg(MOVED, reset=True, adds=[(1, f"http://{MOVED}/9", 1)],
+                                                           sender="c")])
+
+            resp = await AgentServicer(node).Replicate(batch(), None)
+            if b_alive:
+                assert sent == [] and resp.applied == 0, "b's lagging copy went to c"
+                assert [n.host for n in resp.refused] == [MOVED] and "b's" in resp.refused[0].reason
+                assert node.replicas.owner(MOVED) == "b"
+            else:
+                assert sent == [(C[1], [MOVED], {MOVED: "b"})] and resp.applied == 1 and not resp.refused
+                assert node.replicas.owner(MOVED) == "c"
+
+    run(go())
 
 
 # -- the gate -----------------------------------------------------------------------------------

@@ -145,6 +145,7 @@ BASELINES: dict[str, Any] = {
     "/wancrawl.v1.Consultant/Resolve": consultant_pb2.ResolveRequest(hosts=["a.cn"]),
     "/wancrawl.v1.Consultant/Explain": consultant_pb2.ExplainRequest(host="a.cn"),
     "/wancrawl.v1.Consultant/ListAgents": consultant_pb2.ListAgentsRequest(include_dead=True),
+    "/wancrawl.v1.Consultant/LiveAgents": consultant_pb2.LiveAgentsRequest(),
     "/wancrawl.v1.Consultant/SetOverride": consultant_pb2.SetOverrideRequest(host="a.cn", agent_id="b1"),
     "/wancrawl.v1.Consultant/ClearOverride": consultant_pb2.ClearOverrideRequest(host="a.cn"),
     "/wancrawl.v1.Storage/Ingest": storage_pb2.PageBatch(batch_id="bounds", captures=[_capture()]),

@@ -37,6 +37,11 @@ The rules, as the consultant keeps them today:
 9. Crash: an agent that stops heartbeating loses its lease: the epoch grows, it leaves every
    preference list and its first backups own its hosts. When it comes back (a heartbeat, or a
    new registration if the heartbeat says NotFound) it owns them again.
+10. Who lives: `live_agents` names every live registered agent with the address it registered
+   with, and no other (not one that left, not one that crashed once that is noticed), at the
+   current epoch. A live agent missing from a host's list (a list names at most
+   preference_length agents) is still in it: ownership takes "not listed" for "dead" only when
+   `live_agents` agrees (agent/ownership/settle.py).
 
 Not (yet) in the contract, as the consultant answers them: a resolve while no agent is
 registered (FailedPrecondition "no live agents", for the whole request), a resolve by an agent
@@ -67,7 +72,7 @@ from agent.placement.consultant import consultant_placement
 from agent.placement.kademlia.delegation import EMPTY, Announce
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.placement import KademliaPlacement
-from agent.placement.port import HostRoute, Placement, Registration
+from agent.placement.port import HostRoute, LiveAgents, Placement, Registration
 from agent.settings import AgentSettings, KademliaSettings
 from consultant.server import ConsultantServer
 from consultant.service import ConsultantService
@@ -334,6 +339,11 @@ class Agent:
         routes = await self.placement.resolve(hosts)
         self.log.extend((self.id, "resolve", r.epoch) for r in routes)
         return routes
+
+    async def live_agents(self) -> LiveAgents:
+        live = await self.placement.live_agents()
+        self.log.append((self.id, "live_agents", live.epoch))
+        return live
 
 
 @dataclass
@@ -634,5 +644,31 @@ def test_a_crashed_agent_lapses_and_its_backups_take_over_until_it_returns(run, 
             again = await w.agents[1].resolve(HOSTS)
             check_routes(w, HOSTS, again, HOSTS)
             assert [r.agents for r in again] == [r.agents for r in before], "the same membership, the same lists"
+
+    run(go())
+
+
+def test_live_agents_names_every_live_agent_listed_or_not(run, world):
+    async def go():
+        async with world(5) as w:
+            epoch = await join_all(w, w.agents)
+            for a in w.agents:
+                live = await a.live_agents()
+                assert (live.agents, live.epoch) == (w.live(), epoch), f"{a.id}'s answer"
+            # Five agents, lists of three: a live agent is missing from some host's list, and
+            # live_agents still names it.
+            routes = await w.agents[0].resolve(HOSTS[:20])
+            assert any(set(w.live()) - set(ids(r)) for r in routes), "the test needs an agent off a list"
+            leaver, victim = w.agents[1], w.agents[3]
+            left = await leaver.deregister()
+            await w.settle()
+            live = await w.agents[0].live_agents()
+            assert (live.agents, live.epoch) == (w.live(), left) and leaver.id not in live.agents
+            await w.crash(victim)
+            for a in (w.agents[0], w.agents[2], w.agents[4]):
+                live = await a.live_agents()
+                [route] = await a.resolve(["example.com"])
+                assert (live.agents, live.epoch) == (w.live(), route.epoch), f"{a.id} after {victim.id}'s crash"
+            assert victim.id not in w.live()
 
     run(go())

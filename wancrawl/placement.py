@@ -5,7 +5,9 @@ One definition at the bottom floor because three parties exchange them: the cons
 (consultant/client.py) and the overlay's query client (agent/peers.py) answer Resolve with a
 `HostRoute` per host; the agent's Placement port (agent/placement/port.py) hands them to its
 rooms; storage's placement check (storage/placement.py) decides an ingest by them. Both modes
-answer the same shape, so a reader never asks which one answered.
+answer the same shape, so a reader never asks which one answered. `LiveAgents` is who is alive
+(the consultant's LiveAgents RPC, the overlay's members): a replica's owner that is off a host's
+new list is not dead when it is in it (agent/ownership/settle.py).
 """
 
 from __future__ import annotations
@@ -49,3 +51,15 @@ class Registration:
     lease_seconds: float
     location: common_pb2.Location = field(default_factory=common_pb2.Location)
     strategy: str = ""
+
+
+@dataclass(frozen=True)
+class LiveAgents:
+    """The agents alive by placement's word: agent id -> address, at `epoch`. `per_epoch`: the
+    set changes only with a new epoch, so a holder may keep it until the epoch moves (the
+    consultant: a death or a departure is an epoch); False where membership can change without
+    one (the overlay: a far node's death takes no epoch here), and the holder asks each time."""
+
+    epoch: int
+    agents: dict[str, str]
+    per_epoch: bool = True

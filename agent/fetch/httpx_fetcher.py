@@ -128,6 +128,14 @@ def _take_head(resp: FetchResponse, r: httpx.Response, t0: float) -> _FramedStre
     return ns if isinstance(ns, _FramedStream) else None
 
 
+async def _read_body(r: httpx.Response, sink: BodySink) -> None:
+    """The body into the sink until it ends (then finished) or the sink says stop."""
+    async for chunk in r.aiter_raw():
+        if not sink.feed(chunk):
+            return
+    sink.finish()
+
+
 class HttpxFetcher(BaseFetcher):
     name = "httpx"
 
@@ -168,13 +176,7 @@ class HttpxFetcher(BaseFetcher):
                     refuse_head(resp, big)  # h11 limits the incomplete head only (16 KiB per read)
                 else:
                     sink = BodySink(self.settings, finish_headers(resp))
-                    complete = True
-                    async for chunk in r.aiter_raw():
-                        if not sink.feed(chunk):
-                            complete = False
-                            break
-                    if complete:
-                        sink.finish()
+                    await _read_body(r, sink)
         except TimeoutError:
             # httpx raises its own timeout classes, so this is the total deadline.
             _late(resp, sink, "time", "timeout", f"total timeout {self.settings.total_timeout}s")

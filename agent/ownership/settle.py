@@ -7,12 +7,13 @@ host changes with a new epoch, and the agents settle it here in the same three m
 
 * hand out: a host this agent holds but no longer owns goes whole to its new owner (HandOver),
   after this agent stopped fetching it and committed what was in flight;
-* promote: a host this agent owns now and holds a replica of, whose replica's owner is not in
-  the preference list any more (dead), becomes owned state here;
-* hand the replica: a host another agent owns now, whose replica here is of an owner no longer in
-  the preference list, goes to the owner as a HandOver built from the replica (marked as a
-  replica, merged by the receiver like a promotion). This closes the race of a move (a balance
-  or operator override, a join) that took the host off its owner in the moment the owner died:
+* promote: a host this agent owns now and holds a replica of, whose replica's owner is dead (not
+  in the preference list, nor alive by placement), becomes owned state here;
+* hand the replica: a host another agent owns now, whose replica here is of a dead owner (not in
+  the preference list, nor alive by placement), goes to the owner as a HandOver built from the
+  replica (marked as a replica, merged by the receiver like a promotion). This closes the race
+  of a move (a balance or operator override, a join) that took the host off its owner in the
+  moment the owner died:
   the new owner's claim to the dead agent is never answered, and no backup promotes (the host
   has a live owner). With r = 2 it also sends a dead owner's second backup's replica to the
   first backup that promoted its own (redundant, harmless: the receiver's merge keeps what it
@@ -20,6 +21,14 @@ host changes with a new epoch, and the agents settle it here in the same three m
 * claim: a host this agent owns now but whose state may be elsewhere (a replica's owner still
   alive, URLs of a host new here shortly after an epoch change, or every host after this agent
   registered again) is held (not fetched) while the others are asked to hand it over.
+
+Absent from a list is not dead: a list names the owner and r backups, so a move (a balance or
+operator pin, a join) can take a host off an owner that lives, and leave it off the new list.
+Placement's `LiveAgents` (HostDirectory.live_agents, once per epoch) tells the two apart: a live
+owner's replica is kept (or claimed from it, when this agent is the new owner) while it hands the
+host over itself. Taking it for dead handed a lagging replica on, and the new owner fetched what
+the owner had fetched a second before (chaos, consultant mode, a balance epoch: 5 pages stored
+twice). Placement unreachable: taken for dead, as before (counted).
 
 The decision for one host is the pure function `settle_action`; `Ownership` runs it (the settle
 loop, promotions here) over two parts it builds and calls, each the only writer of its state:
@@ -67,37 +76,44 @@ class Action:
 
 
 def settle_action(self_id: str, route: HostRoute, *, holds: bool, replica_of: str | None, settling: bool,
-                  backups: int = 1) -> Action:
+                  backups: int = 1, live_owner: Peer | None = None) -> Action:
     """What to do with one host given its current preference list (live agents, owner first).
 
     holds: this agent has state of the host (queue or history); replica_of: the agent whose
     replica of the host this agent keeps (None: none); settling: the host's state may be on
     another agent (shortly after an epoch change, or after this agent registered again);
-    backups: r, how many agents after the owner keep a replica."""
+    backups: r, how many agents after the owner keep a replica; live_owner: the replica's owner
+    (id, address) when placement says it is alive though the list does not name it (the host
+    moved off it); None when it is dead, or when liveness could not be learnt (taken for dead)."""
     owner = route.agents[0]
     ids = [a[0] for a in route.agents]
     others = tuple(a for a in route.agents if a[0] != self_id)
+    if live_owner is not None and live_owner[0] != replica_of:
+        live_owner = None
     if owner[0] != self_id:
         if holds:
             return Action("hand_out", (owner,))
-        if replica_of is not None and replica_of not in ids:
+        if replica_of is not None and replica_of not in ids and live_owner is None:
             # Its owner is gone and another agent owns the host now: nobody promotes this
             # replica, so it goes to the owner (the only copy of what the dead owner queued).
+            # Not when the owner lives off the list (below): its own handover is authoritative,
+            # and this copy lags it (the new owner would fetch again what it fetched lately).
             return Action("hand_replica", (owner,))
         if replica_of is not None and replica_of != owner[0]:
-            # The host moves away from its owner, which is still listed: it hands the host over
-            # and then tells its backups to drop their copies. Until then this copy stays, even
-            # off the list (a pin can push a second backup out of it): if that owner dies before
-            # its handover, this may be the only replica left (the rule above hands it on).
+            # The host moves away from its owner, which lives (listed, or alive by placement): it
+            # hands the host over and then tells its backups to drop their copies. Until then
+            # this copy stays, even off the list (a pin can push a second backup out of it): if
+            # that owner dies before its handover, this may be the only replica left (the rule
+            # above hands it on at the epoch of its death).
             return Action("keep")
         if replica_of is not None and self_id not in ids[:1 + backups]:
             return Action("drop_replica")
         return Action("keep")
     if replica_of is not None:
-        src = next((a for a in others if a[0] == replica_of), None)
+        src = next((a for a in others if a[0] == replica_of), live_owner)
         if src is None:
             return Action("promote")         # its owner is gone: the replica is the host's state
-        return Action("claim", (src,))       # its owner lives: it hands the host over
+        return Action("claim", (src,))       # its owner lives (listed or not): it hands the host over
     if settling and others:
         return Action("claim", others)
     return Action("fetch")
@@ -114,12 +130,16 @@ class ViewLog(Protocol):
 @dataclass(slots=True)
 class OwnershipCounters(Counters):
     """The settle loop's: hosts promoted, promotions refused, replicas dropped off their first r,
-    reconcile passes (the metric names: agent/metrics.py HELP). SHARED, summed in status with
+    replicas of a live owner off their host's list kept (or claimed from it), replicas whose
+    owner off the list was taken for dead because placement could not say who lives, reconcile
+    passes (the metric names: agent/metrics.py HELP). SHARED, summed in status with
     Claims' and Outgoing's: replicas_dropped. Claims and Outgoing count the rest of the
     ownership names (ClaimCounters, OutgoingCounters): `Ownership.stats` holds all three."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"replicas_dropped"})
     hosts_promoted: int = 0
     replicas_dropped: int = 0
+    replicas_kept_owner_alive: int = 0
+    replica_owner_liveness_unknown: int = 0
     promotions_refused: int = 0
     reconcile_full: int = 0
     reconcile_ranged: int = 0
@@ -311,13 +331,14 @@ class Ownership:
         self._epoch = epoch = self.directory.epoch
         held, rep = self._candidates(claim_all)
         routes = await self.directory.routes(sorted(set(held) | set(rep)))
+        live = await self._live_owners(routes, rep)
         out: dict[Peer, list[str]] = {}
         give: dict[Peer, list[str]] = {}
         drop: list[str] = []
         now = self.clock()
         for h, r in routes.items():
             a = settle_action(self.self_id, r, holds=h in held or self.ledger.holds(h), replica_of=rep.get(h),
-                              settling=claim_all, backups=self.backups)
+                              settling=claim_all, backups=self.backups, live_owner=live.get(h))
             if a.kind == "hand_out":
                 out.setdefault(a.peers[0], []).append(h)
             elif a.kind == "hand_replica":
@@ -335,6 +356,22 @@ class Ownership:
             await self.outgoing.hand_replicas(peer, {h: rep[h] for h in hosts})
         self._epoch_done = epoch
 
+    async def _live_owners(self, routes: dict[str, HostRoute], owners: dict[str, str]) -> dict[str, Peer]:
+        """host -> its replica's owner (id, address), for the replicas whose owner is missing from
+        the host's list but alive by placement (asked only when some owner is missing: once per
+        epoch, HostDirectory.live_agents). When placement cannot say, none: taken for dead, as
+        before liveness was asked (counted)."""
+        off = {h: o for h, o in owners.items() if h in routes and o not in routes[h].agent_ids}
+        if not off:
+            return {}
+        alive = await self.directory.live_agents()
+        if alive is None:
+            self.loop_stats.replica_owner_liveness_unknown += len(off)
+            return {}
+        found = {h: (o, alive[o]) for h, o in off.items() if o in alive}
+        self.loop_stats.replicas_kept_owner_alive += len(found)
+        return found
+
     async def settle(self) -> None:
         """Decide the held hosts: promote replicas of dead owners, claim the others."""
         new = self.claims.take_new()
@@ -343,6 +380,8 @@ class Ownership:
         fetch: list[str] = []
         out: dict[Peer, list[str]] = {}
         give: dict[Peer, dict[str, str]] = {}
+        store = self.replicas
+        live = await self._live_owners(routes, {h: o for h in new if store and (o := store.owner(h)) is not None})
         for h in new:
             r = routes.get(h)
             if r is None:
@@ -350,7 +389,7 @@ class Ownership:
                 continue
             replica_of = self.replicas.owner(h) if self.replicas is not None else None
             a = settle_action(self.self_id, r, holds=self.ledger.holds(h), replica_of=replica_of, settling=True,
-                              backups=self.backups)
+                              backups=self.backups, live_owner=live.get(h))
             if a.kind == "hand_replica" and replica_of is not None:
                 give.setdefault(a.peers[0], {})[h] = replica_of
                 fetch.append(h)  # nothing of it is owned here: nothing to hold
@@ -412,8 +451,20 @@ class Ownership:
     async def hand_out(self, peer: Peer, hosts: list[str]) -> list[str]:
         return await self.outgoing.hand_out(peer, hosts)
 
-    async def superseded(self, sender: str, owners: dict[str, str]) -> None:
-        await self.outgoing.superseded(sender, owners)
+    async def superseded(self, sender: str, owners: dict[str, str]) -> dict[str, str]:
+        """The host's owner now (`sender`) replicates hosts whose replica here is another agent's
+        (host -> that agent). Within a settle window, a replica whose agent lives though the
+        host's list does not name it is kept and the sender's message refused (host -> reason):
+        the sender claims only from its list, so it fetches what it holds at once, and that
+        copy handed to it now would be fetched from before the live agent's own handover (the
+        same race as `hand_replica`'s; that agent's DELETE_BACKUP then frees the way, and the
+        sender's retry is taken). The others are handed to the sender first (Outgoing)."""
+        keep: dict[str, str] = {}
+        if self._unsettled(self.clock()):
+            routes = await self.directory.routes(sorted(owners))
+            keep = {h: p[0] for h, p in (await self._live_owners(routes, owners)).items()}
+        await self.outgoing.superseded(sender, {h: o for h, o in owners.items() if h not in keep})
+        return {h: f"the replica here is {o}'s, which lives: it hands the host over itself" for h, o in keep.items()}
 
     async def claimed(self, claimer: Peer, epoch: int, hosts: list[str]) -> agent_pb2.ClaimResponse:
         return await self.outgoing.claimed(claimer, epoch, hosts)

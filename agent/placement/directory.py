@@ -1,7 +1,8 @@
 """HostDirectory: the agent's cached view of placement ("who owns this host").
 
 `HostDirectory` is the one way the agent asks a `Placement` (agent/placement/port.py) about
-hosts: batched look-ups through the host cache, of which it is the only writer.
+hosts: batched look-ups through the host cache, of which it is the only writer; and who is
+alive (`live_agents`), kept per epoch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from agent.placement.hostcache import HostCache
-from agent.placement.port import HostRoute, Placement
+from agent.placement.port import HostRoute, LiveAgents, Placement
 from wancrawl import errors
 from wancrawl.stats import Counters
 
@@ -21,10 +22,12 @@ log = logging.getLogger("agent")
 
 @dataclass(slots=True)
 class DirectoryCounters(Counters):
-    """Resolve RPCs and the epoch claims of peers checked with the consultant (the metric names:
-    agent/metrics.py HELP). SHARED, summed in status: consultant_rpcs with membership's."""
+    """Resolve and LiveAgents RPCs and the epoch claims of peers checked with the consultant (the
+    metric names: agent/metrics.py HELP). SHARED, summed in status: consultant_rpcs with
+    membership's."""
     SHARED: ClassVar[frozenset[str]] = frozenset({"consultant_rpcs"})
     consultant_rpcs: int = 0
+    live_agents_failures: int = 0
     epoch_claims: int = 0
     epoch_checks: int = 0
     epoch_claims_refuted: int = 0
@@ -52,6 +55,9 @@ class HostDirectory:
         self.check_interval = check_interval
         self._claimed = 0                   # newest epoch a peer claimed, above the consultant's
         self._next_check = float("-inf")    # clock time the next check may be made
+        # Who is alive, as placement last said; kept while its epoch is the newest known (only
+        # when placement says its membership moves with the epoch: LiveAgents.per_epoch).
+        self._live: LiveAgents | None = None
         self.stats = DirectoryCounters()
 
     @property
@@ -102,6 +108,28 @@ class HostDirectory:
             log.warning("a peer claimed epoch %d; the consultant's is %d: not adopted", claimed, self.cache.epoch)
         if self._claimed <= claimed:
             self._claimed = 0
+
+    async def live_agents(self) -> dict[str, str] | None:
+        """The agents alive now by placement (agent id -> address), asked once per epoch; None
+        when placement cannot be reached. An answer of a newer epoch is news, as a Resolve's."""
+        live = self._live
+        if live is not None and live.per_epoch and live.epoch >= self.cache.epoch:
+            return live.agents
+        try:
+            self.stats.consultant_rpcs += 1
+            live = await self.placement.live_agents()
+        except errors.WancrawlError as exc:
+            self.stats.live_agents_failures += 1
+            log.warning("live agents: placement cannot say now: %s", exc)
+            return None
+        self.consultant_epoch(live.epoch)
+        if live.epoch < self.cache.epoch:
+            # A consultant replica behind the epoch this agent's routes came from: an owner it
+            # lists may have died since. Not an answer (the caller takes the owner for dead).
+            self.stats.live_agents_failures += 1
+            return None
+        self._live = live
+        return live.agents
 
     def gauges(self) -> dict[str, float]:
         return {"epoch": self.cache.epoch, "host_cache_hit_ratio": self.cache.hit_ratio, "host_cache_size": len(self.cache)}

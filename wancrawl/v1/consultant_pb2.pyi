@@ -202,6 +202,18 @@ class ListAgentsResponse(_message.Message):
     capacity_errors: _containers.ScalarMap[str, float]
     def __init__(self, epoch: _Optional[int] = ..., strategy: _Optional[str] = ..., agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ..., capacity_model: _Optional[str] = ..., capacity_errors: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
+class LiveAgentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LiveAgentsResponse(_message.Message):
+    __slots__ = ("epoch", "agents")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    agents: _containers.RepeatedCompositeFieldContainer[_common_pb2.AgentRef]
+    def __init__(self, epoch: _Optional[int] = ..., agents: _Optional[_Iterable[_Union[_common_pb2.AgentRef, _Mapping]]] = ...) -> None: ...
+
 class SetOverrideRequest(_message.Message):
     __slots__ = ("host", "agent_id")
     HOST_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class ConsultantStub:
                 request_serializer=wancrawl_dot_v1_dot_consultant__pb2.ListAgentsRequest.SerializeToString,
                 response_deserializer=wancrawl_dot_v1_dot_consultant__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
+        self.LiveAgents = channel.unary_unary(
+                '/wancrawl.v1.Consultant/LiveAgents',
+                request_serializer=wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsRequest.SerializeToString,
+                response_deserializer=wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsResponse.FromString,
+                _registered_method=True)
         self.SetOverride = channel.unary_unary(
                 '/wancrawl.v1.Consultant/SetOverride',
                 request_serializer=wancrawl_dot_v1_dot_consultant__pb2.SetOverrideRequest.SerializeToString,
@@ -118,6 +123,14 @@ class ConsultantServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LiveAgents(self, request, context):
+        """The agents alive (their lease holds) at the current epoch, and nothing else: cheap (no
+        store read, no capacity refit), for agents deciding whether a replica's owner lives.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetOverride(self, request, context):
         """Pin a host to an agent (load balancing and operators); the epoch goes up.
         """
@@ -163,6 +176,11 @@ def add_ConsultantServicer_to_server(servicer, server):
                     servicer.ListAgents,
                     request_deserializer=wancrawl_dot_v1_dot_consultant__pb2.ListAgentsRequest.FromString,
                     response_serializer=wancrawl_dot_v1_dot_consultant__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'LiveAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.LiveAgents,
+                    request_deserializer=wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsRequest.FromString,
+                    response_serializer=wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsResponse.SerializeToString,
             ),
             'SetOverride': grpc.unary_unary_rpc_method_handler(
                     servicer.SetOverride,
@@ -337,6 +355,33 @@ class Consultant:
             '/wancrawl.v1.Consultant/ListAgents',
             wancrawl_dot_v1_dot_consultant__pb2.ListAgentsRequest.SerializeToString,
             wancrawl_dot_v1_dot_consultant__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LiveAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wancrawl.v1.Consultant/LiveAgents',
+            wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsRequest.SerializeToString,
+            wancrawl_dot_v1_dot_consultant__pb2.LiveAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

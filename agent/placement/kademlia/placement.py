@@ -27,7 +27,7 @@ from agent.placement.kademlia.balance import NodeLoad
 from agent.placement.kademlia.identity import node_id_for
 from agent.placement.kademlia.overlay import Overlay
 from agent.placement.kademlia.wire import GrpcTransport
-from agent.placement.port import HostRoute, Registration
+from agent.placement.port import HostRoute, LiveAgents, Registration
 from agent.settings import AgentSettings
 from wancrawl import checks, errors, grpcutil, loadmodel
 from wancrawl.kademlia import xorspace
@@ -158,6 +158,13 @@ class KademliaPlacement:
             agents = self.preference(keys[n], found.get(keys[n], []))
             out.append(HostRoute(n, tuple((c.agent_id, c.address) for c in agents), self.ttl, epoch))
         return out
+
+    async def live_agents(self) -> LiveAgents:
+        """This node's view: itself (unless it left) and every contact of its routing table (a
+        neighbour stays until the ping rounds declare it dead). Not per epoch: a far node's
+        death changes the table without an epoch here (Overlay._remove), so it is read each time."""
+        members = self.overlay.members()
+        return LiveAgents(self.overlay.epoch, {c.agent_id: c.address for c in members}, per_epoch=False)
 
     def xor_list(self, key: int, looked_up: list[Contact]) -> list[Contact]:
         """The key's closest live nodes by this node's view: what the lookup found, what the table
