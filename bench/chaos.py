@@ -62,6 +62,12 @@ see FAULT_AT) of the truth URLs requested at least once, polled every 0.2 s; bas
               every 20 s and start it again 3 s after each kill, until the crawl ends. Agents
               keep a 0.2 s politeness delay (a crawl of about a minute and a half, so several
               kills fall in it). Notes as consultant-replica, and the kills.
+  liar-first, liar-last, liar-fabricate (--mode kademlia only; issue 36)
+              no fault during the crawl: one agent runs as lab/liar.py from the start, its
+              FindNode answering itself alone (liar-fabricate: ten made-up contacts next to
+              each target) and its Members itself alone, first (liar-first, liar-fabricate) or
+              last (liar-last) in storage's `peers`. Storage must store the whole truth whatever
+              the liar's place (docs/kademlia.md, "Trusting no single peer").
 
 Columns (pure functions `compare` and `recovery` in lab/faults/measure.py; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
