@@ -32,6 +32,7 @@ GAUGES = frozenset({
     "overlay_contacts", "overlay_epoch",                                                         # Overlay (kademlia)
     "overlay_delegations_out", "overlay_delegations_in",                                         # Delegations (kademlia)
     "revisits_scheduled", "revisits_due", "revisit_freshness",                                   # revisit schedule (issue 26)
+    "dns_cached",                                                                                # HostResolver (issue 37)
 })
 
 HELP = {
@@ -63,6 +64,11 @@ HELP = {
     "robots_given_up": "URLs given up because robots.txt stayed unreachable for robots.give_up_after",
     "hosts_given_up": "hosts whose queue was dropped (page budget of the host or its domain, forbidden address, DNS failure)",
     "hosts_dns_failed": "hosts given up because their name does not resolve (NXDOMAIN, no address; at the first answer)",
+    # HostResolver (wancrawl/hostres.py): the dispatcher's and the fetcher's look-ups, one cache
+    "dns_lookups": "names asked of DNS ([dns] resolver: system or cares; the cache missed)",
+    "dns_failures": "DNS look-ups answered without an address (NXDOMAIN, no address, timeout, SERVFAIL)",
+    "dns_cache_hits": "names answered from the resolver's cache (an answer within its TTL, or a failure still kept)",
+    "dns_cached": "names in the resolver's cache",
     "origins_given_up": "origins (scheme://host:port) given up: robots.txt unreachable for robots.give_up_after, "
                         "or no answer to any request for politeness.origin_give_up_after",
     "budget_dropped": "queued URLs dropped with a given-up host",

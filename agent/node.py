@@ -54,7 +54,7 @@ from storage.client import StorageClient
 from storage.client import storage_client as make_storage_client
 from wancrawl import errors
 from wancrawl.domains import registered_domain
-from wancrawl.hostres import HostResolver, parse_hosts_file
+from wancrawl.hostres import HostResolver, make_resolver, parse_hosts_file
 from wancrawl.runtime.looplag import LoopLag
 from wancrawl.stats import StatsRegistry
 from wancrawl.v1 import agent_pb2, common_pb2
@@ -107,7 +107,8 @@ class AgentNode:
         self.outbox = Outbox(data / "outbox.sqlite")
         self.spool = Spool(data / "spool", fsync=s.storage_out.fsync)
         self.replicas = ReplicaStore(data / "replicas") if s.replication.enabled else None
-        return HostResolver(parse_hosts_file(s.hosts_file) if s.hosts_file else {}, system_dns=s.system_dns)
+        # One resolver and cache for the dispatcher's look-ups and the fetcher's (wancrawl/hostres.py).
+        return make_resolver(s.dns, parse_hosts_file(s.hosts_file) if s.hosts_file else {}, dns=s.system_dns)
 
     def _build_placement(self, placement: Placement | None, fetcher: Fetcher | None, resolver: HostResolver) -> None:
         """Who owns a host: the consultant, or (mode = "kademlia") this agent's overlay node; the
@@ -244,6 +245,8 @@ class AgentNode:
         if self.s.revisit.enabled:
             reg.gauges("frontier.levels", lambda: self.frontier.revisit_counts(self.clock()))
         reg.register("dispatch", self.dispatcher.stats)
+        reg.register("dns", self.dispatcher.resolver.stats)  # the fetcher's look-ups too: one resolver
+        reg.gauges("dns.levels", self.dispatcher.resolver.gauges)
         if self.stored_check is not None:
             reg.register("stored_check", self.stored_check.stats)
         return reg
@@ -281,6 +284,7 @@ class AgentNode:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.membership.leave()
         await self.fetcher.close()
+        await self.dispatcher.resolver.close()
         await self.peers.close()
         await self.shipper.close()
         await self.placement.close()

@@ -16,6 +16,7 @@ from wancrawl.runtime.eventloop import DEFAULT_EVENT_LOOP
 from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.failover import parse_addresses
 from wancrawl.grpcutil import TlsSettings
+from wancrawl.hostres import ResolverSettings
 from wancrawl.urls import canonical_host
 from wancrawl.warcrecords import DEFAULT_LEVEL
 
@@ -383,8 +384,9 @@ class AgentSettings(TomlWritable):
     storage: str = ""                 # storage address, or several "a,b" ranked (own region first; failover); empty: pages stay in the spool
     data_dir: str = "agent-data"      # frontier, seen set, outbox, spool
     source_ip: str = ""               # local address fetches come from (the lab needs it); also fetch.source_ip
-    hosts_file: str = ""              # host -> IP before DNS (the lab's names live only there)
-    system_dns: bool = True
+    hosts_file: str = ""              # host -> IP before DNS (a small lab's names live only there)
+    system_dns: bool = True           # ask DNS ([dns]: system getaddrinfo or c-ares) for names not in hosts_file
+    dns: ResolverSettings = field(default_factory=ResolverSettings)
     capacity: float = 0.0             # relative capacity reported to the consultant (weighted)
     concurrency: int = 100            # fetches in flight
     heartbeat_interval: float = 0.0   # 0: a third of the consultant's lease

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from wancrawl.metrics import SERVER_HELP, SERVER_LABELLED, Schema
 
-GAUGES = frozenset({"epoch", "agents_alive", "agents_dead", "answers_cached"})
+GAUGES = frozenset({"epoch", "agents_alive", "agents_dead", "answers_cached", "dns_cached"})
 
 HELP = {
     "resolve_requests": "Resolve RPCs answered",
@@ -23,6 +23,8 @@ HELP = {
     "balance_moves": "hosts the balancer moved (overrides it set)",
     "dns_lookups": "site DNS look-ups made",
     "dns_failures": "site DNS look-ups that failed",
+    "dns_cache_hits": "site names answered from the resolver's cache (TTL, negative cache)",
+    "dns_cached": "names in the resolver's cache",
     "epoch": "the current epoch",
     "agents_alive": "agents with a valid lease",
     "agents_dead": "agents whose lease expired (not deregistered)",

@@ -26,7 +26,7 @@ from consultant.store import Store
 from consultant.whereabouts import Evidence, Place, settle
 from wancrawl.checks import shown
 from wancrawl.errors import ConfigError, FailedPrecondition, InvalidArgument, PermissionDenied
-from wancrawl.hostres import HostResolver, parse_hosts_file
+from wancrawl.hostres import DEFINITIVE, TEMPORARY, make_resolver, parse_hosts_file
 from wancrawl.stats import Counters
 from wancrawl.urls import canonical_host, ip_literal
 
@@ -148,10 +148,8 @@ class ConsultantService:
         self.city_db, self.asn_db = open_databases(settings, self.partitioner.needs)
         hosts = parse_hosts_file(settings.dns.hosts_file) if settings.dns.hosts_file else {}
         d = settings.dns
-        self.resolver = HostResolver(
-            hosts, system_dns=d.system_dns, timeout=d.timeout, ttl=d.cache_ttl,
-            negative_ttl=d.negative_ttl, max_concurrency=d.max_concurrency,
-        )
+        # Geo and ASN placement need the host's IP: the same resolver and cache for every Resolve.
+        self.resolver = make_resolver(d, hosts, dns=d.system_dns)
         self.locator = SiteLocator(self.resolver, self.city_db, self.asn_db, settings.isps)
         self.store = Store(settings.state_url)
         self.directory = self._directory(Snapshot(0))
@@ -196,6 +194,7 @@ class ConsultantService:
         if self._fit_task is not None:
             await asyncio.gather(self._fit_task, return_exceptions=True)
         await self._run(self.store.close)
+        await self.resolver.close()
         self._db.shutdown(wait=True)
         if self.city_db:
             self.city_db.close()
@@ -449,7 +448,7 @@ class ConsultantService:
         d = self.directory
         dead = sum(1 for a in d.snapshot.agents.values() if a.state == DEAD)
         return {**self.stats.as_dict(), **self.balancer.stats.as_dict(), "epoch": d.epoch, "agents_alive": len(d.records), "agents_dead": dead,
-                "answers_cached": len(d.cache), "dns_lookups": self.resolver.lookups, "dns_failures": self.resolver.failures}
+                "answers_cached": len(d.cache), **self.resolver.stats.as_dict(), **self.resolver.gauges()}
 
     async def snapshot(self) -> Snapshot:
         return await self._run(self.store.snapshot)
@@ -496,7 +495,10 @@ class ConsultantService:
         notes: list[str] = []
         needs = d.needs()
         if ip is None:
-            notes.append("IP unknown (not in the hosts file, DNS failed or disabled)")
+            # What placement does with it follows: the strategy's fallback (hash) for geo and asn.
+            why = self.resolver.failure(h) or "not looked up"
+            notes.append(f"IP unknown: {why}" + (" (asked again after the negative cache's time)"
+                                                 if self.resolver.system_dns and (why in DEFINITIVE or why == TEMPORARY) else ""))
         if "geo" in needs and site.lat is None:
             notes.append("site location unknown: ranked by rendezvous hash")
         if "asn" in needs and not site.asn:

@@ -11,6 +11,7 @@ from consultant.partition import PARTITIONERS, parse_options
 from wancrawl.config import TomlWritable, build, load, read_toml, to_data
 from wancrawl.runtime.eventloop import check as check_event_loop
 from wancrawl.grpcutil import TlsSettings
+from wancrawl.hostres import ResolverSettings
 from wancrawl.errors import ConfigError
 
 
@@ -23,19 +24,12 @@ class DatabaseSettings(TomlWritable):
 
 
 @dataclass(frozen=True)
-class DnsSettings(TomlWritable):
-    hosts_file: str = ""          # /etc/hosts format; consulted before DNS
-    system_dns: bool = True       # ask the system resolver for names not in hosts_file
-    timeout: float = 2.0          # seconds per DNS lookup
-    cache_ttl: float = 300.0      # seconds an answer is kept
-    negative_ttl: float = 60.0    # seconds a failure is kept
-    max_concurrency: int = 64     # DNS lookups in flight at once
+class DnsSettings(ResolverSettings):
+    """[dns]: the hosts file, then DNS (when system_dns) through the resolver the shared keys
+    choose (wancrawl/hostres.py ResolverSettings: resolver, nameservers, TTL bounds, caches)."""
 
-    def __post_init__(self) -> None:
-        if self.timeout <= 0:
-            raise ValueError("dns.timeout must be > 0")
-        if self.max_concurrency < 1:
-            raise ValueError("dns.max_concurrency must be >= 1")
+    hosts_file: str = ""          # /etc/hosts format; consulted before DNS
+    system_dns: bool = True       # ask DNS (dns.resolver) for names not in hosts_file
 
 
 @dataclass(frozen=True)

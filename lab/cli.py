@@ -92,6 +92,18 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dns(args: argparse.Namespace) -> int:
+    from lab.dns import serve
+
+    t = _topo(args)
+    print(f"lab dns: {len(t.sites)} sites' names on {args.listen}:{args.port} (udp, tcp)", file=sys.stderr)
+    try:
+        asyncio.run(serve(t, args.listen, args.port))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def cmd_truth(args: argparse.Namespace) -> int:
     from lab.truth import Scope, Truth, read_seeds
 
@@ -106,8 +118,13 @@ def cmd_truth(args: argparse.Namespace) -> int:
         respect_robots=args.respect_robots, user_agent=args.user_agent, sort_query=args.sort_query,
         max_urls=args.max_urls,
     )
+    resolves = None
+    if args.dns:
+        from lab.dns import Zone
+
+        resolves = Zone(web.topology).resolves
     out = sys.stdout
-    for r in Truth(web, scope).reachable(seeds):
+    for r in Truth(web, scope, resolves=resolves).reachable(seeds):
         out.write(f"{r.status}\t{r.depth}\t{r.url}\n" if args.status else r.url + "\n")
     return 0
 
@@ -133,11 +150,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
             mode=args.mode, consultants=args.consultants, object_store=args.object_store,
             storage_writers=args.storage_writers, index_url=args.index_url, index_schema=args.index_schema,
-            web_port=args.web_port)
+            web_port=args.web_port, dns=args.dns)
     kademlia = cl.mode == "kademlia"
     how = "Kademlia mode: no consultant, the agents' overlay is formed" if kademlia else f"strategy {cl.strategy}"
     print(f"lab up: {len(cl.procs)} processes in {cl.run_dir} ({how})")
     print(f"  web        port {cl.web_port} (request log {cl.web_log})")
+    if cl.dns:
+        print(f"  dns        {cl.dns} (udp, tcp; agents and consultant resolve through it with c-ares)")
     if not kademlia:
         print(f"  consultant {cl.consultant}")
     for w in cl.storage_writers or [cl.storage]:
@@ -257,6 +276,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~24 KB each, with their links)")
     sp.set_defaults(func=cmd_web)
 
+    sp = sub.add_parser("dns", help="serve the plan's names as an authoritative DNS server (UDP and TCP)")
+    topo_arg(sp)
+    sp.add_argument("--listen", default="127.0.0.1", help="a loopback address")
+    sp.add_argument("--port", type=int, default=5353)
+    sp.set_defaults(func=cmd_dns)
+
     sp = sub.add_parser("truth", help="print the canonical URLs reachable from seeds (BFS over the generator)")
     sp.add_argument("--seeds", required=True, metavar="FILE")
     sp.add_argument("--max-depth", type=int, default=None)
@@ -269,6 +294,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-urls", type=int, default=1_000_000)
     sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
     sp.add_argument("--status", action="store_true", help="print status, depth and URL")
+    sp.add_argument("--dns", action="store_true", help="as `lab up --dns` crawls: URLs of names the topology's [dns] "
+                    "zone does not resolve are status -1, their links not followed")
     topo_arg(sp)
     sp.set_defaults(func=cmd_truth)
 
@@ -297,6 +324,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--consultants", type=int, default=1,
                         help="consultant replicas (2 or more: over the PostgreSQL at $WANCRAWL_PG_URL, default "
                              "postgresql+psycopg://postgres@127.0.0.1:5432/test, a fresh schema per run dir)")
+        sp.add_argument("--dns", action="store_true", help="start the lab's DNS server and resolve every name through it "
+                        "(c-ares; no hosts file): NXDOMAIN, timeouts, TTLs and CNAME chains as the topology's [dns] says")
 
     sp = sub.add_parser("up", help="start the web, consultant, storage and one agent per ISP/city group as local processes",
                         formatter_class=Defaults)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import geodb, topology
+from lab.dns import Zone
 from manager import procs
 from manager.procs import Proc, free_port
 from manager.seaweedfs import SeaweedFS, storage_tables
@@ -67,6 +68,7 @@ class Cluster:
     mode: str = "consultant"  # "kademlia": no consultant process (`consultant` is "")
     object_store: str = ""  # SeaweedFS's S3 endpoint with --object-store ("" = WARCs in a local directory)
     storage_writers: list[str] = field(default_factory=list)  # every writer's address (the first is `storage`)
+    dns: str = ""  # the lab's DNS server ("127.0.0.1:PORT") with --dns; "" = names from the hosts file
     liar: str = ""  # the agent run as lab/liar.py (its Members lists itself alone: not awaited by `up`)
 
     def save(self) -> None:
@@ -160,7 +162,7 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
                   agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
                   agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "",
                   consultants: int = 1, object_store: str = "", storage_writers: int = 1, index_url: str = "",
-                  index_schema: str = "") -> Configs:
+                  index_schema: str = "", dns_server: str = "") -> Configs:
     """Consultant, storage and agent configs for the run, with the addresses they listen on.
     `object_store`: an S3 endpoint (the lab's SeaweedFS) for the WARCs instead of a directory;
     `storage_writers`: that many storage processes over one index (`index_url`, PostgreSQL, in
@@ -173,7 +175,9 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     mode "kademlia": no consultant config (Configs.consultant is None), storage without
     `consultant`, and every agent bootstraps through all the others (kademlia_table).
     consultants > 1: replicas sharing one config (each started with its own --listen) and a
-    fresh PostgreSQL schema of the run."""
+    fresh PostgreSQL schema of the run. `dns_server` ("IP:PORT", the lab's DNS server): every
+    agent and the consultant resolve through it with c-ares (no hosts file, never the system's
+    servers); "": the hosts file, DNS off (the default for small labs)."""
     # Here, not at the top: the services' settings bring their fetchers and numeric libraries,
     # which `lab down` and the lab's web need not load.
     from agent.settings import AgentSettings
@@ -204,7 +208,7 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
     consultant_data = merge_tables({
         "listen": f"127.0.0.1:{cport}", "state_url": state_url, "strategy": strategy, "lease_seconds": lease,
         "databases": {"city_db": str(paths[geodb.CITY_DB]), "asn_db": str(paths[geodb.ASN_DB])},
-        "dns": {"hosts_file": str(paths[geodb.HOSTS]), "system_dns": False},
+        "dns": dns_table(dns_server, {"hosts_file": str(paths[geodb.HOSTS]), "system_dns": False}),
         "asn": {"fallback": "geo", "isps": {i.slug: [i.asn] for i in topo.isps}},
     }, _pki(run, "service", "consultant"), consultant_tables)
     if not kademlia:
@@ -234,7 +238,8 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
         cfg.parent.mkdir(parents=True, exist_ok=True)
         agent_data = merge_tables({
             "agent_id": g, "listen": address, **head, "storage": ranked, "data_dir": f"{run}/agents/{g}",
-            "hosts_file": str(paths[geodb.HOSTS]), "system_dns": False, "source_ip": src,
+            **({"dns": dns_table(dns_server, {})} if dns_server else {"hosts_file": str(paths[geodb.HOSTS]), "system_dns": False}),
+            "source_ip": src,
             "concurrency": int(own.get("concurrency", concurrency)), "heartbeat_interval": 1.0,
             "fetch": {"allow_networks": ["127.0.0.0/8"], "total_timeout": 20.0},
             "politeness": {"delay": own.get("delay", delay)},
@@ -244,6 +249,14 @@ def write_configs(run: Path, topo: topology.Topology, strategy: str, groups: lis
         agents[g] = Service(cfg, address, src)
     return Configs(None if kademlia else Service(consultant, f"127.0.0.1:{cport}"), writers[0], agents,
                    [] if kademlia else replicas, writers)
+
+
+def dns_table(dns_server: str, hosts: dict[str, Any]) -> dict[str, Any]:
+    """A [dns] table resolving through the lab's DNS server with c-ares (its own cache, TTLs and
+    negative cache; wancrawl/hostres.py), or `hosts` when there is no server."""
+    if not dns_server:
+        return hosts
+    return {"resolver": "cares", "nameservers": [dns_server], "timeout": 1.0}
 
 
 def kademlia_table(bootstrap: list[str], lease: float) -> dict[str, dict[str, Any]]:
@@ -298,18 +311,49 @@ def choose_web_port(topo: topology.Topology, asked: int, previous: int) -> int:
     return free_port()
 
 
+def free_udp_port() -> int:
+    """A UDP port free now on 127.0.0.1 whose TCP twin is free too (the DNS server binds both)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind(("127.0.0.1", 0))
+            port = u.getsockname()[1]
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    raise Unavailable("no free UDP+TCP port on 127.0.0.1")
+
+
+def _dns_up(address: str, name: str, timeout: float) -> bool:
+    """The DNS server answers a query for `name`."""
+    from dnslib import DNSRecord  # type: ignore[import-untyped]
+
+    ip, _, port = address.rpartition(":")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            DNSRecord.question(name).send(ip, int(port), timeout=0.5)
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
 def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None = None, topology_path: str | None = None,
        seed: int = 0, time_scale: float = 60.0, zero_latency: bool = False, delay: float = 0.05,
        concurrency: int = 32, timeout: float = 60.0, lease: float = 10.0, allow_hostile: bool = False,
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
        agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1,
        object_store: bool = False, storage_writers: int = 1, index_url: str = "", index_schema: str = "",
-       web_port: int = 0, liar: str = "", liar_at: int = 0) -> Cluster:
+       web_port: int = 0, dns: bool = False, liar: str = "", liar_at: int = 0) -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
     health and, in kademlia mode, every agent's overlay lists every agent. consultants: replicas
     over PostgreSQL (more than one). `object_store`: start SeaweedFS (the `seaweedfs` process)
     and keep the WARCs in its bucket; `storage_writers`, `index_url`, `index_schema`: write_configs.
     `web_port`: the lab web's port (0: choose_web_port keeps the run dir's previous one if free).
+    `dns`: start the lab's DNS server (the `dns` process, lab/dns.py) and resolve through it.
     `liar` ("self" or "fabricate", kademlia mode): the agent at index `liar_at` of the groups
     (the same place in storage's `peers`) runs as lab/liar.py, its FindNode and Members lying."""
     check_strategy(strategy, mode)
@@ -332,15 +376,18 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     seaweed = SeaweedFS(run / "seaweedfs") if object_store else None
     seaweed_args = seaweed.args() if seaweed is not None else []  # its ports, chosen now
     endpoint = seaweed.endpoint if seaweed is not None else ""
+    dns_server = f"127.0.0.1:{free_udp_port()}" if dns else ""
     cfgs = write_configs(run, topo, strategy, groups, delay=delay, concurrency=concurrency, lease=lease,
                          allow_hostile=allow_hostile, agent_keys=agent_keys, consultant_tables=consultant_tables,
                          agent_tables=agent_tables, mode=mode, kademlia_keys=kademlia_keys, consultants=consultants,
                          object_store=endpoint, storage_writers=storage_writers, index_url=index_url,
-                         index_schema=index_schema)
+                         index_schema=index_schema, dns_server=dns_server)
     seeds = run / "seeds.txt"
     by_block: dict[tuple[str, str], topology.Site] = {}
+    resolves = Zone(topo).resolves if dns else (lambda host: True)
     for s in topo.normal_sites:
-        by_block.setdefault((s.isp, s.city), s)
+        if resolves(s.host):  # with the DNS server: a seed whose name fails would seed nothing
+            by_block.setdefault((s.isp, s.city), s)
     base = lambda s: f"http://{s.host}:{web_port}/"  # noqa: E731
     seeds.write_text("# one site per ISP/city block (written by lab up)\n" + "".join(base(s) + "\n" for s in by_block.values()))
     web_log = run / "web-requests.jsonl"
@@ -355,6 +402,13 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
     if zero_latency:
         web_args.append("--zero-latency")
     try:
+        if dns_server:
+            cl.dns = dns_server
+            dns_args = ["lab.cli", "dns", "--port", dns_server.rpartition(":")[2]] + (["--topology", topology_path] if topology_path else [])
+            cl.procs.append(_start("dns", dns_args, run))
+            cl.save()
+            if not _dns_up(dns_server, topo.normal_sites[0].host, timeout):
+                raise Unavailable(f"the lab DNS server did not come up: see {run}/logs/dns.log")
         cl.procs.append(_start("web", web_args, run))
         cl.save()
         if not _web_up(topo.normal_sites[0].ip, web_port, timeout):

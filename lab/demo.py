@@ -51,8 +51,10 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"lab demo: starting the lab web, {placer}, storage and agents in {args.run_dir} ...")
     cl = up(args.run_dir, strategy=args.strategy, groups=groups, topology_path=args.topology, seed=args.seed,
             time_scale=args.time_scale, zero_latency=args.zero_latency, delay=args.delay, concurrency=args.concurrency,
-            mode=args.mode, consultants=getattr(args, "consultants", 1))
+            mode=args.mode, consultants=getattr(args, "consultants", 1), dns=getattr(args, "dns", False))
     up_s = time.monotonic() - t0
+    if cl.dns:
+        print(f"  dns   {cl.dns}: every name resolved through the lab's DNS server (c-ares)")
     for a, addr in cl.agents.items():
         print(f"  agent {a:<20} {addr}, fetching from {cl.agent_sources[a]}")
     try:

@@ -154,6 +154,22 @@ class WebSpec:
 
 
 @dataclass
+class DnsSpec:
+    """The lab's authoritative DNS (lab/dns.py; issue 37). Which names misbehave is drawn from
+    each normal site's host name and `seed` (a hash: the same names in every process); hostile
+    sites and the names of SUBDOMAIN_KINDS sites always resolve plainly."""
+
+    ttl: int = 300             # seconds, every A record
+    cname_ttl: int = 600       # seconds, every CNAME record
+    negative_ttl: int = 60     # the SOA's minimum: how long a resolver may keep an NXDOMAIN
+    nxdomain_ratio: float = 0.0  # share of normal sites whose name does not exist
+    timeout_ratio: float = 0.0   # share whose queries are never answered (the resolver times out)
+    cname_ratio: float = 0.0     # share answered through a CNAME chain ...
+    cname_depth: int = 2         # ... of this many CNAMEs before the A record
+    seed: int = 0
+
+
+@dataclass
 class TopologySpec:
     name: str = "seed-002"
     isps: list[IspSpec] = field(default_factory=list)
@@ -161,6 +177,7 @@ class TopologySpec:
     link: LinkSpec = field(default_factory=LinkSpec)
     sites: SitesSpec = field(default_factory=SitesSpec)
     web: WebSpec = field(default_factory=WebSpec)
+    dns: DnsSpec = field(default_factory=DnsSpec)
 
 
 def default_spec() -> TopologySpec:
@@ -416,6 +433,11 @@ def _validate(spec: TopologySpec, source: str) -> None:
     bad = [k for k in spec.sites.hostile_kinds if k not in HOSTILE_KINDS]
     if bad:
         raise ConfigError(f"{source}: sites.hostile_kinds: unknown kind(s) {', '.join(bad)} (known: {', '.join(HOSTILE_KINDS)})")
+    d = spec.dns
+    if min(d.ttl, d.cname_ttl, d.negative_ttl) < 0 or not 0 <= d.cname_depth <= 8:
+        raise ConfigError(f"{source}: dns: TTLs must be >= 0 and cname_depth 0..8")
+    if min(d.nxdomain_ratio, d.timeout_ratio, d.cname_ratio) < 0 or d.nxdomain_ratio + d.timeout_ratio + d.cname_ratio > 1:
+        raise ConfigError(f"{source}: dns: nxdomain_ratio, timeout_ratio and cname_ratio must be >= 0 and sum to at most 1")
     for key in ("session_trap_links", "robots_unavailable_s", "retry_forever_s", "length_lie_bytes", "many_links"):
         if getattr(w, key) < 0:
             raise ConfigError(f"{source}: web.{key} must be >= 0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -73,9 +74,13 @@ def encode_query(href: str, encoding: str) -> str:
 class Truth:
     """BFS over the link graph the generator would serve; no sockets involved."""
 
-    def __init__(self, web: Web, scope: Scope | None = None):
+    def __init__(self, web: Web, scope: Scope | None = None, resolves: Callable[[str], bool] | None = None):
+        """`resolves(host)`: whether a crawler can look the host up (lab/dns.py Zone.resolves
+        when the lab serves DNS): a URL of a host that does not is reached with status -1, as
+        one whose host no server knows, and its links are not followed."""
         self.web = web
         self.scope = scope or Scope()
+        self.resolves = resolves
         self._robots: dict[str, Protego | None] = {}
 
     def _robots_allow(self, url: str, host: str) -> bool:
@@ -112,7 +117,7 @@ class Truth:
             url, depth = queue.popleft()
             parts = urlsplit(url)
             site = topo.site(parts.hostname or "")
-            if site is None or (parts.port or 80) != site.port:
+            if site is None or (parts.port or 80) != site.port or (self.resolves is not None and not self.resolves(parts.hostname or "")):
                 out.append(Reached(url, depth, -1))
                 continue
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

@@ -29,7 +29,7 @@ def agent_config(tmp: Path, agent_id: str, consultant: str, hosts_file: Path, so
     s = agent_settings(None, {"agent_id": agent_id})
     base = {
         "listen": "127.0.0.1:0", "consultant": consultant, "data_dir": str(tmp / agent_id),
-        "hosts_file": str(hosts_file), "system_dns": False, "source_ip": source_ip,
+        "hosts_file": str(hosts_file) if hosts_file else "", "system_dns": False, "source_ip": source_ip,
         "fetch.allow_networks": ["127.0.0.0/8"],
         "politeness.delay": 0.02, "commit_interval": 0.05, "routing.flush_interval": 0.05,
         "storage_out.flush_interval": 0.1, "heartbeat_interval": 0.5,
@@ -118,13 +118,19 @@ async def wait_idle(nodes, timeout: float = 60.0, stable: float = 0.5) -> None:
 
 @contextlib.asynccontextmanager
 async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strategy: str = "hash", agent_keys=None, consultant_keys=None,
-                  per_agent=None):
+                  per_agent=None, dns: str = ""):
     """A consultant and n agents (one per ISP/city block of the lab), with fake storages;
-    `per_agent[i]`: keys for agent i alone (over agent_keys)."""
+    `per_agent[i]`: keys for agent i alone (over agent_keys). `dns`: the lab's DNS server
+    ("IP:PORT"): everyone resolves through it with c-ares, no hosts file."""
     topo = web_thread.web.topology
     hosts_file = tmp / "hosts"
     hosts_file.write_text(topo.hosts_file())
-    cs = settings_for(tmp, strategy=strategy, dns__hosts_file=str(hosts_file), **(consultant_keys or {}))
+    resolving = {"dns__system_dns": True, "dns__resolver": "cares", "dns__nameservers": [dns], "dns__timeout": 0.5,
+                 "dns__hosts_file": ""} if dns else {"dns__hosts_file": str(hosts_file)}
+    if dns:
+        agent_keys = {"system_dns": True, "dns.resolver": "cares", "dns.nameservers": [dns], "dns.timeout": 0.5,
+                      **(agent_keys or {})}
+    cs = settings_for(tmp, strategy=strategy, **resolving, **(consultant_keys or {}))
     async with running(cs) as (csrv, client):
         servers, storages = [], []
         one_storage: list[FakeStorageClient] = []  # Lookup searches every agent's captures
@@ -134,7 +140,7 @@ async def cluster(tmp: Path, web_thread: ServerThread, n_agents: int, *, strateg
             src = topo.agent_address(b.isp, b.city, 0)
             st = FakeStorageClient(one_storage)
             keys = {**(agent_keys or {}), **((per_agent or [{}] * n_agents)[i] or {})}
-            s = agent_config(tmp, f"agent-{b.name}", csrv.address, hosts_file, src, **keys)
+            s = agent_config(tmp, f"agent-{b.name}", csrv.address, "" if dns else hosts_file, src, **keys)
             srv, _ = create_agent(s, storage=st)
             await srv.start()
             servers.append(srv)

@@ -3,7 +3,7 @@ each, its origins found by origin, and nothing left once the host is dropped."""
 
 from __future__ import annotations
 
-from agent.crawl.hosts import UNRESOLVED, CrawlHosts
+from agent.crawl.hosts import UNRESOLVED, CrawlHosts, unresolved
 from agent.crawl.incidents import Incidents
 
 
@@ -31,7 +31,10 @@ def test_origins_are_found_by_origin_and_forgotten_with_their_host():
     hosts.resolve("a.test", "10.0.0.1")
     hosts.resolve("b.test", None)  # looked up: no address
     assert hosts.resolved("a.test") and hosts.resolved("b.test") and not hosts.resolved("c.test")
-    assert (hosts.ip("a.test"), hosts.ip("b.test"), hosts.ip("c.test")) == ("10.0.0.1", UNRESOLVED, UNRESOLVED)
+    # Each host without an address has its own scheduler key (issue 37): one shared key put every
+    # failed name behind one per-IP delay.
+    assert (hosts.ip("a.test"), hosts.ip("b.test"), hosts.ip("c.test")) == ("10.0.0.1", UNRESOLVED + "b.test", UNRESOLVED + "c.test")
+    assert unresolved(hosts.ip("b.test")) and not unresolved(hosts.ip("a.test"))
     hosts.add_origin("a.test", "http://a.test")
     hosts.give_up_origin("a.test", "https://a.test", "robots.txt unreachable for 3600s")
     hosts.give_up_origin("a.test", "https://a.test", "robots.txt unreachable for 3700s")  # counted once, reason updated

@@ -29,7 +29,7 @@ from agent.settings import load_settings
 from agent.state.frontier import Frontier, Item, origin_of
 from wancrawl import hostres
 
-from test_agent_budgets import Placement, until
+from test_agent_budgets import AnyName, Placement, until
 
 HOSTS = ("a.test", "b.test", "c.test")
 IP_OF = {"a.test": "ip0", "b.test": "ip0", "c.test": "ip1"}  # a and b share a server
@@ -225,27 +225,29 @@ def test_a_closed_https_origin_never_holds_back_the_live_http_origin_and_the_cra
 
 
 @pytest.mark.timeout(60)
-def test_names_that_do_not_resolve_are_given_up_at_once_with_the_dns_reason(tmp_path, run):
-    names = [f"gone{i}.nowhere.test" for i in range(40)]
-    n = _node(tmp_path, {}, politeness__delay=0.05)
+def test_names_that_do_not_resolve_are_given_up_at_once_in_parallel_with_no_fetch(tmp_path, run):
+    """Issue 37's hostile probe in small: 300 names that do not exist, at the default politeness
+    delay (1 s: a per-IP delay of 0.25 s). They were each given a turn in one shared politeness
+    bucket ("unresolved") and a robots.txt fetch that failed on DNS: 4 a second, 75 s for these.
+    Now each is given up as its look-up answers, all in parallel, with no fetch."""
+    names = [f"gone{i}.nowhere.test" for i in range(300)]
+    n = _node(tmp_path, {"live.test": "127.0.78.9"}, politeness__delay=1.0)
 
     async def go():
         await n.start()
-        t0 = n.clock()
         n.intake.accept_local([Item(f"http://{h}/p{j}", h) for h in names for j in range(3)])
-        await until(n.idle, "every name given up", timeout=40)
-        took = n.clock() - t0
+        await until(lambda: n.dispatcher.hosts.stats.hosts_dns_failed == len(names), "every name given up", timeout=20)
         c = n.status_counters()
         given_up = dict(n.dispatcher.given_up)
         queued = len(n.frontier)
         await n.stop()
-        return took, c, given_up, queued
+        return c, given_up, queued
 
-    took, c, given_up, queued = run(go())
+    c, given_up, queued = run(go())
     assert set(given_up) == set(names) and all(r.startswith("DNS:") for r in given_up.values()), given_up
     assert c["hosts_dns_failed"] == len(names) and queued == 0
+    assert c["fetches"] == 0, "given up on the look-up's answer: no robots.txt fetch to learn it"
     assert c["robots_deferred"] == 0, "not retried as 'robots.txt unreachable'"
-    assert took < 60, "given up within a minute"
 
 
 def test_the_resolver_tells_a_missing_name_from_a_temporary_failure(run, monkeypatch):
@@ -264,6 +266,21 @@ def test_the_resolver_tells_a_missing_name_from_a_temporary_failure(run, monkeyp
     assert r.failure("gone.test") == hostres.NXDOMAIN and r.failure("flaky.test") == hostres.TEMPORARY
     assert r.failure("here.test") is None
     assert hostres.HostResolver({}, system_dns=False).failure("x.test") == hostres.NOT_LISTED
+
+
+def _answer(url: str):
+    """The fake fetchers' answer: robots.txt 404, any other URL a one-byte page."""
+    from agent.fetch import FetchResponse
+
+    status = 404 if url.endswith("/robots.txt") else 200
+    return FetchResponse(url, status=status, body=b"x", content_type="text/html", raw_length=1,
+                         headers=[("Content-Type", "text/html")])
+
+
+def _fake_fetcher_node(tmp_path, fetcher, **keys) -> AgentNode:
+    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "commit_interval": 0.02,
+            "progress_interval": 0.0, "heartbeat_interval": 5.0, **keys}
+    return AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=fetcher)  # type: ignore[arg-type]
 
 
 def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_path, run):
@@ -291,17 +308,13 @@ def test_a_retry_of_a_dead_origins_robots_txt_does_not_take_the_hosts_slot(tmp_p
                 return FetchResponse(req.url, error="connect")
             if tries >= 2 and not req.url.endswith("/robots.txt"):
                 live_after_probe.append(req.url)
-            status = 404 if req.url.endswith("/robots.txt") else 200
-            return FetchResponse(req.url, status=status, body=b"x", content_type="text/html", raw_length=1,
-                                 headers=[("Content-Type", "text/html")])
+            return _answer(req.url)
 
         async def close(self):
             pass
 
-    over = {"agent_id": "me", "data_dir": str(tmp_path / "me"), "storage_out.fsync": False, "politeness.delay": 0.02,
-            "commit_interval": 0.02, "concurrency": 4, "progress_interval": 0.0, "heartbeat_interval": 5.0,
-            "robots.retry_base": 0.05}
-    n = AgentNode(load_settings(None, over), placement=Placement("me"), fetcher=Fetcher())  # type: ignore[arg-type]
+    n = _fake_fetcher_node(tmp_path, Fetcher(), **{"politeness.delay": 0.02, "concurrency": 4, "robots.retry_base": 0.05})
+    n.dispatcher.resolver.hosts = AnyName()
 
     async def go():
         await n.start()
@@ -373,3 +386,47 @@ def test_an_origin_that_stops_answering_is_given_up_on_its_own_budget(tmp_path, 
     assert c["origins_given_up"] == 1 and queued == 0
     assert {i.url for i in http} <= set(web.log)
     assert len([u for u in web.log if u.startswith("https://") and not u.endswith("robots.txt")]) < 30
+
+
+def test_an_address_past_its_ttl_is_looked_up_again_and_the_new_one_fetched(tmp_path, run):
+    """DNS answers live their TTL in the agent too (issue 37): the host's address, looked up when
+    it came, is asked again once the resolver's cache lets it go (an injected clock past the
+    TTL, no sleep), in the background, and the fetches after the answer dial the new address."""
+    from wancrawl.dns.answers import Lookup
+
+    now = [0.0]
+    answers = {"moved.test": Lookup("127.0.0.21", 30)}
+    dialed: list[str] = []
+
+    class Backend:
+        async def lookup(self, host):
+            return answers[host]
+
+        async def close(self):
+            pass
+
+    class Fetcher:
+        async def fetch(self, req):
+            dialed.append(req.ip)
+            if len(dialed) == 5:  # the server moves and its old answer's TTL passes
+                answers["moved.test"] = Lookup("127.0.0.22", 30)
+                now[0] += 31
+            return _answer(req.url)
+
+        async def close(self):
+            pass
+
+    n = _fake_fetcher_node(tmp_path, Fetcher(), **{"politeness.delay": 0.0, "concurrency": 1})
+    r = n.dispatcher.resolver
+    r.backend, r.clock, r.cache.min_ttl = Backend(), (lambda: now[0]), 0.0
+
+    async def go():
+        await n.start()
+        n.intake.accept_local([Item(f"http://moved.test/p{i}", "moved.test") for i in range(30)])
+        await until(n.idle, "the crawl to finish")
+        await n.stop()
+
+    run(go())
+    assert dialed[0] == "127.0.0.21" and dialed[-1] == "127.0.0.22", dialed
+    assert dialed.index("127.0.0.22") > 4 and r.lookups == 2
+    assert n.dispatcher.hosts.ip("moved.test") == "127.0.0.22"

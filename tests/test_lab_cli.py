@@ -40,6 +40,25 @@ def test_truth_cli_matches_the_api(tmp_path, capsys):
     assert any("/cal/" in u for u in out.split())
 
 
+def test_truth_cli_with_dns_leaves_the_names_that_fail_unfollowed(tmp_path, capsys):
+    from lab import topology
+    from lab.dns import Zone
+
+    topo_file = ROOT / "configs/lab/dns-failures.toml"
+    t = topology.load(topo_file)
+    zone = Zone(t)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(s.base_url + "/\n" for s in t.normal_sites[::8] if zone.resolves(s.host)))
+    args = ["truth", "--seeds", str(seeds), "--seed", "1", "--max-depth", "2", "--status", "--topology", str(topo_file)]
+    assert cli.main(args) == 0
+    plain = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert cli.main(args + ["--dns"]) == 0
+    dns = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    failing = {u for st, _, u in dns if st == "-1"}
+    assert failing and all(not zone.resolves(u.split("/")[2].split(":")[0]) for u in failing)
+    assert {u for _, _, u in dns} <= {u for _, _, u in plain} and len(dns) < len(plain), "their links are not followed"
+
+
 def test_plan_lists_blocks_and_sites(capsys):
     assert cli.main(["plan", "--topology", str(ROOT / "configs/lab/world.toml")]) == 0
     out = capsys.readouterr().out
@@ -96,6 +115,38 @@ def test_web_subcommand_serves_and_logs(tmp_path):
 
         entries = read_log(log)
         assert entries and entries[-1].client == "127.1.1.2" and entries[-1].host == s.host
+    finally:
+        _interrupt(proc)
+
+
+def test_dns_subcommand_answers_over_udp_and_tcp(tmp_path):
+    """`lab dns`: the topology's names from a process, over UDP and over TCP (the two-byte length
+    framing), NXDOMAIN for a name the plan lacks; it stops on SIGINT."""
+    import socket as socketlib
+
+    from dnslib import QTYPE, RCODE, DNSRecord
+
+    from lab import topology
+    from lab.cluster import free_udp_port
+
+    port = free_udp_port()
+    proc = subprocess.Popen(with_default_sigint([sys.executable, "-m", "lab.cli", "dns", "--port", str(port)]),
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        site = topology.load().normal_sites[3]
+        for _ in range(100):
+            try:
+                udp = DNSRecord.parse(DNSRecord.question(site.host).send("127.0.0.1", port, timeout=0.5))
+                break
+            except (OSError, socketlib.timeout):
+                time.sleep(0.05)
+        else:
+            pytest.fail("lab dns did not come up")
+        tcp = DNSRecord.parse(DNSRecord.question(site.host).send("127.0.0.1", port, tcp=True, timeout=2))
+        gone = DNSRecord.parse(DNSRecord.question("www.nowhere.lab").send("127.0.0.1", port, timeout=2))
+        for r in (udp, tcp):
+            assert [(str(rr.rdata), rr.rtype, rr.ttl) for rr in r.rr] == [(site.ip, QTYPE.A, 300)] and r.header.aa
+        assert gone.header.rcode == RCODE.NXDOMAIN and not gone.rr and gone.auth[0].rtype == QTYPE.SOA
     finally:
         _interrupt(proc)
 
@@ -162,6 +213,29 @@ def test_cluster_configs_for_several_agents_in_one_block(tmp_path):
         assert source_ips_of_pem(Path(agent_settings(svc.config).tls.cert).read_bytes()) == {svc.source_ip}, g
     with pytest.raises(Exception, match="unknown ISP/city group 'nowhere-x'"):
         write_configs(tmp_path / "b", topo, "hash", ["nowhere-x"], delay=0.1, concurrency=8)
+
+
+def test_cluster_configs_with_the_lab_dns_server_resolve_through_it_alone(tmp_path):
+    """`lab up --dns`: every agent and the consultant resolve with c-ares through the lab's
+    server, given explicitly, with no hosts file (a name it does not know is NXDOMAIN there, never
+    asked of the machine's servers); without it the hosts file, DNS off, as before."""
+    from agent.settings import load_settings as agent_settings
+    from consultant.settings import load_settings as consultant_settings
+    from lab import topology as topo_mod
+    from lab.cluster import write_configs
+
+    topo = topo_mod.load()
+    cfgs = write_configs(tmp_path, topo, "asn", ["unicom-beijing", "cernet-harbin"], delay=0.1, concurrency=8,
+                         dns_server="127.0.0.1:5399")
+    c = consultant_settings(cfgs.consultant.config)
+    assert (c.dns.system_dns, c.dns.hosts_file, c.dns.resolver, c.dns.nameservers) == (True, "", "cares", ("127.0.0.1:5399",))
+    for svc in cfgs.agents.values():
+        a = agent_settings(svc.config)
+        assert (a.system_dns, a.hosts_file, a.dns.resolver, a.dns.nameservers) == (True, "", "cares", ("127.0.0.1:5399",))
+    plain = write_configs(tmp_path / "plain", topo, "asn", ["cernet-harbin"], delay=0.1, concurrency=8)
+    a = agent_settings(plain.agents["cernet-harbin"].config)
+    assert (a.system_dns, a.dns.resolver) == (False, "system") and a.hosts_file.endswith("hosts")
+    assert not consultant_settings(plain.consultant.config).dns.system_dns
 
 
 def test_kill_and_restart_one_process_of_a_cluster(tmp_path):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agent.crawl.admission import Act, Admission
 from agent.crawl.fetches import Requests
-from agent.crawl.hosts import CrawlHosts, HostCrawlState
+from agent.crawl.hosts import CrawlHosts, HostCrawlState, unresolved
 from agent.crawl.incidents import Incidents
 from agent.crawl.outcome import ERROR_KINDS
 from agent.crawl.page import Discovery, PageSteps, Shared
@@ -29,7 +29,7 @@ from agent.placement.gate import Gate
 from agent.settings import AgentSettings
 from agent.state.frontier import Frontier, Item
 from agent.waker import HostSignal
-from wancrawl.hostres import HostResolver
+from wancrawl.hostres import DEFINITIVE, HostResolver
 from wancrawl.runtime.looplag import PassBudget
 from wancrawl.stats import Counters
 from wancrawl.warcrecords import Capture
@@ -124,12 +124,13 @@ class Dispatcher:
         self.in_flight = 0
         self.fetch_tasks: set[asyncio.Task] = set()
         self.bg_tasks: set[asyncio.Task] = set()
+        self._refreshing: set[str] = set()  # hosts whose expired address is being looked up again
         self._last_progress = (self.clock(), 0.0)
 
     # -- waking hosts -----------------------------------------------------------------------------
     def wake(self, host: str) -> None:
         """The host has work: into the scheduler (after a DNS look-up if it is new here)."""
-        if self.hosts.resolved(host):
+        if self.hosts.resolved(host) and not unresolved(self.hosts.ip(host)):
             self._schedule(host)
         else:
             t = asyncio.get_running_loop().create_task(self._resolve_and_schedule(host))
@@ -180,10 +181,45 @@ class Dispatcher:
         return lambda o: INF if self._parked_origin(o, now) is not None else self.origin_wait(o)
 
     async def _resolve_and_schedule(self, host: str) -> None:
-        if not self.hosts.resolved(host):
-            self.hosts.resolve(host, await self.resolver.resolve(host))
+        """Look the host up (the resolver's cache first) and schedule it; a name that does not
+        exist or has no address is given up here, with no fetch and no turn in the scheduler, so
+        failed names are given up as fast as the resolver answers, all in parallel. A temporary
+        failure is scheduled under the host's own key: its fetch asks again, and fails as a
+        timeout does (origin backoff, parking) until an answer comes."""
+        if not self.hosts.resolved(host) or unresolved(self.hosts.ip(host)):
+            ip = await self.resolver.resolve(host)
+            self.hosts.resolve(host, ip)
+            why = self.resolver.failure(host) if ip is None else None
+            if why in DEFINITIVE:
+                self.hosts.give_up(host, f"DNS: {host} does not resolve: {why}", "dns_failure")
+                return
         if self.frontier.has_work(host):
             self._schedule(host)
+
+    def _refresh(self, host: str) -> None:
+        """The host's address outlived its TTL: look it up again in the background (once at a
+        time). Fetches go on with the old address until the answer comes; a new one is used, and
+        politeness keyed on it, from the host's next start. A name gone since (NXDOMAIN) is given
+        up; a temporary failure keeps the old address (asked again after temporary_ttl)."""
+        if host in self._refreshing:
+            return
+        self._refreshing.add(host)
+        t = asyncio.get_running_loop().create_task(self._re_resolve(host))
+        self.bg_tasks.add(t)
+        t.add_done_callback(self.bg_tasks.discard)
+
+    async def _re_resolve(self, host: str) -> None:
+        try:
+            ip = await self.resolver.resolve(host)
+        finally:
+            self._refreshing.discard(host)
+        if not self.hosts.resolved(host):
+            return  # dropped meanwhile (handed over): nothing to update
+        if ip is not None:
+            self.hosts.resolve(host, ip)
+        elif (why := self.resolver.failure(host)) in DEFINITIVE:
+            self.hosts.resolve(host, None)
+            self.hosts.give_up(host, f"DNS: {host} does not resolve: {why}", "dns_failure")
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -233,6 +269,8 @@ class Dispatcher:
             self.scheduler.remove(host)
             return
         ip = self.hosts.ip(host)
+        if not unresolved(ip) and not self.resolver.fresh(host):
+            self._refresh(host)
         item = self.frontier.pop(host, now, self.origin_wait)
         if item is None:
             ready = self.frontier.ready_at(host, self.origin_wait)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.crawl.hosts import UNRESOLVED
+from agent.crawl.hosts import unresolved
 from agent.fetch import Fetcher, FetchRequest, FetchResponse
 from wancrawl.stats import Counters
 
@@ -33,7 +33,7 @@ class Requests:
 
     async def fetch(self, url: str, host: str, ip: str | None, headers: dict[str, str] | None = None) -> FetchResponse:
         try:
-            resp = await self.fetcher.fetch(FetchRequest(url, host, None if ip in (None, UNRESOLVED) else ip, headers or None))
+            resp = await self.fetcher.fetch(FetchRequest(url, host, None if unresolved(ip) else ip, headers or None))
         except Exception as exc:
             log.exception("fetcher raised on %s", url)
             resp = FetchResponse(url, error="internal", error_detail=str(exc), started_at=self.clock(), ended_at=self.clock())
