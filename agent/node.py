@@ -180,7 +180,8 @@ class AgentNode:
         # Handovers in are taken only as the peer guard says: attached in phase two (_attach).
         self.handoff = HandOff(self.id, self.ledger, self.directory, self.peers, durable=self.commit_log.barrier,
                                reroute=self.routing.route, may_be_stored=may_be_stored,
-                               replicate=self.replicator.sync if self.replicator is not None else None, gate=self.gate)
+                               replicate=self.replicator.sync if self.replicator is not None else None, gate=self.gate,
+                               clock=clock, defer_done=rep.unshipped_grace)
         address = self.address
         self.ownership = Ownership(
             self.id, lambda: address, self.ledger, self.replicas, self.directory, self.handoff, self.peers, self.gate,

@@ -11,13 +11,17 @@ has no use for (tests/test_storage_placement.py checks what `import storage.serv
 overlay's defaults it needs are constants here, and agent/settings.py takes its [kademlia]
 defaults from them, so the two cannot drift.
 
-There is no consultant process in that mode, so the manager asks any agent: the first of
-`addresses` that answers (the next one on Unavailable). `list_agents` is that agent's Members
-(the overlay's live members as it sees them); `resolve` is an iterative FIND_NODE of every host's
-key (Kademlia §2.3, wancrawl/kademlia/lookup.py) started at that agent and asked as a
-plain query (no `sender`: the manager is not a node and enters no routing table), whose
-`preference` closest answering nodes are the host's preference list, owner first, the same list
-the agents compute (agent/placement/kademlia/placement.py `preference`).
+There is no consultant process in that mode, so the manager asks the agents, and no single
+agent's answer decides (issue 36: one lying agent first in the list made storage refuse every
+other agent's pages). `list_agents` is the union of the Members of up to `paths` (3) answering
+agents of `addresses`; `resolve` is an iterative FIND_NODE of every host's key over `paths`
+disjoint paths (S/Kademlia; wancrawl/kademlia/disjoint.py) seeded with those members, asked as
+plain queries (no `sender`: the manager is not a node and enters no routing table). A node
+counts only once it answered as itself (the answer's responder is the contact dialed; with TLS
+the channel checked its id too), and one address answers for one node. The host's preference
+list is the `preference` closest such nodes any path found, owner first, the same list the
+agents compute (agent/placement/kademlia/placement.py `preference`); `contested` says when the
+paths disagree, and then an agent it leaves out is not known to be unplaced (storage holds).
 
 The answers are shaped like the consultant's (wancrawl.placement.HostRoute, a ListAgentsResponse)
 so that manager/seed.py, manager/status.py and storage take either. Errors are translated at this
@@ -26,15 +30,17 @@ boundary (agent/client.py): callers see wancrawl.errors, never a raw grpc error.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.client import AgentClient, AgentPool
 from wancrawl import checks, errors, grpcutil
 from wancrawl.kademlia import xorspace
-from wancrawl.kademlia.lookup import lookup_many
+from wancrawl.kademlia.disjoint import judge, lookup_disjoint
 from wancrawl.kademlia.table import Contact
 from wancrawl.placement import HostRoute
+from wancrawl.stats import Counters
 from wancrawl.urls import canonical_host
 from wancrawl.v1 import agent_pb2, consultant_pb2
 
@@ -43,11 +49,14 @@ from wancrawl.v1 import agent_pb2, consultant_pb2
 # alpha, and its routes say the TTL the nodes' own do.
 K = 20           # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
 ALPHA = 3        # lookups' parallelism (Kademlia, libp2p: 3)
+PATHS = 3        # disjoint lookup paths and starting peers (S/Kademlia d; libp2p: its parallelism)
 ROUTE_TTL = 300  # seconds a host's preference list may be cached
 
 FIND_BATCH = 1_000  # targets per FindNode (the agents' limit, agent/validate.py)
 MAX_NAME = 253      # a DNS name
 STRATEGY = "kademlia"
+
+log = logging.getLogger(__name__)
 
 
 # --- pure: the answers' shapes --------------------------------------------------------------------
@@ -107,22 +116,63 @@ def keyed(hosts: Sequence[str]) -> Keyed:
     return Keyed(names, keys, errs)
 
 
-def routes(hosts: Sequence[str], k: Keyed, found: Mapping[int, Sequence[Contact]], *, preference: int, ttl: int,
+def routes(hosts: Sequence[str], k: Keyed, found: Mapping[int, Sequence[Sequence[Contact]]], *, preference: int, ttl: int,
            epoch: int) -> list[HostRoute]:
-    """Each host's route: its key's `preference` closest nodes among those found, owner first."""
+    """Each host's route from its key's disjoint paths' results (key -> one result per path):
+    the `preference` closest nodes any path found, owner first (wancrawl/kademlia/disjoint.py
+    judge); `contested` says so when the paths disagree."""
     out = []
     for i, h in enumerate(hosts):
         name = k.names[i]
         if name is None:
             out.append(HostRoute(h, (), 0, epoch, k.errors[i]))
             continue
-        key = k.keys[i]
-        near = sorted({c.node_id: c for c in found.get(key, ())}.values(), key=lambda c: c.node_id ^ key)[:preference]
-        if not near:
+        v = judge(k.keys[i], found.get(k.keys[i], ()), preference)
+        if not v.route:
             out.append(HostRoute(name, (), 0, epoch, "no live agent answered a lookup of this host's key"))
-        else:
-            out.append(HostRoute(name, tuple((c.agent_id, c.address) for c in near), ttl, epoch))
+            continue
+        doubt = "" if v.agreed else f"{v.paths - v.agreeing} of {v.paths} disjoint lookup paths found other closest nodes"
+        out.append(HostRoute(name, tuple((c.agent_id, c.address) for c in v.route), ttl, epoch, contested=doubt))
     return out
+
+
+def responder_is(c: Contact, r: agent_pb2.Contact) -> None:
+    """A node is admitted into an answer only if it answered as itself: the FindNode answer's
+    responder must be the contact dialed (with TLS the channel checked its id as well; without,
+    this is the only check). Unavailable (the contact failed) otherwise."""
+    who = contact_of(r)
+    if (who.node_id, who.agent_id) != (c.node_id, c.agent_id):
+        raise errors.Unavailable(f"{c.address} answered as {who.agent_id} ({xorspace.id_hex(who.node_id)[:8]}), "
+                                 f"not as {c.agent_id} ({xorspace.id_hex(c.node_id)[:8]})")
+
+
+class AnsweredAt:
+    """One node per address: once a node answered as itself at an address, another contact
+    claiming that address fails without a call. A liar's made-up contacts name real addresses
+    (its own, or others'): one call per contact per target otherwise, ten per target for the
+    "ten contacts next to each target" lie (issue 36)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, int] = {}  # address -> node id that answered there as itself
+
+    def check(self, c: Contact) -> None:
+        n = self._at.get(c.address)
+        if n is not None and n != c.node_id:
+            raise errors.Unavailable(f"{c.address} answers as another node ({xorspace.id_hex(n)[:8]}), not {c.agent_id}")
+
+    def answered(self, c: Contact) -> None:
+        self._at[c.address] = c.node_id
+
+
+@dataclass(slots=True)
+class PeerCounters(Counters):
+    """The directory's calls and what its lookups found, since start (storage's metrics)."""
+    peer_members_calls: int = 0
+    peer_find_node_calls: int = 0
+    peer_find_node_failures: int = 0
+    peer_contacts_skipped: int = 0
+    peer_resolves: int = 0
+    peer_hosts_contested: int = 0
 
 
 # --- the client -----------------------------------------------------------------------------------
@@ -138,16 +188,19 @@ class PeerDirectory:
     kademlia.route_ttl default)."""
 
     def __init__(self, addresses: Iterable[str], *, tls: grpcutil.TlsSettings | None = None, timeout: float = 10.0,
-                 preference: int = 3, k: int = K, alpha: int = ALPHA, ttl: int = ROUTE_TTL):
+                 preference: int = 3, k: int = K, alpha: int = ALPHA, ttl: int = ROUTE_TTL, paths: int = PATHS):
         self.addresses = [a.strip() for a in addresses if a.strip()]
         if not self.addresses:
             raise errors.ConfigError("--peers: give at least one agent address (host:port)")
         if not 1 <= preference <= k:
             raise errors.ConfigError(f"preference = {preference}: 1..k ({k})")
         self.tls = tls
-        self.preference, self.k, self.alpha, self.ttl = preference, k, alpha, ttl
+        if paths < 1:
+            raise errors.ConfigError(f"paths = {paths}: at least 1")
+        self.preference, self.k, self.alpha, self.ttl, self.paths = preference, k, alpha, ttl, paths
         self.pool = AgentPool(timeout, tls=tls)
         self._first = 0  # the agent that answered last: asked first next time
+        self.stats = PeerCounters()
 
     async def close(self) -> None:
         await self.pool.close()
@@ -167,12 +220,20 @@ class PeerDirectory:
         return self.pool.get(c.address, xorspace.id_san(c.node_id) if self._secure(c.address) else "")
 
     async def members(self) -> tuple[list[Contact], int]:
-        """The first answering agent's live members (itself first) and its view epoch."""
-        tried = []
+        """The live members as up to `paths` answering agents list them (no single agent's view:
+        a liar's Members cannot hide the others), each answering agent first in its own list,
+        and the highest view epoch among them. Members are hints: a lookup admits a node into
+        an answer only once it answered as itself."""
+        tried: list[str] = []
+        views: list[list[Contact]] = []
+        epoch = 0
         n = len(self.addresses)
         for j in range(n):
+            if len(views) == self.paths:
+                break
             i = (self._first + j) % n
             address = self.addresses[i]
+            self.stats.peer_members_calls += 1
             try:
                 r = await self.pool.get(address).members()
             except errors.Unavailable as exc:
@@ -180,9 +241,13 @@ class PeerDirectory:
                 continue
             except errors.FailedPrecondition as exc:  # an agent in consultant mode has no overlay
                 raise errors.FailedPrecondition(f"{exc}; use --consultant ADDR for such a cluster, not --peers") from None
-            self._first = i
-            return [contact_of(c) for c in r.members], r.epoch
-        raise errors.Unavailable("no agent of --peers answers: " + "; ".join(tried))
+            if not views:
+                self._first = i
+            views.append([contact_of(c) for c in r.members])
+            epoch = max(epoch, r.epoch)
+        if not views:
+            raise errors.Unavailable("no agent of --peers answers: " + "; ".join(tried))
+        return _union(views), epoch
 
     async def list_agents(self, include_dead: bool = False) -> consultant_pb2.ListAgentsResponse:
         """The overlay's live members as a ListAgentsResponse. include_dead is accepted for the
@@ -191,25 +256,59 @@ class PeerDirectory:
         return listing(members, epoch)
 
     async def resolve(self, hosts: list[str]) -> list[HostRoute]:
-        """Each host's preference list by XOR distance among the live nodes an iterative lookup of
-        its key finds (started at the first answering agent; only nodes that answered count)."""
+        """Each host's preference list by XOR distance among the nodes that answered as
+        themselves a lookup of its key over `paths` disjoint paths, seeded with the members that
+        up to `paths` agents list; `contested` where the paths disagree (issue 36)."""
         k = keyed(hosts)
         members, epoch = await self.members()
         if not members:
-            raise errors.Unavailable("the agent asked lists no member (it left the overlay)")
-        entry = members[0]
+            raise errors.Unavailable("the agents asked list no member (they left the overlay)")
         epochs = [epoch]
+        self.stats.peer_resolves += 1
+
+        seen_at = AnsweredAt()
 
         async def find_nodes(c: Contact, targets: list[int]) -> dict[int, list[Contact]]:
             out: dict[int, list[Contact]] = {}
             for i in range(0, len(targets), FIND_BATCH):
                 part = targets[i : i + FIND_BATCH]
-                r = await self._client(c).find_node(None, [xorspace.id_bytes(t) for t in part], self.k, 0)
-                if len(r.closest) != len(part):
-                    raise errors.Unavailable(f"FindNode from {c.agent_id}: {len(r.closest)} answers to {len(part)} targets")
+                try:
+                    seen_at.check(c)
+                except errors.Unavailable:
+                    self.stats.peer_contacts_skipped += 1
+                    raise
+                self.stats.peer_find_node_calls += 1
+                try:
+                    r = await self._client(c).find_node(None, [xorspace.id_bytes(t) for t in part], self.k, 0)
+                    responder_is(c, r.responder)
+                    seen_at.answered(c)
+                    if len(r.closest) != len(part):
+                        raise errors.Unavailable(f"FindNode from {c.agent_id}: {len(r.closest)} answers to {len(part)} targets")
+                except errors.WancrawlError:
+                    self.stats.peer_find_node_failures += 1
+                    raise
                 epochs.append(r.epoch)
                 out.update({t: [contact_of(x) for x in cl.contacts] for t, cl in zip(part, r.closest)})
             return out
 
-        found = await lookup_many(sorted(set(k.keys.values())), lambda t: [entry], find_nodes, k=self.k, alpha=self.alpha)
-        return routes(hosts, k, found, preference=self.preference, ttl=self.ttl, epoch=max(epochs))
+        near = {m.node_id: m for m in members}
+        found = await lookup_disjoint(sorted(set(k.keys.values())), lambda t: list(near.values()), find_nodes,
+                                      k=self.k, alpha=self.alpha, paths=self.paths)
+        out = routes(hosts, k, {t: lk.votes() for t, lk in found.items()}, preference=self.preference,
+                     ttl=self.ttl, epoch=max(epochs))
+        contested = [r for r in out if r.contested]
+        if contested:
+            self.stats.peer_hosts_contested += len(contested)
+            log.warning("overlay lookups disagree on %d of %d hosts (%s: %s; placed so far: %s): not known yet",
+                        len(contested), len(out), contested[0].host, contested[0].contested,
+                        ", ".join(contested[0].agent_ids))
+        return out
+
+
+def _union(views: Sequence[Sequence[Contact]]) -> list[Contact]:
+    """The members of several views, each once (by node id), in the order first listed."""
+    seen: dict[int, Contact] = {}
+    for v in views:
+        for c in v:
+            seen.setdefault(c.node_id, c)
+    return list(seen.values())

@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.fetch import DEFAULT_FETCHER
 from agent.fetch.base import FetchSettings
-from agent.peers import ALPHA, K, ROUTE_TTL
+from agent.peers import ALPHA, K, PATHS, ROUTE_TTL
 from wancrawl.config import TomlWritable, load
 from wancrawl.errors import ConfigError, InvalidArgument
 from wancrawl.runtime.eventloop import DEFAULT_EVENT_LOOP
@@ -312,6 +312,9 @@ class KademliaSettings(TomlWritable):
     bootstrap: tuple[str, ...] = ()  # host:port of agents to join through (this agent's own address is skipped)
     k: int = K                       # bucket size and contacts per FIND_NODE answer (Kademlia, libp2p: 20)
     alpha: int = ALPHA               # lookups' parallelism (Kademlia, libp2p: 3)
+    # Disjoint lookup paths (S/Kademlia d): a node is asked by one path only, and a key's result
+    # is the union of the paths' (issue 36: no single peer's answer decides). 1: one path.
+    paths: int = PATHS
     # An owner fetches only while all its k closest answered a ping within this. The pings are
     # the agent's heartbeats: every `heartbeat_interval` seconds (0: a third of the lease).
     lease_seconds: float = 15.0
@@ -337,8 +340,8 @@ class KademliaSettings(TomlWritable):
             raise ValueError("kademlia: balance_max_moves must be 0..100 and balance_max_delegations 1..256")
         if self.balance_min_gap < 0 or self.balance_min_ratio < 1 or self.balance_cooldown < 0:
             raise ValueError("kademlia: balance_min_gap >= 0, balance_min_ratio >= 1, balance_cooldown >= 0")
-        if not 1 <= self.k <= 100 or not 1 <= self.alpha <= self.k:
-            raise ValueError("kademlia: k must be 1..100 and alpha 1..k")
+        if not 1 <= self.k <= 100 or not 1 <= self.alpha <= self.k or not 1 <= self.paths <= self.k:
+            raise ValueError("kademlia: k must be 1..100, alpha 1..k and paths 1..k")
         if self.lease_seconds <= 0 or self.refresh_interval <= 0:
             raise ValueError("kademlia: lease_seconds and refresh_interval must be > 0")
         if self.dead_after < self.lease_seconds:

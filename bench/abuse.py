@@ -59,6 +59,11 @@ Attacks (numbers as in issue 21):
      Agent.HandOver (the host), Consultant.Resolve (a host), Storage.Ingest (a capture's URL).
   C  Claim, by the attacker, of an `other-owned` host from its owner (not in the issue's list;
      the fourth state-moving RPC of docs/security.md's ownership table).
+  W  Issue 36 item 4, after the others: an operator's override of a finished host (the lab's
+     operator certificate) opens a settle window, as any epoch change does; WINDOW_WAIT_S later,
+     as the agent `below` the owner, HandOvers of hosts the owners crawl steadily: their queued
+     URLs as seen (W1), backoff_until = 9e10 (W2), crawl_delay = 1e6 (W3). Before, each was taken
+     (every host of a receiver was "settling" for 2 x lease) and erased, parked or held its host.
 
 Residual (documented): docs/security.md says what a compromised agent can still do: as the first
 backup of a host whose owner holds nothing of it yet, hand that host's history to its owner.
@@ -568,6 +573,46 @@ async def attacks(att: Attacker, world: World) -> list[Outcome]:
         outs.append(o)
     # +: Claim of another's host by the attacker.
     await each("C", "Claim of another's host (not in the issue's list)", lambda x: att.claim(x.receiver, [x.host]))
+    outs += await window(att, world, routes, [h for h in work if not any(h == t.host for ts in tg.values() for t in ts)])
+    return outs
+
+
+WINDOW_WAIT_S = 7.0  # after the override: the agents learn the epoch at a heartbeat (lease / 3) and settle it
+
+
+async def window(att: Attacker, world: World, routes: Mapping[str, Sequence[str]], work: list[str]) -> list[Outcome]:
+    """Issue 36 item 4: a settle window opened by an operator's override of a finished host (any
+    epoch change opens one), then, as the agent below the owner in their lists, HandOvers of hosts
+    the owners crawl steadily: their queued URLs as seen (W1), backoff_until = 9e10 (W2),
+    crawl_delay = 1e6 (W3). Before, every host of a receiver took them for 2 x lease after any
+    epoch change: the host erased, parked, held past the end."""
+    from consultant.client import ConsultantClient
+
+    needs = [Need("W1", "below", 1, work), Need("W2", "below", 1, work), Need("W3", "below", 1, work)]
+    tg = pick_targets(att.id, routes, world.agents, needs)
+    done_hosts = [h for h, n in world.left().items() if n == 0 and h in routes and len(routes[h]) > 1]
+    outs: list[Outcome] = []
+    if not done_hosts:
+        return [Outcome("W", "settle window: no finished host to move (no epoch change made)", note="no host fits")]
+    moved = done_hosts[0]
+    async with ConsultantClient(att.cl.consultant) as op:  # the lab's operator certificate (registered by lab up)
+        await op.set_override(moved, routes[moved][1])
+    await asyncio.sleep(WINDOW_WAIT_S)
+    truth = world.truth_by_host
+    todo = lambda h: [u for u in truth[h] if u not in world.requested]  # noqa: E731
+    cases = [
+        ("W1", "in a settle window, HandOver as the agent below the owner: its queued URLs as seen",
+         lambda h: host_state(h, seen=fingerprints(todo(h) or truth[h]))),
+        ("W2", "in a settle window, HandOver as the agent below the owner: backoff_until = 9e10",
+         lambda h: host_state(h, backoff_until=9e10, backoff_level=1)),
+        ("W3", "in a settle window, HandOver as the agent below the owner: crawl_delay = 1e6",
+         lambda h: host_state(h, crawl_delay=1e6)),
+    ]
+    for key, what, state in cases:
+        o = Outcome(key, what, tg.get(key, []), note=f"window: {moved} pinned to {routes[moved][1]}")
+        for x in o.targets:
+            o.answers.append(await att.hand_over(x.receiver, [state(x.host)]))
+        outs.append(o)
     return outs
 
 

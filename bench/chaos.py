@@ -62,6 +62,12 @@ see FAULT_AT) of the truth URLs requested at least once, polled every 0.2 s; bas
               every 20 s and start it again 3 s after each kill, until the crawl ends. Agents
               keep a 0.2 s politeness delay (a crawl of about a minute and a half, so several
               kills fall in it). Notes as consultant-replica, and the kills.
+  liar-first, liar-last, liar-fabricate (--mode kademlia only; issue 36)
+              no fault during the crawl: one agent runs as lab/liar.py from the start, its
+              FindNode answering itself alone (liar-fabricate: ten made-up contacts next to
+              each target) and its Members itself alone, first (liar-first, liar-fabricate) or
+              last (liar-last) in storage's `peers`. Storage must store the whole truth whatever
+              the liar's place (docs/kademlia.md, "Trusting no single peer").
 
 Columns (pure functions `compare` and `recovery` in lab/faults/measure.py; inputs: the truth set, storage's index
 rows (canonical URL, record type), the lab's request log):
@@ -147,6 +153,7 @@ from lab.faults.measure import Row, worst
 from lab.faults.run import run_scenario
 from lab.faults.scenarios import (
     CONSULTANT_ONLY,
+    KADEMLIA_ONLY,
     CONSULTANT_STOP_LEASES,
     DEFAULT_BACKUPS,
     DEFAULT_FAULT_AT,
@@ -218,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if n not in CONSULTANT_ONLY]
         if skipped:
             print(f"chaos: kademlia mode has no consultant: {', '.join(skipped)} not run", file=sys.stderr)
+    else:
+        skipped = [n for n in names if n in KADEMLIA_ONLY]
+        names = [n for n in names if n not in KADEMLIA_ONLY]
+        if skipped:
+            print(f"chaos: consultant mode asks no agent who is placed where: {', '.join(skipped)} not run", file=sys.stderr)
 
     base = Path(args.run_dir).resolve() if args.run_dir else Path(tempfile.mkdtemp(prefix="wancrawl-chaos-"))
     base.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ class Cluster:
     object_store: str = ""  # SeaweedFS's S3 endpoint with --object-store ("" = WARCs in a local directory)
     storage_writers: list[str] = field(default_factory=list)  # every writer's address (the first is `storage`)
     dns: str = ""  # the lab's DNS server ("127.0.0.1:PORT") with --dns; "" = names from the hosts file
+    liar: str = ""  # the agent run as lab/liar.py (its Members lists itself alone: not awaited by `up`)
 
     def save(self) -> None:
         Path(self.run_dir, "cluster.json").write_text(json.dumps(asdict(self), indent=2))
@@ -345,13 +347,15 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
        agent_keys: dict[str, dict[str, int | float]] | None = None, consultant_tables: str = "",
        agent_tables: str = "", mode: str = "consultant", kademlia_keys: str = "", consultants: int = 1,
        object_store: bool = False, storage_writers: int = 1, index_url: str = "", index_schema: str = "",
-       web_port: int = 0, dns: bool = False) -> Cluster:
+       web_port: int = 0, dns: bool = False, liar: str = "", liar_at: int = 0) -> Cluster:
     """Start the lab (see the module's doc) and return once it is ready: every service answers
     health and, in kademlia mode, every agent's overlay lists every agent. consultants: replicas
     over PostgreSQL (more than one). `object_store`: start SeaweedFS (the `seaweedfs` process)
     and keep the WARCs in its bucket; `storage_writers`, `index_url`, `index_schema`: write_configs.
     `web_port`: the lab web's port (0: choose_web_port keeps the run dir's previous one if free).
-    `dns`: start the lab's DNS server (the `dns` process, lab/dns.py) and resolve through it."""
+    `dns`: start the lab's DNS server (the `dns` process, lab/dns.py) and resolve through it.
+    `liar` ("self" or "fabricate", kademlia mode): the agent at index `liar_at` of the groups
+    (the same place in storage's `peers`) runs as lab/liar.py, its FindNode and Members lying."""
     check_strategy(strategy, mode)
     run = Path(run_dir).resolve()
     previous_port = 0
@@ -422,6 +426,10 @@ def up(run_dir: str | Path, *, strategy: str = "asn", groups: list[str] | None =
                 for i, a in enumerate(cfgs.replicas)] if cfgs.consultant is not None else []
         core = [(w.config.stem, "storage.cli", "serve", w) for w in cfgs.writers]
         agents = [(f"agent-{g}", "agent.cli", "run", a) for g, a in cfgs.agents.items()]
+        if liar:
+            i = liar_at % len(agents)
+            agents[i] = (agents[i][0], "lab.liar", liar, agents[i][3])  # python -m lab.liar HOW --config ...
+            cl.liar = list(cfgs.agents)[i]
         cl.agents = {g: a.address for g, a in cfgs.agents.items()}
         # Agents need the consultant and storage: start and wait for those first; the first
         # replica before the others (it makes the shared tables).
@@ -666,13 +674,14 @@ async def overlay_views(agents: dict[str, str]) -> dict[str, set[str] | None]:
     return dict(zip(agents, got))
 
 
-async def wait_overlay(agents: dict[str, str], timeout: float) -> list[str]:
+async def wait_overlay(agents: dict[str, str], timeout: float, skip: Collection[str] = ()) -> list[str]:
     """Poll until every agent's Members lists every agent of `agents` (the joins and
     ping-backs are done, so they agree on placement); the agents still missing someone at the
-    timeout ([] once formed). Polling: the agents are other processes, with no event to await."""
+    timeout ([] once formed). Polling: the agents are other processes, with no event to await.
+    `skip`: agents whose own view is not awaited (a liar's), though the others must list them."""
     end = time.monotonic() + timeout
     while True:
-        missing = overlay_complete(await overlay_views(agents), set(agents))
+        missing = [g for g in overlay_complete(await overlay_views(agents), set(agents)) if g not in skip]
         if not missing or time.monotonic() > end:
             return missing
         await asyncio.sleep(0.1)
@@ -680,7 +689,7 @@ async def wait_overlay(agents: dict[str, str], timeout: float) -> list[str]:
 
 def _await_overlay(cl: Cluster, timeout: float) -> None:
     live = _live_agents(cl)
-    missing = asyncio.run(wait_overlay(live, timeout))
+    missing = asyncio.run(wait_overlay(live, timeout, skip={cl.liar}))
     if missing:
         raise Unavailable(f"the Kademlia overlay did not form in {timeout:.0f}s: {', '.join(missing)} do not list "
                           f"all of {', '.join(sorted(live))} (see {cl.run_dir}/logs/agent-*.log)")

@@ -14,6 +14,7 @@ import asyncio
 from collections import Counter
 
 from agent.client import AgentPool
+from agent.peers import PATHS
 from manager.seed import BATCH, Injection, refusals
 from manager.status import AgentView, Snapshot, wait_finished
 from wancrawl.errors import Unavailable, WancrawlError
@@ -21,15 +22,21 @@ from wancrawl.v1 import agent_pb2
 
 
 async def members(pool: AgentPool, addresses: list[str]) -> list[tuple[str, str]]:
-    """(agent id, address) of the overlay's live members, as the first agent of `addresses`
-    that answers sees them."""
+    """(agent id, address) of the overlay's live members, as the first PATHS agents of
+    `addresses` that answer see them together (no single agent's view: issue 36, a lying agent
+    first in the list would have listed itself alone, and `wait` called the crawl idle from it)."""
+    views: list[list[tuple[str, str]]] = []
     for address in addresses:
+        if len(views) == PATHS:
+            break
         try:
             r = await pool.get(address).members(timeout=5)
         except WancrawlError:
             continue
-        return [(m.agent_id, m.address) for m in r.members]
-    raise Unavailable(f"no agent answers Members (asked {', '.join(addresses) or 'nobody'})")
+        views.append([(m.agent_id, m.address) for m in r.members])
+    if not views:
+        raise Unavailable(f"no agent answers Members (asked {', '.join(addresses) or 'nobody'})")
+    return list(dict.fromkeys(m for v in views for m in v))
 
 
 async def inject(addresses: list[str], urls: list[str], force: bool = False) -> Injection:

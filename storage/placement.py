@@ -105,6 +105,7 @@ class PlacementCounters(Counters):
     placement_resolve_failures: int = 0
     placement_stale_routes: int = 0
     placement_unavailable: int = 0
+    placement_contested: int = 0  # captures held because the overlay's lookups disagreed (issue 36)
 
 
 class PlacementCheck:
@@ -136,6 +137,7 @@ class PlacementCheck:
             return {}
         answers = await self._ask(list(ask))
         out: dict[int, str] = {}
+        held: list[tuple[str, HostRoute]] = []
         for host, idxs in ask.items():
             route = answers.get(host)
             if route is None:  # the consultant did not answer: the last route it gave, if any
@@ -148,9 +150,26 @@ class PlacementCheck:
                 self.stats.placement_stale_routes += 1
                 continue
             for i in idxs:
-                if not placed(route, captures[i].agent_id):
+                if placed(route, captures[i].agent_id):
+                    continue
+                if route.contested:
+                    held.append((host, route))  # not known yet: never a refusal
+                else:
                     out[i] = refusal(route, captures[i].agent_id)
+        if held:
+            self.hold(held)
         return out
+
+    def hold(self, held: list[tuple[str, HostRoute]]) -> None:
+        """Captures whose senders a contested answer leaves out (the overlay's disjoint lookups
+        disagreed): neither stored nor refused. The whole call is answered UNAVAILABLE, as when
+        nobody can say, and the agent sends the batch again later (nothing lost, nothing stored
+        unchecked); counted and logged, an operator's alarm: some agent may be lying."""
+        self.stats.placement_contested += len(held)
+        host, route = held[0]
+        log.warning("placement check: %d hosts not known yet (%s: %s); the batch is held", len(held), host, route.contested)
+        raise errors.Unavailable(f"cannot check who may store pages of host {shown(host)} yet: {route.contested}; "
+                                 "send again later")
 
     async def _ask(self, hosts: list[str]) -> dict[str, HostRoute]:
         """Asked host -> the consultant's route (now cached when it names agents); the hosts it

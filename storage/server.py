@@ -334,6 +334,8 @@ class StorageService:
 
     def _metrics(self) -> Sample:
         placement = {**self.placement.stats.as_dict(), "placement_routes_cached": len(self.placement.cache)} if self.placement else {}
+        if self.peers is not None:
+            placement.update(self.peers.stats.as_dict())
         return {**self.servicer.stats.as_dict(), **placement, "ingest_queue": self.committer.queue.qsize(),
                 "ingest_lag_seconds": self.committer.lag(), **self.security.metrics()}
 

@@ -289,9 +289,11 @@ def test_the_agent_schema_matches_who_counts_and_who_measures(crawl):
     # The revisit schedule's levels, with revisit.enabled only (tests/test_revisit_agent.py).
     revisit_only = {"revisits_scheduled", "revisits_due", "revisit_freshness"}
     assert set(AGENT.help) - SERVER_ONLY_WITH_TLS - kademlia_only - loop_lag_only - revisit_only - exported == set()
+    # Storage's overlay lookups' (peer_*), with `peers` (Kademlia mode) only (tests/test_kademlia_trust.py).
+    peers_only = {n for n in STORAGE.help if n.startswith("peer_")}
     for key, schema in (("consultant", CONSULTANT), ("storage", STORAGE)):
         names = {n[len(schema.prefix) + 1:].removesuffix("_total") for n, _ in values(crawl.texts[key], key)}
-        assert set(schema.help) - SERVER_ONLY_WITH_TLS - names == set(), key
+        assert set(schema.help) - SERVER_ONLY_WITH_TLS - peers_only - names == set(), key
 
 
 def _metrics_doc():

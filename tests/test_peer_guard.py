@@ -93,7 +93,7 @@ class Placement:
 
     async def resolve(self, hosts):
         self.asked += 1
-        return [HostRoute(h, self.lists[h], 300, 7) for h in hosts]
+        return [HostRoute(h, self.lists.get(h, (A, B)), 300, 7) for h in hosts]
 
     async def close(self) -> None:
         pass
@@ -306,6 +306,116 @@ def test_a_leaving_agent_does_not_take_its_backups_replicas_away(tmp_path, run):
         sent.clear()
         await node.replicator.round()
         assert sent == [], "no DELETE_BACKUP from a leaving agent"
+        await done(node)
+
+    run(go())
+
+
+# -- issue 36 item 4: what a compromised backup's HandOver can do inside a settle window ---------
+# The sender is the host's first backup while the owner takes the host over (held for claims):
+# the guard takes the HandOver (a join's old owner looks exactly so), so the limits below are on
+# what the state may do, not on who sends it.
+
+async def compromised_backup_node(tmp_path) -> AgentNode:
+    """A node that owns H and crawls it steadily (queued, not held for a takeover), then learns
+    a new epoch (any change: a balancer's move elsewhere), which opens its settle window."""
+    node = make_node(tmp_path, {H: (A, B)})
+    await node.directory.routes([H])
+    await node.ownership.reconcile(claim_all=False)  # settled: a steady state
+    node.seen.add_new(H, URLS)
+    node.frontier.add([Item(u, H) for u in URLS])
+    node.commit_log.commit(force=True)
+    node.directory.consultant_epoch(8)  # placement's news: a new epoch, not settled here yet
+    assert not node.gate.held(H) and node.ownership.settling(H)
+    return node
+
+
+def test_a_backups_seen_set_never_erases_the_receivers_queue(tmp_path, run):
+    """The HandOver's `seen` = the fingerprints of every URL the owner has queued, no queue:
+    before, reconcile dropped all of them (the host erased, never requested). Now they stay
+    queued, wait the grace, and storage is asked before each is fetched."""
+
+    async def go():
+        node = await compromised_backup_node(tmp_path)
+        watched: list[str] = []
+        node.handoff.may_be_stored = watched.extend
+        resp = await node.handoff.receive(stream(handover("b", H, seen=[fingerprint(u) for u in URLS])))
+        node.commit_log.commit(force=True)
+        assert resp.hosts == 1 and not resp.refused  # taken: the limit is on what it may do
+        queued = sorted(i.url for i in node.frontier.export_host(H))
+        assert queued == sorted(URLS), "nothing the owner queued is erased"
+        assert sorted(watched) == sorted(URLS), "the URLs the sender says it did are checked at storage first"
+        grace = node.handoff.defer_done
+        assert all(i.not_before <= node.clock() + grace for i in node.frontier.export_host(H)), "a grace, no more"
+        await done(node)
+
+    run(go())
+
+
+def test_a_backups_backoff_is_bounded_by_the_receivers_max_backoff(tmp_path, run):
+    """backoff_until = 9e10 (inside the field's bound, 1e11) parked the host silently."""
+
+    async def go():
+        node = await compromised_backup_node(tmp_path)
+        before = node.clock()
+        resp = await node.handoff.receive(stream(handover("b", H, backoff_until=9e10, backoff_level=40)))
+        assert resp.hosts == 1
+        until, _level = node.dispatcher.politeness.backoff_state(H)
+        assert until <= node.clock() + node.s.politeness.max_backoff
+        assert until >= before  # it is taken, within the bound: a real backoff carries over
+        await done(node)
+
+    run(go())
+
+
+def test_a_backups_crawl_delay_is_what_the_receiver_reads_in_robots_txt(tmp_path, run):
+    """crawl_delay = 1e6 held the host's pages past the end of the crawl. The delay is the
+    receiver's own reading of the robots.txt rules: none handed, none here: its default."""
+
+    async def go():
+        node = await compromised_backup_node(tmp_path)
+        pol = node.dispatcher.politeness
+        resp = await node.handoff.receive(stream(handover("b", H, crawl_delay=1e6)))
+        assert resp.hosts == 1
+        assert pol.delay(H) == pol.default_delay
+        # With robots.txt handed over, its Crawl-delay (within max_crawl_delay) is what applies,
+        # and its expiry is at most the receiver's own robots TTL from now.
+        robots = agent_pb2.RobotsState(origin=f"http://{H}", status=200, body=b"User-agent: *\nCrawl-delay: 3\n",
+                                       expires=9e10, fetched_ok=1.0)
+        await node.handoff.receive(stream(handover("b", H, crawl_delay=1e6, robots=[robots])))
+        assert pol.delay(H) == max(3.0, pol.default_delay)
+        st = node.dispatcher.robots.export(f"http://{H}")
+        assert st is not None and st.expires <= node.clock() + node.s.robots.ttl
+        await done(node)
+
+    run(go())
+
+
+def test_the_settle_window_is_per_host(tmp_path, run):
+    """Issue 36: any epoch change (a balancer's move elsewhere) made every host of the receiver
+    "settling" for 2 x lease. Now, once the change is settled here, a host crawled here since
+    before it is steady: a backup's HandOver of it is refused. A host the change moved here
+    (held for a takeover) and a host new here are still taken from the agent below in its list."""
+
+    async def go():
+        node = await compromised_backup_node(tmp_path)  # H crawled here; epoch 8 learnt, not settled
+        node.membership.registered = True  # so the settle loop takes the new epoch (as a running agent)
+        node.ownership._registrations = node.membership.registrations
+        node.placement.lists.update({"moved.lab": (A, B), "new.lab": (A, B)})
+        node.seen.add_new("moved.lab", ["http://moved.lab/"])
+        node.frontier.add([Item("http://moved.lab/", "moved.lab")])
+        node.commit_log.commit(force=True)
+        node.ownership.arriving(["new.lab"])  # nothing of it here: arriving holds only unknown hosts
+        await node.ownership.step()  # the epoch change's pass: opens the window
+        assert node.ownership.settling("new.lab") and not node.ownership.settling(H)
+        node.gate.hold(["moved.lab"])
+        node.ownership._moving_in(["moved.lab"], node.clock())  # taken over: held for its claim
+        resp = await node.handoff.receive(stream(handover("b", H, seen=[fingerprint(u) for u in URLS]),
+                                                 handover("b", "moved.lab", queue=["http://moved.lab/a"]),
+                                                 handover("b", "other.lab", queue=["http://other.lab/"])))
+        assert [n.host for n in resp.refused] == [H], "the steady host alone is refused"
+        assert sorted(i.url for i in node.frontier.export_host(H)) == sorted(URLS)
+        assert resp.hosts == 2
         await done(node)
 
     run(go())

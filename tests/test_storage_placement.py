@@ -329,6 +329,25 @@ def test_one_resolve_per_batch_for_every_host_to_ask_and_cached_routes_only_acce
     assert asked == [["a.example", "b.example", "c.example"]]
 
 
+def test_a_contested_answer_accepts_the_agents_it_lists_and_refuses_nobody(run):
+    """Issue 36: where the overlay's disjoint lookups disagree (HostRoute.contested), an agent
+    the merged answer lists is placed (it answered as itself, no path found closer ones); one it
+    leaves out is not known to be unplaced: the call is held (UNAVAILABLE, the agent resends),
+    counted, never a NOT_PLACED refusal; once the paths agree again it is refused as usual."""
+    contested = ["1 of 3 disjoint lookup paths found other closest nodes"]
+
+    async def resolve(hosts: list[str]) -> list[HostRoute]:
+        return [HostRoute(h, (("x", "x:1"), ("y", "y:1")), 300, 7, contested=contested[0]) for h in hosts]
+
+    check = PlacementCheck(resolve, RouteCache(100), lambda: 0.0)
+    assert run(check.refused([cap("http://a.example/1.html", "x"), cap("http://a.example/2.html", "y")])) == {}
+    with pytest.raises(errors.Unavailable, match="disjoint lookup paths"):
+        run(check.refused([cap("http://a.example/3.html", "x"), cap("http://a.example/4.html", "z")]))
+    assert check.stats.placement_contested == 1
+    contested[0] = ""
+    assert list(run(check.refused([cap("http://a.example/4.html", "z")]))) == [0]
+
+
 def test_without_a_consultant_storage_asks_the_agents_overlay(tmp_path, run):
     """Kademlia mode: storage's `peers` are agents of the overlay; a capture is stored only from
     its host's XOR owner or backups (the preference list computed here, independently, from the

@@ -28,6 +28,9 @@ class HostRoute:
     ttl: int
     epoch: int
     error: str = ""
+    # Why the answer is not settled (the overlay's disjoint lookups disagreed, issue 36): its
+    # agents may be taken as placed, but an agent it leaves out is not known to be unplaced.
+    contested: str = ""
 
     @property
     def owner(self) -> tuple[str, str] | None:

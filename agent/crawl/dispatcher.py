@@ -386,12 +386,20 @@ class Dispatcher:
         return HostCrawlState(self.robots_txt.crawl_delay(host), until, level, entries, self.frontier.pages(host))
 
     def import_host(self, host: str, st: HostCrawlState) -> None:
+        """Take over a handed host's crawl state, never past what this agent would set itself
+        (issue 36: a compromised backup's HandOver parked a host with backoff_until = 9e10 and
+        held it with crawl_delay = 1e6): robots.txt entries expire within this agent's robots
+        TTL, the backoff ends within its max_backoff from now, and the crawl delay is the one
+        the handed (or held) robots.txt rules give, read here, not the sender's number (an
+        honest sender's number is that same reading: export_host)."""
+        now = self.clock()
         for origin, r in st.robots:
-            self.robots.import_(origin, r)
+            self.robots.import_(origin, r.expiring_by(now + self.robots.ttl))
             self.hosts.add_origin(host, origin)
-        if st.crawl_delay is not None:
-            self.politeness.set_delay(host, st.crawl_delay)
-        self.politeness.restore_backoff(host, st.backoff_until, st.backoff_level)
+        delay = self.robots_txt.crawl_delay(host) if st.robots else None
+        if delay is not None:
+            self.politeness.set_delay(host, delay)
+        self.politeness.restore_backoff(host, min(st.backoff_until, now + self.politeness.max_backoff), st.backoff_level)
         self.frontier.add_pages(host, st.pages)
 
     def drop_host(self, host: str) -> None:

@@ -46,6 +46,12 @@ class RobotsState:
     fetched_ok: float | None
     failing_since: float | None
 
+    def expiring_by(self, latest: float) -> RobotsState:
+        """The entry expiring no later than `latest` (a handed entry lives at most this agent's
+        own TTL: one that said 1e11 kept a host's rules, a Disallow included, for ever)."""
+        return self if self.expires <= latest else RobotsState(self.status, self.text, latest, self.fetched_ok,
+                                                               self.failing_since)
+
 
 class RobotsCache:
     """Rules per host with a TTL.

@@ -13,8 +13,10 @@ be older than the sender's) and feeds them what this agent knows locally.
 * HandOver of h from S: this agent owns h now, and S is a holder it expects state from:
   - S is in h's preference list below this agent (the owner before a join, or before a
     balancer's or operator's move, moves down the list), while this agent is still taking h
-    over: h is held here (claims under way), or this agent's last epoch change or registration
-    is less than a settle window old (2 x lease by default);
+    over: h is held here (claims under way), or this agent has not settled the epoch it learnt,
+    or its last epoch change or registration is less than a settle window old (2 x lease by
+    default) and h moved here in it (held for a takeover since, or nothing of it here): per
+    host, Ownership.settling (issue 36);
   - or S is gone from the list (a drain, a crash) and this agent keeps, or promoted within the
     settle window, S's replica of h: it was S's backup, so S owned h.
   A HandOver of a host this agent crawls steadily, or from an agent that holds no such place,
@@ -43,7 +45,8 @@ def handover_refusal(self_id: str, sender: str, route: HostRoute | None, *, sett
     if sender in ids:
         if settling:
             return None
-        return f"{sender} may not hand it over now: this agent is not taking it over (no epoch change lately)"
+        return (f"{sender} may not hand it over now: this agent is not taking it over (it crawls it since "
+                "before the last epoch change, or there was none lately)")
     if sender in (replica_owner, promoted_from):
         return None
     return f"{sender} is not in its preference list and this agent was not its backup"

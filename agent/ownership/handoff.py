@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -59,6 +60,9 @@ class _Received:
     replica_urls: list[str] = field(default_factory=list)
     # Hosts this stream closed at the gate (not held before it): reopened once it is all in.
     held: list[str] = field(default_factory=list)
+    # Of `theirs`, the hosts this agent was taking over when the stream began (held for claims
+    # or a promotion: their state was asked for): the sender's word drops done copies there.
+    taking: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -72,6 +76,7 @@ class HandOffCounters(Counters):
     handover_failures: int = 0
     handover_bytes_out: int = 0
     handover_dropped_done: int = 0
+    handover_deferred_done: int = 0
     handover_refused_out: int = 0
     replicas_handed_in: int = 0
 
@@ -83,7 +88,8 @@ class HandOff:
 
     def __init__(self, self_id: str, ledger: HostLedger, directory: HostDirectory, peers: AgentPool,
                  durable: Durable, admit: Admit | None = None, reroute: Reroute | None = None,
-                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None, gate: Gate | None = None):
+                 may_be_stored: MayBeStored | None = None, replicate: Replicate | None = None, gate: Gate | None = None,
+                 clock: Callable[[], float] = time.time, defer_done: float = 10.0):
         self.self_id = self_id
         self.ledger = ledger
         self.directory = directory
@@ -99,6 +105,10 @@ class HandOff:
         # that promotes fetches those pages again (issue 23, kill2 with a balance move off the
         # first victim: docs/balance.md "Stored twice after a move at a death").
         self.replicate = replicate
+        # URLs a sender says it did, queued here too, wait this long and are checked at storage
+        # before they are fetched (HostLedger.defer_done): replication's unshipped_grace.
+        self.clock = clock
+        self.defer_done = defer_done
         # A host arriving by HandOver is closed at the gate until its whole stream is in: its
         # first part is queued (and woken) before the copies the sender fetched are dropped
         # (reconcile) and before a dead owner's replica is watched at storage. A fetch in that
@@ -210,14 +220,12 @@ class HandOff:
                 self.gate.release(got.held)
 
     async def _settle(self, got: _Received) -> agent_pb2.HandOverResponse:
-        """The whole stream is in: drop what the sender fetched, watch a dead owner's queue at
-        storage, wait for the group commit, replicate; the answer."""
-        dropped = 0
-        for h, (q_urls, fps) in got.theirs.items():
-            dropped += self.ledger.reconcile(h, q_urls, fps)
-        self.stats.handover_dropped_done += dropped
-        if got.replica_urls and self.may_be_stored is not None:
-            self.may_be_stored(got.replica_urls)
+        """The whole stream is in: drop (or defer: _reconcile) what the sender fetched, watch a
+        dead owner's queue at storage, wait for the group commit, replicate; the answer."""
+        dropped, deferred = self._reconcile(got)
+        watch = got.replica_urls + deferred
+        if watch and self.may_be_stored is not None:
+            self.may_be_stored(watch)
         if got.held and self.gate is not None:
             self.gate.release(got.held)  # what is left may be fetched now: the durable wait need not hold it
             got.held = []
@@ -226,8 +234,9 @@ class HandOff:
             log.info("took the replicas of %d hosts of a dead owner from %s (%s)", len(got.from_replica),
                      got.sender or "?", ", ".join(got.from_replica[:3]))
         if got.hosts:
-            log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped as done)",
-                     len(got.hosts), got.sender or "?", got.queued, got.seen, len(got.theirs), dropped)
+            log.info("took %d hosts from %s (%d URLs queued, %d seen; %d held here before, %d of their copies dropped "
+                     "as done, %d deferred and checked at storage)", len(got.hosts), got.sender or "?", got.queued, got.seen,
+                     len(got.theirs), dropped, len(deferred))
         await self.durable(got.hosts)  # raises if rows of these hosts could not be written: refused
         if got.hosts and self.replicate is not None:
             self.replicate(sorted(got.hosts))  # their backups get them whole (see __init__)
@@ -237,6 +246,24 @@ class HandOff:
                         "; ".join(f"{h}: {r}" for h, r in list(got.refused.items())[:3]))
         return agent_pb2.HandOverResponse(hosts=len(got.hosts), queued=got.queued, seen=got.seen,
                                           refused=[agent_pb2.HostNote(host=h, reason=r) for h, r in got.refused.items()])
+
+    def _reconcile(self, got: _Received) -> tuple[int, list[str]]:
+        """Copies queued here of what the sender says it did (seen, not queued there). A host
+        being taken over here (its state asked for: `taking`) drops them: the sender is the
+        holder it was asked of, and they would be fetched twice. A host crawled here steadily
+        keeps them (issue 36: a compromised backup's `seen` inside an epoch change's window
+        erased such a host): they wait a grace and storage is asked before each is fetched.
+        Returns (URLs dropped, URLs deferred)."""
+        until = self.clock() + self.defer_done
+        dropped, deferred = 0, []
+        for h, (q_urls, fps) in got.theirs.items():
+            if h in got.taking:
+                dropped += self.ledger.reconcile(h, q_urls, fps)
+            else:
+                deferred += self.ledger.defer_done(h, q_urls, fps, until)
+        self.stats.handover_dropped_done += dropped
+        self.stats.handover_deferred_done += len(deferred)
+        return dropped, deferred
 
     async def _take(self, req: agent_pb2.HandOverRequest, got: _Received) -> None:
         """Import one part of a HandOver stream, unless `admit` refuses its host (asked at the
@@ -259,6 +286,8 @@ class HandOff:
             got.held.append(h)
         if first and (self.ledger.holds(h) or req.replica_of):
             got.theirs[h] = (set(), set())
+            if h not in got.held or not self.ledger.holds(h):  # held before this stream: a takeover
+                got.taking.add(h)
         if first and req.replica_of:
             got.from_replica.append(h)
         st = HostState.from_proto(req.host, first=first)

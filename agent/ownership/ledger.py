@@ -169,6 +169,26 @@ class HostLedger:
         gone = {i.url for i in self.frontier.export_host(host) if i.url not in their_queue and fingerprint(i.url) in their_seen}
         return self.frontier.drop_queued(host, gone) if gone else 0
 
+    def defer_done(self, host: str, their_queue: set[str], their_seen: set[int], until: float) -> list[str]:
+        """A peer's HandOver says these queued URLs were done there (seen, not queued): they are
+        not dropped on its word (issue 36: a compromised backup's `seen` = the fingerprints of a
+        host's queue erased the host) but put back to wait until `until`, by which an honest
+        sender has shipped them; the caller has storage asked before each is fetched
+        (agent/crawl/refetch.py), so a page stored there is still not fetched twice, and a lie
+        costs one wait. In-flight items stay in flight (drop_queued). Returns the URLs deferred."""
+        if not their_seen:
+            return []
+        items = [i for i in self.frontier.export_host(host)
+                 if i.url not in their_queue and fingerprint(i.url) in their_seen and i.not_before < until]
+        if not items:
+            return []
+        urls = {i.url for i in items}
+        self.frontier.drop_queued(host, urls)
+        queued_now = {i.url for i in self.frontier.export_host(host)}  # in flight: left as they are
+        back = [Item(i.url, host, i.depth, i.via, until) for i in items if i.url not in queued_now]
+        self.frontier.add(back)
+        return [i.url for i in back]
+
     def drop(self, host: str) -> None:
         """Forget the host everywhere (it changed owner)."""
         self.frontier.drop_host(host)

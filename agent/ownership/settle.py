@@ -185,6 +185,9 @@ class Ownership:
         # Promoted host -> (the dead or departed owner whose replica it was, when): that owner's
         # own handover of the host is still taken for a settle window (a drain promotes first).
         self._promoted: dict[str, tuple[str, float]] = {}
+        # Host -> when it was last held here for a takeover: a previous holder's handover of it
+        # is taken for a settle window (settling()); other hosts crawled here are steady.
+        self._moved_in: dict[str, float] = {}
         self.waker = Waker()
         self.claims = Claims(self_id, address, directory, peers, gate, replicas, replicator, window=self._window,
                              clock=clock)
@@ -209,11 +212,25 @@ class Ownership:
     # -- what the peer guard asks (agent/ownership/guard.py) ----------------------------------------
     def settling(self, host: str) -> bool:
         """The host's state may be on its way here: it is held (claims, a promotion, a handover),
-        or an epoch change or a registration of this agent is less than a settle window old (the
-        previous owner hands its hosts over as soon as it learns the new epoch), or this agent has
-        learnt an epoch it has not settled yet (the previous owner may learn it first: its
-        handover then brings the news, through the guard's own look-up)."""
-        return self.gate.held(host) or self._unsettled(self.clock())
+        or this agent has learnt an epoch it has not settled yet (the previous owner may learn it
+        first: its handover then brings the news, through the guard's own look-up), or an epoch
+        change or a registration of this agent is less than a settle window old (the previous
+        owner hands its hosts over as soon as it learns the new epoch) and the host moved here
+        in it: this agent held it for a takeover since, or holds nothing of it (it is new here).
+
+        Per host, not per agent (issue 36): a host crawled here since before the change, which
+        the change did not move, is not taking anything over. Before, every host was "settling"
+        for 2 x lease after any epoch change (a balancer's move anywhere), and a compromised
+        backup's HandOver erased, parked or held such a host."""
+        if self.gate.held(host) or self.directory.epoch != self._epoch:
+            return True
+        now = self.clock()
+        return now < self._settle_until and (host in self._moved_in or not self.ledger.holds(host))
+
+    def _moving_in(self, hosts: list[str], now: float) -> None:
+        """Hosts held for a takeover (claim or promotion): settling for the window."""
+        for h in hosts:
+            self._moved_in[h] = now
 
     def _unsettled(self, now: float) -> bool:
         # An epoch change or a registration is less than a settle window old, or an epoch is
@@ -243,6 +260,7 @@ class Ownership:
                 continue
             if settling or (self.replicas is not None and self.replicas.owner(h) is not None):
                 self.claims.hold([h], now)
+                self._moving_in([h], now)
         if self.claims.has_new():
             self.waker.set()
 
@@ -274,6 +292,9 @@ class Ownership:
         if self._promoted:
             gone = now - self._window()
             self._promoted = {h: p for h, p in self._promoted.items() if p[1] > gone}
+        if self._moved_in:
+            gone = now - self._window()
+            self._moved_in = {h: t for h, t in self._moved_in.items() if t > gone}
         self.claims.expire(now)
 
     def _candidates(self, claim_all: bool) -> tuple[list[str], dict[str, str]]:
@@ -326,6 +347,7 @@ class Ownership:
                 drop.append(h)
             elif a.kind in ("promote", "claim"):
                 self.claims.hold([h], now)
+                self._moving_in([h], now)
         if drop and self.replicas is not None:
             self.loop_stats.replicas_dropped += self.replicas.drop(drop)
         for peer, hosts in out.items():

@@ -37,6 +37,7 @@ from lab.faults.revisits import changing_topology, revisit_notes, snapshot_sched
 from lab.faults.scenarios import (
     AGENT_FAULTS,
     GONE_VICTIMS,
+    LIAR_SCENARIOS,
     REPLICA_SCENARIOS,
     REVISIT_INTERVAL_S,
     REVISIT_SCENARIOS,
@@ -46,6 +47,7 @@ from lab.faults.scenarios import (
     agent_tables,
     balance_lab,
     fault_share,
+    liar_lab,
     storage_lab,
 )
 from lab.faults.table import secs
@@ -66,7 +68,7 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
                         delay=max(args.delay, SCENARIO_DELAY.get(name, 0.0)),
                         concurrency=args.concurrency, lease=args.lease, agent_tables=agent_tables(name, args),
                         mode=args.mode, consultants=2 if name in REPLICA_SCENARIOS else 1, **balance_lab(args),
-                        **storage_lab(name, args))
+                        **storage_lab(name, args), **liar_lab(name))
     except Exception as exc:  # noqa: BLE001 - up stopped what it started; the next scenario goes on
         row.notes.append(f"ERROR: lab up: {type(exc).__name__}: {exc}")
         return row
@@ -87,10 +89,15 @@ def run_scenario(name: str, base: Path, args: argparse.Namespace) -> Row:
         asyncio.run(inject_seeds(cl))
         seen: set[str] = set()
         share = fault_share(name, args.fault_at)
-        if name != "baseline" and not observe.wait_progress(tail, truth, cl.web_port, share, deadline, seen):
+        faulted = name != "baseline" and name not in LIAR_SCENARIOS  # a liar lies from the start
+        if faulted and not observe.wait_progress(tail, truth, cl.web_port, share, deadline, seen):
             row.notes.append(f"TIMEOUT before {share:.0%} of truth was requested (no fault injected)")
         else:
-            if name != "baseline":
+            if name in LIAR_SCENARIOS:
+                how, at = LIAR_SCENARIOS[name]
+                row.notes.append(f"{list(cl.agents)[at]} lies ({how}), position {at % len(cl.agents) + 1} of "
+                                 f"{len(cl.agents)} in storage's peers")
+            if faulted:
                 row.fault_at = len(seen) / len(truth)
                 if victim:
                     candidates = ctx.candidates = asyncio.run(observe.owned_by(cl, ctx.truth_hosts, victim))

@@ -31,6 +31,12 @@ REVISIT_ROUNDS = 2.0          # intervals the crawl goes on after the takeover (
 REVISIT_CHANGE_RATIO = 0.5    # the lab web's [web] change_ratio (hourly pages change every ~minute at time scale 60)
 REVISIT_SLACK_S = 1.0         # two captures of a URL less than interval - this apart are stored twice (WARC-Date: 1 s)
 SCENARIOS = SCENARIOS + STORAGE_SCENARIOS + REVISIT_SCENARIOS
+# Issue 36: one agent's FindNode and Members lie (lab/liar.py) for the whole crawl, the first or
+# the last address of storage's `peers` (the agents' order); no other fault. Kademlia mode only:
+# in consultant mode nobody asks an agent who is placed where.
+LIAR_SCENARIOS = {"liar-first": ("self", 0), "liar-last": ("self", -1), "liar-fabricate": ("fabricate", 0)}
+KADEMLIA_ONLY = tuple(LIAR_SCENARIOS)
+SCENARIOS = SCENARIOS + KADEMLIA_ONLY
 AGENT_FAULTS = ("restart", "drain", "kill", "kill2", "flap", "kill-owner-and-backup") + REVISIT_SCENARIOS  # the ones with a victim
 # Victims that stay gone: not expected running at the end, their requests are no recovery.
 GONE_VICTIMS = ("drain", "kill", "kill2", "kill-owner-and-backup") + REVISIT_SCENARIOS
@@ -88,6 +94,14 @@ def agent_backups_known() -> bool:
     from agent.settings import ReplicationSettings
 
     return any(f.name == "backups" for f in dataclasses.fields(ReplicationSettings))
+
+
+def liar_lab(name: str) -> dict[str, Any]:
+    """lab.cluster.up's keys for a liar scenario ({} for the others)."""
+    if name not in LIAR_SCENARIOS:
+        return {}
+    how, at = LIAR_SCENARIOS[name]
+    return {"liar": how, "liar_at": at}
 
 
 def agent_tables(name: str, args: argparse.Namespace) -> str:

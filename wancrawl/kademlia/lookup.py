@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from wancrawl.kademlia.table import Contact
 
@@ -163,8 +164,27 @@ async def lookup_many(
     A round waits for all its calls, so a slow contact slows the whole batch by one round trip;
     the gRPC overlay bounds find_nodes with a deadline. A reply that leaves out a target counts as
     an answer with no contacts for it. self_id (the caller's node id) is left out of every lookup.""" 
-    st = stats if stats is not None else LookupStats()
     lookups = {t: Lookup(t, seeds(t), k=k, alpha=alpha, self_id=self_id) for t in dict.fromkeys(targets)}
+    await drive(lookups, find_nodes, stats)
+    return {t: lk.result() for t, lk in lookups.items()}
+
+
+class Driven(Protocol):
+    """What `drive` needs of a lookup: Lookup, or wancrawl/kademlia/disjoint.py DisjointLookup."""
+
+    def next_queries(self) -> list[Contact]: ...
+    def answered(self, c: Contact, found: Iterable[Contact]) -> None: ...
+    def failed(self, c: Contact) -> None: ...
+
+
+async def drive(
+    lookups: Mapping[int, Driven],
+    find_nodes: Callable[[Contact, list[int]], Awaitable[dict[int, list[Contact]]]],
+    stats: LookupStats | None = None,
+) -> None:
+    """Run lookups (target -> lookup) to their end in rounds of one batched call per contact
+    (lookup_many's loop, for any kind of lookup)."""
+    st = stats if stats is not None else LookupStats()
     while True:
         wanted: dict[int, tuple[Contact, list[int]]] = {}
         for t, lk in lookups.items():
@@ -184,7 +204,6 @@ async def lookup_many(
             else:
                 for t in ts:
                     lookups[t].answered(c, reply.get(t, ()))
-    return {t: lk.result() for t, lk in lookups.items()}
 
 
 async def _call(

@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.placement.kademlia.balance import NodeLoad
+from agent.peers import AnsweredAt
 from agent.placement.kademlia.delegation import Announce, Delegations
 from agent.settings import KademliaSettings
 from wancrawl import errors
 from wancrawl.kademlia import xorspace
-from wancrawl.kademlia.lookup import LookupStats, lookup_many
+from wancrawl.kademlia.disjoint import lookup_disjoint
+from wancrawl.kademlia.lookup import LookupStats
 from wancrawl.kademlia.table import Contact, RoutingTable
 from wancrawl.stats import Counters
 from wancrawl.v1 import agent_pb2
@@ -404,8 +406,21 @@ class Overlay:
         now = self.clock()
         for k in keys:
             self.table.refreshed(k, now)
-        return await lookup_many(keys, lambda t: self.table.closest(t, self.s.k), self._find_nodes, k=self.s.k,
-                                 alpha=self.s.alpha, stats=self.lookup_stats)
+        # Over disjoint paths (wancrawl/kademlia/disjoint.py): with a partial table, one lying
+        # contact's answers feed one path at most, and the result is the union of the paths'.
+        # One node per address: a contact at a verified contact's address with another id (a
+        # liar's made-up one) fails without a call (agent/peers.py AnsweredAt).
+        seen_at = AnsweredAt()
+        for c in self.table.contacts():
+            seen_at.answered(c)
+
+        async def find_nodes(to: Contact, targets: list[int]) -> dict[int, list[Contact]]:
+            seen_at.check(to)
+            return await self._find_nodes(to, targets)
+
+        found = await lookup_disjoint(keys, lambda t: self.table.closest(t, self.s.k), find_nodes, k=self.s.k,
+                                      alpha=self.s.alpha, paths=self.s.paths, stats=self.lookup_stats)
+        return {t: lk.result() for t, lk in found.items()}
 
     async def _find_nodes(self, to: Contact, targets: list[int]) -> dict[int, list[Contact]]:
         out: dict[int, list[Contact]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agent import validate
 from agent.client import AgentPool
+from agent.peers import responder_is
 from agent.placement.kademlia.delegation import Announce
 from agent.placement.kademlia.overlay import announce_from_proto, announce_to_proto, from_proto, to_proto
 from wancrawl import errors
@@ -41,6 +42,7 @@ class GrpcTransport:
                                              timeout=self.timeout * 2)
         if len(r.closest) != len(targets):
             raise errors.Unavailable(f"FindNode from {to.agent_id}: {len(r.closest)} answers to {len(targets)} targets")
+        responder_is(to, r.responder)  # answered as itself (the only check without TLS): else a failed call
         return [[_contact(c) for c in cl.contacts] for cl in r.closest], r.epoch
 
     async def leave(self, to: Contact, me: Contact) -> None:
