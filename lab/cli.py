@@ -43,21 +43,24 @@ def _serve_worker(args: argparse.Namespace, reuse_port: bool, log_path: str | No
     web = Web(_topo(args), args.seed, time_scale=args.time_scale, cache_pages=args.cache_pages)
     parent = os.getppid() if reuse_port else None
     try:
-        asyncio.run(run(web, port=args.port, zero_latency=args.zero_latency, log_path=log_path, keep_log=False, reuse_port=reuse_port, parent_pid=parent))
+        asyncio.run(run(web, port=args.port, zero_latency=args.zero_latency, log_path=log_path, keep_log=False, reuse_port=reuse_port, parent_pid=parent, listen=args.listen))
     except KeyboardInterrupt:
         pass
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     t = _topo(args)
+    if args.listen is not None:
+        args.zero_latency = True  # the link model needs the plan's addresses (lab/server.py LabServer)
     if args.workers > 1 and not args.zero_latency:
         # Interconnect buckets are shared state; across processes they would each grant the full rate.
         print("lab web: --workers > 1 needs --zero-latency (the link model lives in one process)", file=sys.stderr)
         return 2
     port = args.port or t.spec.sites.port
     args.port = port
+    where = f"one socket {args.listen}" if args.listen is not None else f"{len(t.site_ips)} addresses"
     print(
-        f"lab web: {len(t.sites)} sites on {len(t.site_ips)} addresses, port {port}, seed {args.seed}, "
+        f"lab web: {len(t.sites)} sites on {where}, port {port}, seed {args.seed}, "
         f"time scale {args.time_scale}{', zero latency' if args.zero_latency else ''}, {args.workers} worker(s)",
         file=sys.stderr,
     )
@@ -100,6 +103,33 @@ def cmd_truth(args: argparse.Namespace) -> int:
     for r in Truth(web, scope).reachable(seeds):
         out.write(f"{r.status}\t{r.depth}\t{r.url}\n" if args.status else r.url + "\n")
     return 0
+
+
+def cmd_hosts(args: argparse.Namespace) -> int:
+    sys.stdout.write(_topo(args).hosts_file(args.ip))
+    return 0
+
+
+def cmd_warcs(args: argparse.Namespace) -> int:
+    """Truth from the seeds, the captures from the WARC files: the chaos harness's figures."""
+    import json
+
+    from lab.truth import Scope, Truth, read_seeds
+    from lab.warcs import check, warc_files
+
+    seeds, errors = read_seeds(Path(args.seeds).read_text(encoding="utf-8"))
+    for e in errors:
+        print(f"{args.seeds}: {e}", file=sys.stderr)
+    web = Web(_topo(args), args.seed)
+    if args.port:
+        web = web.with_port(args.port)
+    truth = {r.url for r in Truth(web, Scope(max_depth=args.max_depth, respect_robots=True)).reachable(seeds)}
+    files = warc_files(args.paths)
+    c = check(truth, files)
+    out = {"files": len(files), "truth": c.truth, "stored": c.stored, "lost": c.lost, "stored_twice": c.stored_twice,
+           "outside_truth": c.outside_truth, "lost_urls": c.lost_urls[:20]}
+    print(json.dumps(out))
+    return 0 if c.lost == 0 and c.truth > 0 else 1
 
 
 def cmd_loadgen(args: argparse.Namespace) -> int:
@@ -211,6 +241,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--zero-latency", action="store_true", help="no link model: for throughput benchmarks")
     sp.add_argument("--workers", type=int, default=1, help="processes sharing the sockets (needs --zero-latency)")
     sp.add_argument("--log", metavar="FILE", help="append a JSONL request log here")
+    sp.add_argument("--listen", metavar="ADDR", help="serve every site on this one address (e.g. 0.0.0.0 in a container; "
+                    "clients map the lab's names to it with a hosts file): the site from the Host header only, "
+                    "no link model (implies --zero-latency)")
     sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~24 KB each, with their links)")
     sp.set_defaults(func=cmd_web)
 
@@ -228,6 +261,21 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--status", action="store_true", help="print status, depth and URL")
     topo_arg(sp)
     sp.set_defaults(func=cmd_truth)
+
+    sp = sub.add_parser("hosts", help="print a hosts file of every site's name (to its plan address, or --ip)")
+    topo_arg(sp)
+    sp.add_argument("--ip", help="map every name to this address (a `lab web --listen` server's)")
+    sp.set_defaults(func=cmd_hosts)
+
+    sp = sub.add_parser("warcs", help="truth from seeds against the captures in WARC files: truth, stored, lost, twice (JSON); "
+                        "exit 1 if any truth URL is lost")
+    topo_arg(sp)
+    sp.add_argument("--seeds", required=True, metavar="FILE")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
+    sp.add_argument("--max-depth", type=int, default=None, help="the agents' [scope] max_depth")
+    sp.add_argument("paths", nargs="+", metavar="PATH", help="WARC files or directories holding them")
+    sp.set_defaults(func=cmd_warcs)
 
     sp = sub.add_parser("loadgen", help="measure a running `lab web` with keep-alive GETs of every page")
     topo_arg(sp)
@@ -285,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 # Commands whose output is made to be piped into head, grep ...; the others serve or wait.
-PIPED = ("plan", "truth")
+PIPED = ("plan", "truth", "hosts")
 
 
 def main(argv: list[str] | None = None) -> int:
