@@ -64,16 +64,19 @@ def cmd_web(args: argparse.Namespace) -> int:
         f"time scale {args.time_scale}{', zero latency' if args.zero_latency else ''}, {args.workers} worker(s)",
         file=sys.stderr,
     )
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM stops it as Ctrl-C does (the log flushed, exit 0). Needed in a container, where the
+    # web is PID 1 and a signal without a handler is ignored: `docker compose stop` waited out its
+    # whole grace period, then killed it (scripts/compose-e2e.sh's lab web, 31 s).
+    signal.signal(signal.SIGTERM, stop)
     if args.workers <= 1:
         _serve_worker(args, False, args.log)
         return 0
     procs = [multiprocessing.Process(target=_serve_worker, args=(args, True, args.log), daemon=True) for _ in range(args.workers)]
     for p in procs:
         p.start()
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
     try:
         for p in procs:
             p.join()

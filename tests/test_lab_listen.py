@@ -99,3 +99,37 @@ def test_warcs_command_takes_truth_from_the_seeds(tmp_path, capsys):
     write_warc(tmp_path / "all.warc.gz", [("response", u) for u in truth[1:]])
     assert cli.main(["warcs", "--seeds", str(seeds), "--max-depth", "1", str(tmp_path)]) == 1
     assert json.loads(capsys.readouterr().out)["lost_urls"] == [truth[0]]
+
+
+def test_web_listen_stops_on_sigterm_with_its_log_flushed(tmp_path):
+    """`docker compose stop` sends SIGTERM to the lab web, PID 1 of its container, where a signal
+    without a handler is ignored: it must stop as on Ctrl-C (exit 0, the log's last lines written)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from lab.cluster import free_port
+
+    port, log = free_port(), tmp_path / "requests.jsonl"
+    s = topology.load().normal_sites[2]
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "web", "--listen", "127.0.0.1", "--port", str(port), "--log", str(log)],
+                            cwd=Path(__file__).resolve().parents[1], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                status, _body = get(port, s.host)
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("lab web did not come up")
+        assert status == 200
+        proc.send_signal(signal.SIGTERM)  # at once: the periodic flush (0.2 s) may not have run
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [(e["host"], e["site_ip"]) for e in map(json.loads, log.read_text().splitlines())] == [(s.host, s.ip)]
