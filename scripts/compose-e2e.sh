@@ -431,30 +431,39 @@ fresh() {  # a new crawl from nothing: every volume of the project removed, the 
     ready
 }
 
-# crawl NAME FAULT: seed the lab's home pages through the manager container, inject FAULT (none,
-# kill, storage) once a quarter of the truth is in the WARC files, `manager wait` for the end, then
-# read the WARCs until every truth URL is there (pages still in an agent's outbox arrive after
-# the agents are idle) or a minute has passed. Figures: truth, stored, lost, stored twice.
+requested() {  # requests the lab web has logged so far (robots.txt included): the crawl's progress
+    "${COMPOSE[@]}" "${PROFILES[@]}" exec -T lab-web wc -l /tmp/requests.jsonl 2>/dev/null | awk '{print $1+0}' || true
+}
+
+# crawl FAULT: seed the lab's home pages through the manager container, inject FAULT (none, kill,
+# storage) once the lab web has logged requests for a quarter of the truth, `manager wait` for
+# the end, then read the WARCs until every truth URL is there (pages still in an agent's outbox
+# arrive after the agents are idle) or a minute has passed. Figures: truth, stored, lost, stored
+# twice (lab/warcs.py: lab/faults/measure.py's comparison, the chaos harness's columns).
 crawl() {
-    local fault="$1" t0 out truth stored fault_note="" id
+    local fault="$1" t0 out truth stored n fault_note="" id
+    out="$(warcs)"; truth="$(field truth <<<"$out")"
+    [ "$truth" -gt 0 ] || { echo "lab warcs gave no truth: $out" >&2; cat "$LOGS/warcs.log" >&2; exit 1; }
     t0=$SECONDS
     manager seed - <"$ROOT/deploy/e2e/lab/seeds.txt" >"$LOGS/seed-$fault.log" 2>&1
     grep -q "^9 seed URLs" "$LOGS/seed-$fault.log" || { echo "manager seed:" >&2; cat "$LOGS/seed-$fault.log" >&2; exit 1; }
     if [ "$fault" != none ]; then
         while :; do
-            out="$(warcs)"; truth="$(field truth <<<"$out")"; stored="$(field stored <<<"$out")"
-            [ "$truth" -gt 0 ] && [ $((stored * 4)) -ge "$truth" ] && break
-            [ $((SECONDS - t0)) -lt "$CRAWL_TIMEOUT" ] || { echo "crawl made no progress: $out" >&2; exit 1; }
-            sleep 1
+            n="$(requested)"; n="${n:-0}"
+            echo "$((SECONDS - t0))s $n requests" >>"$LOGS/progress-$fault.txt"
+            [ $((n * 4)) -ge "$truth" ] && break
+            [ $((SECONDS - t0)) -lt "$CRAWL_TIMEOUT" ] || { echo "crawl made no progress" >&2; exit 1; }
+            sleep 0.5
         done
+        stored="$(field stored <<<"$(warcs)")"
         case "$fault" in
             kill)
                 id="$("${COMPOSE[@]}" "${PROFILES[@]}" ps -q "agent-$VICTIM" | head -n1)"
                 "${PODMAN[@]}" kill --signal KILL "$id" >>"$LOGS/fault.log" 2>&1
-                fault_note="agent-$VICTIM killed (SIGKILL) at $stored/$truth stored, $((SECONDS - t0))s after seeding; " ;;
+                fault_note="agent-$VICTIM killed (SIGKILL) $((SECONDS - t0))s after seeding, at $n requests, $stored/$truth stored; " ;;
             storage)
                 "${COMPOSE[@]}" "${PROFILES[@]}" restart -t 30 storage >>"$LOGS/fault.log" 2>&1
-                fault_note="storage restarted at $stored/$truth stored, $((SECONDS - t0))s after seeding; " ;;
+                fault_note="storage restarted $((SECONDS - t0))s after seeding, at $n requests, $stored/$truth stored; " ;;
         esac
     fi
     manager wait --timeout "$CRAWL_TIMEOUT" --stable 3 --quiet >"$LOGS/wait-$fault.log" 2>&1 \
@@ -478,7 +487,24 @@ crawl() {
     [ $((twice * 100)) -le "$truth" ] || { echo "crawl $fault: $twice of $truth truth URLs stored twice (> 1%)" >&2; exit 1; }
 }
 
-crawl_clean() { crawl none; }
+pushes() {  # each agent's pushes to its peers, by service name (manager status: the agents' counters)
+    manager status --json 2>>"$LOGS/manager.log" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+rows = [(a["agent_id"], a["counters"].get("n", 0), a["counters"].get("pushed_in", 0), a["counters"].get("push_failures", 0))
+        for a in d["agents"] if a["state"] == "alive"]
+print(", ".join(f"{i} sent {n:g} URLs, took {p:g} ({f:g} failed batches)" for i, n, p, f in rows))
+sys.exit(0 if rows and all(p > 0 for _i, _n, p, _f in rows) else 1)'
+}
+
+crawl_clean() {
+    crawl none
+    local p
+    # The agents' advertised addresses are their service names: the URLs each found for hosts the
+    # other owns reached it. Every agent must have taken pushed URLs.
+    p="$(pushes)" || { echo "an agent took no pushed URLs: $p" >&2; exit 1; }
+    NOTE="$NOTE; $p"
+}
 crawl_kill() { fresh; crawl kill; }
 crawl_storage() { fresh; crawl storage; }
 

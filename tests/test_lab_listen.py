@@ -133,3 +133,20 @@ def test_web_listen_stops_on_sigterm_with_its_log_flushed(tmp_path):
             proc.kill()
             proc.wait()
     assert [(e["host"], e["site_ip"]) for e in map(json.loads, log.read_text().splitlines())] == [(s.host, s.ip)]
+
+
+def test_compose_e2e_lab_files_agree_with_their_topology():
+    """scripts/compose-e2e.sh's seeds are the home page of every site of its topology, the
+    probe asks the first, and the crawl is small (one site a block, no hostile site)."""
+    from pathlib import Path
+
+    from lab.truth import read_seeds
+
+    d = Path(__file__).resolve().parents[1] / "deploy/e2e/lab"
+    t = topology.load(d / "topology.toml")
+    seeds, errors = read_seeds((d / "seeds.txt").read_text())
+    assert not errors and seeds == [s.base_url + "/" for s in t.sites] and not t.hostile_sites
+    first = t.sites[0]
+    assert f'"Host": "{first.host}:{first.port}"' in (d / "probe.py").read_text()
+    truth = Truth(Web(t, 0), Scope(respect_robots=True, max_depth=8)).reachable(seeds)
+    assert 50 <= len(truth) <= 300  # a crawl of well under a minute at the agents' 1 s delay
