@@ -118,7 +118,7 @@ def cmd_warcs(args: argparse.Namespace) -> int:
     import json
 
     from lab.truth import Scope, Truth, read_seeds
-    from lab.warcs import check, warc_files
+    from lab.warcs import bucket_sources, check, file_sources, warc_files
 
     seeds, errors = read_seeds(Path(args.seeds).read_text(encoding="utf-8"))
     for e in errors:
@@ -127,9 +127,9 @@ def cmd_warcs(args: argparse.Namespace) -> int:
     if args.port:
         web = web.with_port(args.port)
     truth = {r.url for r in Truth(web, Scope(max_depth=args.max_depth, respect_robots=True)).reachable(seeds)}
-    files = warc_files(args.paths)
-    c = check(truth, files)
-    out = {"files": len(files), "truth": c.truth, "stored": c.stored, "lost": c.lost, "stored_twice": c.stored_twice,
+    sources = file_sources(warc_files(args.paths)) + (bucket_sources(args.bucket_of) if args.bucket_of else [])
+    c = check(truth, sources)
+    out = {"files": len(sources), "truth": c.truth, "stored": c.stored, "lost": c.lost, "stored_twice": c.stored_twice,
            "outside_truth": c.outside_truth, "lost_urls": c.lost_urls[:20]}
     print(json.dumps(out))
     return 0 if c.lost == 0 and c.truth > 0 else 1
@@ -277,7 +277,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
     sp.add_argument("--max-depth", type=int, default=None, help="the agents' [scope] max_depth")
-    sp.add_argument("paths", nargs="+", metavar="PATH", help="WARC files or directories holding them")
+    sp.add_argument("--bucket-of", metavar="STORAGE_TOML", help="also every WARC object in the S3 bucket this storage "
+                    "config's [object_store] names (every writer's)")
+    sp.add_argument("paths", nargs="*", metavar="PATH", help="WARC files or directories holding them")
     sp.set_defaults(func=cmd_warcs)
 
     sp = sub.add_parser("loadgen", help="measure a running `lab web` with keep-alive GETs of every page")

@@ -14,7 +14,7 @@ from warcio.warcwriter import WARCWriter
 from lab import cli, topology
 from lab.testing import ServerThread, small_topology
 from lab.truth import Scope, Truth
-from lab.warcs import check, warc_files
+from lab.warcs import check, file_sources, warc_files
 from lab.web import Web
 
 
@@ -80,7 +80,7 @@ def test_warcs_counts_stored_lost_twice_and_outside(tmp_path):
     (tmp_path / "w" / "half.warc.gz.open").write_bytes(b"not yet")
     files = warc_files([tmp_path / "w"])
     assert [f.name for f in files] == ["one.warc.gz", "two.warc.gz"]
-    c = check(truth, files)
+    c = check(truth, file_sources(files))
     # /gone has only a revisit (no page of its own): lost; p.html a response and a revisit: twice.
     assert (c.truth, c.stored, c.lost, c.stored_twice, c.outside_truth) == (4, 3, 1, 1, 1)
     assert c.lost_urls == ["http://b.lab/gone"]
@@ -150,3 +150,25 @@ def test_compose_e2e_lab_files_agree_with_their_topology():
     assert f'"Host": "{first.host}:{first.port}"' in (d / "probe.py").read_text()
     truth = Truth(Web(t, 0), Scope(respect_robots=True, max_depth=8)).reachable(seeds)
     assert 50 <= len(truth) <= 300  # a crawl of well under a minute at the agents' 1 s delay
+
+
+def test_warcs_reads_every_writers_objects_from_the_bucket(bucket, tmp_path):
+    """The object-store profile's WARCs are objects under each writer's prefix: `lab warcs
+    --bucket-of STORAGE_TOML` reads them all (and nothing that is not a WARC)."""
+    from storage import config
+    from storage.s3sink import make_client
+    from lab.warcs import bucket_sources
+
+    server, name = bucket
+    toml = tmp_path / "storage.toml"
+    toml.write_text(server.toml(name, "w1"))
+    s3 = make_client(config.load(toml).object_store)
+    s3.create_bucket(Bucket=name)
+    for key, urls in (("w1/a.warc.gz", ["http://a.lab/"]), ("w2/b.warc.gz", ["http://a.lab/", "http://b.lab/"])):
+        write_warc(tmp_path / "x.warc.gz", [("response", u) for u in urls])
+        s3.put_object(Bucket=name, Key=key, Body=(tmp_path / "x.warc.gz").read_bytes())
+    s3.put_object(Bucket=name, Key="w1/notes.txt", Body=b"not a WARC")
+    sources = bucket_sources(toml)
+    assert [n for n, _ in sources] == [f"s3://{name}/w1/a.warc.gz", f"s3://{name}/w2/b.warc.gz"]
+    c = check({"http://a.lab/", "http://b.lab/", "http://c.lab/"}, sources)
+    assert (c.stored, c.lost, c.stored_twice) == (2, 1, 1)
