@@ -132,6 +132,8 @@ def cmd_warcs(args: argparse.Namespace) -> int:
     out = {"files": len(sources), "truth": c.truth, "stored": c.stored, "lost": c.lost, "stored_twice": c.stored_twice,
            "outside_truth": c.outside_truth, "lost_urls": c.lost_urls[:20]}
     print(json.dumps(out))
+    if args.names:
+        print("\n".join(name for name, _open in sources))
     return 0 if c.lost == 0 and c.truth > 0 else 1
 
 
@@ -279,6 +281,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-depth", type=int, default=None, help="the agents' [scope] max_depth")
     sp.add_argument("--bucket-of", metavar="STORAGE_TOML", help="also every WARC object in the S3 bucket this storage "
                     "config's [object_store] names (every writer's)")
+    sp.add_argument("--names", action="store_true", help="after the JSON line, the name of every WARC read, one a line")
     sp.add_argument("paths", nargs="*", metavar="PATH", help="WARC files or directories holding them")
     sp.set_defaults(func=cmd_warcs)
 

@@ -17,7 +17,8 @@
 # check passes; both agents registered with the consultant, as the manager sees it over mutual
 # TLS), contact (an agent without WANCRAWL_CONTACT refuses to start), crawl (`manager seed` from
 # the manager container, `manager wait`, every truth URL in the WARC files of the storage
-# volume: `lab warcs`), kill (from nothing again: one agent's container SIGKILLed once a quarter
+# volume: `lab warcs`), again (`down` keeping the volumes, `up`: nothing lost, the same seeds
+# again store nothing twice), kill (from nothing again: one agent's container SIGKILLed once a quarter
 # of the truth is stored; 0 lost, at most 1% stored twice), restart (from nothing again:
 # `docker compose restart storage` at a quarter; 0 lost), down (`down -v`).
 #
@@ -46,6 +47,7 @@ VICTIM="${AGENTS[${#AGENTS[@]}-1]}"
 SUBNET="${WANCRAWL_E2E_SUBNET:-10.235.35.0/24}"
 LAB_IP="${SUBNET%.*}.250"
 CRAWL_TIMEOUT="${WANCRAWL_E2E_CRAWL_TIMEOUT:-300}"
+OBJECT_STORE=""   # set by the objstore phase: WARCs in SeaweedFS's bucket, two storage writers
 SUITE=bookworm
 # The agents of this run fetch nothing beyond this machine; the contact is whoever runs it.
 export WANCRAWL_CONTACT="${WANCRAWL_CONTACT:-mailto:root@localhost}"
@@ -259,7 +261,8 @@ build() {  # build TAG CONTEXT [DOCKERFILE]
         printf '[global]\ncert = /etc/ssl/wancrawl-build-ca.crt\n' >"$RUN/pip.conf"
         mounts=(-v "$(readlink -f "$ca"):/etc/ssl/wancrawl-build-ca.crt:ro" -v "$RUN/pip.conf:/etc/pip.conf:ro")
     fi
-    "${PODMAN[@]}" build --network host --force-rm "${mounts[@]}" --build-arg "BASE=$BASE" -t "$1" ${3:+-f "$3"} "$2" \
+    "${PODMAN[@]}" build --network host --force-rm "${mounts[@]}" --build-arg "BASE=$BASE" --build-arg "IMAGE=${IMAGE:-}" \
+        -t "$1" ${3:+-f "$3"} "$2" \
         >>"$LOGS/build.log" 2>&1
 }
 
@@ -280,6 +283,14 @@ images() {
         NOTE="${NOTE}built $PG_IMAGE"
     fi
     prune localhost/wancrawl-e2e-postgres "$PG_IMAGE"
+    # SeaweedFS (the object-store profile): `weed` from the project image, plus wget.
+    h="$(hash_of "$IMAGE" -- deploy/e2e/seaweedfs)"
+    S3_IMAGE="localhost/wancrawl-e2e-seaweedfs:$h"
+    if image_exists "$S3_IMAGE"; then NOTE="${NOTE}; cached $S3_IMAGE"; else
+        build "$S3_IMAGE" "$ROOT/deploy/e2e/seaweedfs"
+        NOTE="${NOTE}; built $S3_IMAGE"
+    fi
+    prune localhost/wancrawl-e2e-seaweedfs "$S3_IMAGE"
     "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true   # the build stages of images no longer tagged
 }
 
@@ -292,15 +303,17 @@ prune() {  # prune REPO KEEP: the cache keeps one image per repository, the curr
 
 override() {
     # The compose file users run, with only the images changed: every service built from the
-    # Dockerfile takes this run's image, postgres the one from Debian's package.
+    # Dockerfile takes this run's image, postgres the one from Debian's package, seaweedfs the
+    # project image's `weed` (deploy/e2e/seaweedfs).
     COMPOSE=("$DC" -p "$PROJECT" --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" -f "$RUN/override.json"
              -f "$RUN/lab.json" --env-file /dev/null)
     "$DC" -f "$ROOT/docker-compose.yml" --env-file /dev/null --profile '*' config --format json >"$RUN/model.json"
-    python3 - "$RUN/model.json" "$IMAGE" "$PG_IMAGE" >"$RUN/override.json" <<'EOF'
+    python3 - "$RUN/model.json" "$IMAGE" "$PG_IMAGE" "$S3_IMAGE" >"$RUN/override.json" <<'EOF'
 import json, sys
-model, image, pg = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+model, image, pg, s3 = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
 out = {n: {"image": image} for n, s in model["services"].items() if "build" in s}
 out["postgres"] = {"image": pg}
+out["seaweedfs"] = {"image": s3}
 print(json.dumps({"services": out}, indent=2))  # JSON is YAML: compose reads it as an override file
 EOF
     lab_file
@@ -375,7 +388,7 @@ ready() {  # every service healthy or running, every agent registered with the c
     local s deadline=$((SECONDS + 240)) ok=0 a
     while [ $SECONDS -lt $deadline ]; do
         ok=1
-        for svc in postgres consultant storage lab-web; do
+        for svc in postgres consultant storage lab-web ${OBJECT_STORE:+seaweedfs storage-2}; do
             s="$(state_of "$svc")"
             [[ "$s" == "running healthy"* ]] || ok=0
         done
@@ -384,7 +397,7 @@ ready() {  # every service healthy or running, every agent registered with the c
         [ "$ok" = 1 ] && break
         sleep 2
     done
-    for svc in pki postgres consultant storage lab-web "${AGENTS[@]/#/agent-}"; do echo "   $svc: $(state_of "$svc")" >&2; done
+    for svc in pki postgres consultant storage lab-web ${OBJECT_STORE:+seaweedfs storage-2} "${AGENTS[@]/#/agent-}"; do echo "   $svc: $(state_of "$svc")" >&2; done
     [ "$ok" = 1 ] || { echo "services not healthy in time" >&2; "${COMPOSE[@]}" "${PROFILES[@]}" logs --no-color >"$LOGS/services.log" 2>&1; exit 1; }
     # The agents found the consultant by service name and registered over mutual TLS: the manager
     # (operator certificate, another container on the compose network) sees them.
@@ -420,8 +433,10 @@ contact() {
 # --- the crawls --------------------------------------------------------------------------------
 
 warcs() {  # the WARC files in the storage volume against the truth of the seeds (lab/warcs.py): JSON
+    local where=(/storage/warcs)
+    [ -z "$OBJECT_STORE" ] || where=(--bucket-of "/app/configs/$WANCRAWL_STORAGE_CONFIG")
     "${COMPOSE[@]}" "${PROFILES[@]}" exec -T lab-web lab warcs --topology /e2e/topology.toml --seeds /e2e/seeds.txt \
-        --max-depth 8 /storage/warcs 2>>"$LOGS/warcs.log" || true   # exit 1 while truth URLs are missing
+        --max-depth 8 "${where[@]}" 2>>"$LOGS/warcs.log" || true   # exit 1 while truth URLs are missing
 }
 field() { python3 -c 'import json,sys; d=json.loads(sys.stdin.read() or "{}"); print(d.get(sys.argv[1], -1))' "$1"; }
 
@@ -435,8 +450,8 @@ requested() {  # requests the lab web has logged so far (robots.txt included): t
     "${COMPOSE[@]}" "${PROFILES[@]}" exec -T lab-web wc -l /tmp/requests.jsonl 2>/dev/null | awk '{print $1+0}' || true
 }
 
-# crawl FAULT: seed the lab's home pages through the manager container, inject FAULT (none, kill,
-# storage) once the lab web has logged requests for a quarter of the truth, `manager wait` for
+# crawl FAULT: seed the lab's home pages through the manager container, inject FAULT (kill,
+# storage; none, again: no fault) once the lab web has logged requests for a quarter of the truth, `manager wait` for
 # the end, then read the WARCs until every truth URL is there (pages still in an agent's outbox
 # arrive after the agents are idle) or a minute has passed. Figures: truth, stored, lost, stored
 # twice (lab/warcs.py: lab/faults/measure.py's comparison, the chaos harness's columns).
@@ -447,7 +462,7 @@ crawl() {
     t0=$SECONDS
     manager seed - <"$ROOT/deploy/e2e/lab/seeds.txt" >"$LOGS/seed-$fault.log" 2>&1
     grep -q "^9 seed URLs" "$LOGS/seed-$fault.log" || { echo "manager seed:" >&2; cat "$LOGS/seed-$fault.log" >&2; exit 1; }
-    if [ "$fault" != none ]; then
+    if [ "$fault" = kill ] || [ "$fault" = storage ]; then
         while :; do
             n="$(requested)"; n="${n:-0}"
             echo "$((SECONDS - t0))s $n requests" >>"$LOGS/progress-$fault.txt"
@@ -505,14 +520,44 @@ crawl_clean() {
     p="$(pushes)" || { echo "an agent took no pushed URLs: $p" >&2; exit 1; }
     NOTE="$NOTE; $p"
 }
+again() {
+    # `down` without -v, then `up`: the volumes outlive the containers. The WARCs are all still
+    # there, the agents register again, and the same seeds again store nothing twice (the agents'
+    # seen sets are in their volumes).
+    local out
+    "${COMPOSE[@]}" --profile '*' down --timeout 30 >>"$LOGS/down.log" 2>&1
+    "${COMPOSE[@]}" "${PROFILES[@]}" up -d --no-build >>"$LOGS/up.log" 2>&1
+    ready
+    out="$(warcs)"
+    [ "$(field lost <<<"$out")" = 0 ] || { echo "after down and up, truth URLs are missing: $out" >&2; exit 1; }
+    crawl again
+    NOTE="down (volumes kept) and up: every truth URL still stored; seeded again: $NOTE"
+    [ "$(field stored_twice <<<"$(warcs)")" = 0 ] || { echo "seeded again after down and up: pages stored twice" >&2; exit 1; }
+}
+
 crawl_kill() { fresh; crawl kill; }
+
+object_store() {
+    # The object-store profile: SeaweedFS, and two storage writers over one index and one bucket,
+    # w1 (`storage`, storage-compose-s3.toml) and w2 (`storage-2`); the Guangzhou agent lists
+    # storage-2 first. From nothing; every truth URL must be in the bucket's WARC objects.
+    OBJECT_STORE=1
+    export WANCRAWL_STORAGE_CONFIG=storage-compose-s3.toml
+    PROFILES+=(--profile object-store)
+    fresh
+    crawl none
+    local names
+    names="$("${COMPOSE[@]}" "${PROFILES[@]}" exec -T lab-web lab warcs --topology /e2e/topology.toml --seeds /e2e/seeds.txt \
+        --max-depth 8 --bucket-of "/app/configs/$WANCRAWL_STORAGE_CONFIG" --names 2>>"$LOGS/warcs.log" || true)"
+    NOTE="WARC objects in SeaweedFS: w1 $(grep -c '/w1/' <<<"$names" || true), w2 $(grep -c '/w2/' <<<"$names" || true); $NOTE"
+}
 crawl_storage() { fresh; crawl storage; }
 
 down() {
     # Stopped one by one first (clients before servers), to see how long each takes to stop.
     local t0 svc
     NOTE="stopped in:"
-    for svc in "${AGENTS[@]/#/agent-}" lab-web storage consultant postgres; do
+    for svc in "${AGENTS[@]/#/agent-}" lab-web storage ${OBJECT_STORE:+storage-2 seaweedfs} consultant postgres; do
         t0="$(now)"
         "${COMPOSE[@]}" "${PROFILES[@]}" stop -t 30 "$svc" >>"$LOGS/stop.log" 2>&1
         NOTE="$NOTE $svc $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')s"
@@ -538,7 +583,9 @@ phase up up
 phase health health
 phase contact contact
 phase crawl crawl_clean
+phase again again
 phase kill crawl_kill
 phase restart crawl_storage
+phase objstore object_store
 phase down down
 echo "compose-e2e: OK" >&2

@@ -99,6 +99,8 @@ def test_warcs_command_takes_truth_from_the_seeds(tmp_path, capsys):
     write_warc(tmp_path / "all.warc.gz", [("response", u) for u in truth[1:]])
     assert cli.main(["warcs", "--seeds", str(seeds), "--max-depth", "1", str(tmp_path)]) == 1
     assert json.loads(capsys.readouterr().out)["lost_urls"] == [truth[0]]
+    cli.main(["warcs", "--seeds", str(seeds), "--max-depth", "1", "--names", str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[1:] == [str(tmp_path / "all.warc.gz")]
 
 
 def test_web_listen_stops_on_sigterm_with_its_log_flushed(tmp_path):
