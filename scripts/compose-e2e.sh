@@ -20,10 +20,12 @@
 # volume: `lab warcs`), again (`down` keeping the volumes, `up`: nothing lost, the same seeds
 # again store nothing twice), kill (from nothing again: one agent's container SIGKILLed once a quarter
 # of the truth is stored; 0 lost, at most 1% stored twice), restart (from nothing again:
-# `docker compose restart storage` at a quarter; 0 lost), down (`down -v`).
+# `docker compose restart storage` at a quarter; 0 lost), objstore (from nothing, the
+# object-store profile: SeaweedFS and two storage writers; every truth URL in the bucket's WARC
+# objects), replicas (from nothing, the replicas profile: the first consultant SIGKILLed at a
+# quarter; 0 lost), down (`down -v`).
 #
-# Not yet (docs/deployment.md, "Running it for real on podman"): the object-store, monitoring
-# and replicas profiles, two sites.
+# Not yet (docs/deployment.md, "Running it for real on podman"): the monitoring profile, two sites.
 #
 # Everything the run creates (containers, networks, volumes, the podman service, its temp dir) is
 # removed by the trap, also on failure, by id; the images stay in the cache for the next run
@@ -48,6 +50,8 @@ SUBNET="${WANCRAWL_E2E_SUBNET:-10.235.35.0/24}"
 LAB_IP="${SUBNET%.*}.250"
 CRAWL_TIMEOUT="${WANCRAWL_E2E_CRAWL_TIMEOUT:-300}"
 OBJECT_STORE=""   # set by the objstore phase: WARCs in SeaweedFS's bucket, two storage writers
+REPLICAS=""       # set by the replicas phase: consultant-2 beside consultant, over the one PostgreSQL
+BASE_PROFILES=("${PROFILES[@]}")
 SUITE=bookworm
 # The agents of this run fetch nothing beyond this machine; the contact is whoever runs it.
 export WANCRAWL_CONTACT="${WANCRAWL_CONTACT:-mailto:root@localhost}"
@@ -388,7 +392,7 @@ ready() {  # every service healthy or running, every agent registered with the c
     local s deadline=$((SECONDS + 240)) ok=0 a
     while [ $SECONDS -lt $deadline ]; do
         ok=1
-        for svc in postgres consultant storage lab-web ${OBJECT_STORE:+seaweedfs storage-2}; do
+        for svc in postgres consultant ${REPLICAS:+consultant-2} storage lab-web ${OBJECT_STORE:+seaweedfs storage-2}; do
             s="$(state_of "$svc")"
             [[ "$s" == "running healthy"* ]] || ok=0
         done
@@ -397,7 +401,7 @@ ready() {  # every service healthy or running, every agent registered with the c
         [ "$ok" = 1 ] && break
         sleep 2
     done
-    for svc in pki postgres consultant storage lab-web ${OBJECT_STORE:+seaweedfs storage-2} "${AGENTS[@]/#/agent-}"; do echo "   $svc: $(state_of "$svc")" >&2; done
+    for svc in pki postgres consultant ${REPLICAS:+consultant-2} storage lab-web ${OBJECT_STORE:+seaweedfs storage-2} "${AGENTS[@]/#/agent-}"; do echo "   $svc: $(state_of "$svc")" >&2; done
     [ "$ok" = 1 ] || { echo "services not healthy in time" >&2; "${COMPOSE[@]}" "${PROFILES[@]}" logs --no-color >"$LOGS/services.log" 2>&1; exit 1; }
     # The agents found the consultant by service name and registered over mutual TLS: the manager
     # (operator certificate, another container on the compose network) sees them.
@@ -462,7 +466,7 @@ crawl() {
     t0=$SECONDS
     manager seed - <"$ROOT/deploy/e2e/lab/seeds.txt" >"$LOGS/seed-$fault.log" 2>&1
     grep -q "^9 seed URLs" "$LOGS/seed-$fault.log" || { echo "manager seed:" >&2; cat "$LOGS/seed-$fault.log" >&2; exit 1; }
-    if [ "$fault" = kill ] || [ "$fault" = storage ]; then
+    if [ "$fault" = kill ] || [ "$fault" = storage ] || [ "$fault" = consultant ]; then
         while :; do
             n="$(requested)"; n="${n:-0}"
             echo "$((SECONDS - t0))s $n requests" >>"$LOGS/progress-$fault.txt"
@@ -476,6 +480,10 @@ crawl() {
                 id="$("${COMPOSE[@]}" "${PROFILES[@]}" ps -q "agent-$VICTIM" | head -n1)"
                 "${PODMAN[@]}" kill --signal KILL "$id" >>"$LOGS/fault.log" 2>&1
                 fault_note="agent-$VICTIM killed (SIGKILL) $((SECONDS - t0))s after seeding, at $n requests, $stored/$truth stored; " ;;
+            consultant)
+                id="$("${COMPOSE[@]}" "${PROFILES[@]}" ps -q consultant | head -n1)"
+                "${PODMAN[@]}" kill --signal KILL "$id" >>"$LOGS/fault.log" 2>&1
+                fault_note="consultant (the replica every client lists first) killed (SIGKILL) $((SECONDS - t0))s after seeding, at $n requests, $stored/$truth stored; " ;;
             storage)
                 "${COMPOSE[@]}" "${PROFILES[@]}" restart -t 30 storage >>"$LOGS/fault.log" 2>&1
                 fault_note="storage restarted $((SECONDS - t0))s after seeding, at $n requests, $stored/$truth stored; " ;;
@@ -490,8 +498,10 @@ crawl() {
         sleep 2
     done
     echo "$out" >"$LOGS/warcs-$fault.json"
-    if [ "$fault" = kill ]; then
-        id="$("${COMPOSE[@]}" "${PROFILES[@]}" ps -aq "agent-$VICTIM" | head -n1)"
+    if [ "$fault" = kill ] || [ "$fault" = consultant ]; then
+        local victim="agent-$VICTIM"
+        [ "$fault" = kill ] || victim=consultant
+        id="$("${COMPOSE[@]}" "${PROFILES[@]}" ps -aq "$victim" | head -n1)"
         fault_note="$fault_note$("${PODMAN[@]}" inspect --format 'then {{.State.Status}}, restarts {{.RestartCount}}' "$id" 2>/dev/null); "
     fi
     truth="$(field truth <<<"$out")"; stored="$(field stored <<<"$out")"
@@ -551,13 +561,25 @@ object_store() {
         --max-depth 8 --bucket-of "/app/configs/$WANCRAWL_STORAGE_CONFIG" --names 2>>"$LOGS/warcs.log" || true)"
     NOTE="WARC objects in SeaweedFS: w1 $(grep -c '/w1/' <<<"$names" || true), w2 $(grep -c '/w2/' <<<"$names" || true); $NOTE"
 }
+
+replicas() {
+    # The replicas profile: consultant-2 beside consultant over the one PostgreSQL state (the WARCs
+    # back on the storage volume). From nothing; `consultant`, first in every client's list, is
+    # killed at a quarter: agents, storage and the manager move to consultant-2. 0 lost.
+    OBJECT_STORE=""
+    unset WANCRAWL_STORAGE_CONFIG
+    REPLICAS=1
+    PROFILES=("${BASE_PROFILES[@]}" --profile replicas)
+    fresh
+    crawl consultant
+}
 crawl_storage() { fresh; crawl storage; }
 
 down() {
     # Stopped one by one first (clients before servers), to see how long each takes to stop.
     local t0 svc
     NOTE="stopped in:"
-    for svc in "${AGENTS[@]/#/agent-}" lab-web storage ${OBJECT_STORE:+storage-2 seaweedfs} consultant postgres; do
+    for svc in "${AGENTS[@]/#/agent-}" lab-web storage ${OBJECT_STORE:+storage-2 seaweedfs} consultant ${REPLICAS:+consultant-2} postgres; do
         t0="$(now)"
         "${COMPOSE[@]}" "${PROFILES[@]}" stop -t 30 "$svc" >>"$LOGS/stop.log" 2>&1
         NOTE="$NOTE $svc $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')s"
@@ -587,5 +609,6 @@ phase again again
 phase kill crawl_kill
 phase restart crawl_storage
 phase objstore object_store
+phase replicas replicas
 phase down down
 echo "compose-e2e: OK" >&2
