@@ -270,31 +270,24 @@ build() {  # build TAG CONTEXT [DOCKERFILE]
         >>"$LOGS/build.log" 2>&1
 }
 
+image() {  # image REPO:TAG CONTEXT [DOCKERFILE]: built unless the cache has it; the repository's older tags pruned
+    local t0
+    if image_exists "$1"; then NOTE="${NOTE}cached $1; "; else
+        t0="$(now)"
+        build "$1" "$2" ${3:+"$3"}
+        NOTE="${NOTE}built $1 in $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.0f", b-a}')s; "
+    fi
+    prune "${1%:*}" "$1"
+}
+
 images() {
-    local h
-    h="$(hash_of "$BASE" -- Dockerfile .dockerignore pyproject.toml README.md wancrawl consultant agent manager storage lab protos configs)"
-    IMAGE="localhost/wancrawl-e2e:$h"
-    if image_exists "$IMAGE"; then NOTE="cached $IMAGE; "; else
-        local t0; t0="$(now)"
-        build "$IMAGE" "$ROOT" "$ROOT/Dockerfile"
-        NOTE="built $IMAGE in $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.0f", b-a}')s; "
-    fi
-    prune localhost/wancrawl-e2e "$IMAGE"
-    h="$(hash_of "$BASE" -- deploy/e2e/postgres)"
-    PG_IMAGE="localhost/wancrawl-e2e-postgres:$h"
-    if image_exists "$PG_IMAGE"; then NOTE="${NOTE}cached $PG_IMAGE"; else
-        build "$PG_IMAGE" "$ROOT/deploy/e2e/postgres"
-        NOTE="${NOTE}built $PG_IMAGE"
-    fi
-    prune localhost/wancrawl-e2e-postgres "$PG_IMAGE"
+    IMAGE="localhost/wancrawl-e2e:$(hash_of "$BASE" -- Dockerfile .dockerignore pyproject.toml README.md wancrawl consultant agent manager storage lab protos configs)"
+    image "$IMAGE" "$ROOT" "$ROOT/Dockerfile"
+    PG_IMAGE="localhost/wancrawl-e2e-postgres:$(hash_of "$BASE" -- deploy/e2e/postgres)"
+    image "$PG_IMAGE" "$ROOT/deploy/e2e/postgres"
     # SeaweedFS (the object-store profile): `weed` from the project image, plus wget.
-    h="$(hash_of "$IMAGE" -- deploy/e2e/seaweedfs)"
-    S3_IMAGE="localhost/wancrawl-e2e-seaweedfs:$h"
-    if image_exists "$S3_IMAGE"; then NOTE="${NOTE}; cached $S3_IMAGE"; else
-        build "$S3_IMAGE" "$ROOT/deploy/e2e/seaweedfs"
-        NOTE="${NOTE}; built $S3_IMAGE"
-    fi
-    prune localhost/wancrawl-e2e-seaweedfs "$S3_IMAGE"
+    S3_IMAGE="localhost/wancrawl-e2e-seaweedfs:$(hash_of "$IMAGE" -- deploy/e2e/seaweedfs)"
+    image "$S3_IMAGE" "$ROOT/deploy/e2e/seaweedfs"
     "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true   # the build stages of images no longer tagged
 }
 
