@@ -288,6 +288,9 @@ images() {
     # SeaweedFS (the object-store profile): `weed` from the project image, plus wget.
     S3_IMAGE="localhost/wancrawl-e2e-seaweedfs:$(hash_of "$IMAGE" -- deploy/e2e/seaweedfs)"
     image "$S3_IMAGE" "$ROOT/deploy/e2e/seaweedfs"
+    # Prometheus (the monitoring profile): Debian's package. Grafana: none (not in Debian).
+    PROM_IMAGE="localhost/wancrawl-e2e-prometheus:$(hash_of "$BASE" -- deploy/e2e/prometheus)"
+    image "$PROM_IMAGE" "$ROOT/deploy/e2e/prometheus"
     "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true   # the build stages of images no longer tagged
 }
 
@@ -300,17 +303,19 @@ prune() {  # prune REPO KEEP: the cache keeps one image per repository, the curr
 
 override() {
     # The compose file users run, with only the images changed: every service built from the
-    # Dockerfile takes this run's image, postgres the one from Debian's package, seaweedfs the
-    # project image's `weed` (deploy/e2e/seaweedfs).
+    # Dockerfile takes this run's image, postgres and prometheus the ones from Debian's packages,
+    # seaweedfs the project image's `weed` (deploy/e2e/seaweedfs). Grafana keeps its own (never
+    # started here: there is none to build it from).
     COMPOSE=("$DC" -p "$PROJECT" --project-directory "$ROOT" -f "$ROOT/docker-compose.yml" -f "$RUN/override.json"
              -f "$RUN/lab.json" --env-file /dev/null)
     "$DC" -f "$ROOT/docker-compose.yml" --env-file /dev/null --profile '*' config --format json >"$RUN/model.json"
-    python3 - "$RUN/model.json" "$IMAGE" "$PG_IMAGE" "$S3_IMAGE" >"$RUN/override.json" <<'EOF'
+    python3 - "$RUN/model.json" "$IMAGE" "$PG_IMAGE" "$S3_IMAGE" "$PROM_IMAGE" >"$RUN/override.json" <<'EOF'
 import json, sys
-model, image, pg, s3 = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+model, image, pg, s3, prom = json.load(open(sys.argv[1])), *sys.argv[2:]
 out = {n: {"image": image} for n, s in model["services"].items() if "build" in s}
 out["postgres"] = {"image": pg}
 out["seaweedfs"] = {"image": s3}
+out["prometheus"] = {"image": prom}
 print(json.dumps({"services": out}, indent=2))  # JSON is YAML: compose reads it as an override file
 EOF
     lab_file
@@ -540,6 +545,29 @@ again() {
 
 crawl_kill() { fresh; crawl kill; }
 
+monitoring() {
+    # The monitoring profile's Prometheus (not Grafana: no image of it can be had here), started
+    # beside the running stack: every wancrawl service that runs must be an `up` target (scraped
+    # by service name on 9101, deploy/prometheus/prometheus.yml; Prometheus itself as
+    # prometheus:9090), every other target down.
+    "${COMPOSE[@]}" "${PROFILES[@]}" --profile monitoring up -d --no-build prometheus >>"$LOGS/up.log" 2>&1
+    local want got="" deadline=$((SECONDS + 120))
+    want="$(printf '%s\n' consultant storage "${AGENTS[@]/#/agent-}" prometheus:9090 | LC_ALL=C sort | tr '\n' ' ')"
+    while [ $SECONDS -lt $deadline ]; do
+        got="$("${COMPOSE[@]}" "${PROFILES[@]}" --profile monitoring exec -T prometheus \
+                 wget -q -O - http://127.0.0.1:9090/api/v1/targets 2>>"$LOGS/prometheus.log" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["data"]["activeTargets"]
+print(" ".join(sorted(x["labels"]["instance"] for x in t if x["health"] == "up")), "|", len(t))' 2>>"$LOGS/prometheus.log" || true)"
+        [ "${got%% |*} " = "$want" ] && break
+        sleep 3
+    done
+    echo "$got" >"$LOGS/targets.txt"
+    [ "${got%% |*} " = "$want" ] || { echo "Prometheus' up targets: '${got%% |*}', want '$want'" >&2; exit 1; }
+    NOTE="Prometheus (Debian's 2.42) scrapes ${got##*| } targets; up: ${got%% |*}; the rest down (not started); Grafana not run"
+    "${COMPOSE[@]}" "${PROFILES[@]}" --profile monitoring stop -t 30 prometheus >>"$LOGS/stop.log" 2>&1
+}
+
 object_store() {
     # The object-store profile: SeaweedFS, and two storage writers over one index and one bucket,
     # w1 (`storage`, storage-compose-s3.toml) and w2 (`storage-2`); the Guangzhou agent lists
@@ -601,6 +629,7 @@ phase crawl crawl_clean
 phase again again
 phase kill crawl_kill
 phase restart crawl_storage
+phase monitor monitoring
 phase objstore object_store
 phase replicas replicas
 phase down down
