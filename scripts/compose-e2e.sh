@@ -20,12 +20,14 @@
 # volume: `lab warcs`), again (`down` keeping the volumes, `up`: nothing lost, the same seeds
 # again store nothing twice), kill (from nothing again: one agent's container SIGKILLed once a quarter
 # of the truth is stored; 0 lost, at most 1% stored twice), restart (from nothing again:
-# `docker compose restart storage` at a quarter; 0 lost), objstore (from nothing, the
+# `docker compose restart storage` at a quarter; 0 lost), monitor (the monitoring profile's
+# Prometheus, from Debian's package: every running service an `up` target), objstore (from nothing, the
 # object-store profile: SeaweedFS and two storage writers; every truth URL in the bucket's WARC
 # objects), replicas (from nothing, the replicas profile: the first consultant SIGKILLed at a
 # quarter; 0 lost), down (`down -v`).
 #
-# Not yet (docs/deployment.md, "Running it for real on podman"): the monitoring profile, two sites.
+# Not yet (docs/deployment.md, "Running it for real on podman"): Grafana (no image to be had
+# here), two sites.
 #
 # Everything the run creates (containers, networks, volumes, the podman service, its temp dir) is
 # removed by the trap, also on failure, by id; the images stay in the cache for the next run
@@ -292,6 +294,7 @@ images() {
     PROM_IMAGE="localhost/wancrawl-e2e-prometheus:$(hash_of "$BASE" -- deploy/e2e/prometheus)"
     image "$PROM_IMAGE" "$ROOT/deploy/e2e/prometheus"
     "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true   # the build stages of images no longer tagged
+    NOTE="${NOTE%; }"
 }
 
 prune() {  # prune REPO KEEP: the cache keeps one image per repository, the current one
