@@ -157,9 +157,9 @@ def test_compose_e2e_lab_files_agree_with_their_topology():
 def test_warcs_reads_every_writers_objects_from_the_bucket(bucket, tmp_path):
     """The object-store profile's WARCs are objects under each writer's prefix: `lab warcs
     --bucket-of STORAGE_TOML` reads them all (and nothing that is not a WARC)."""
+    from lab.warcs import bucket_sources
     from storage import config
     from storage.s3sink import make_client
-    from lab.warcs import bucket_sources
 
     server, name = bucket
     toml = tmp_path / "storage.toml"
