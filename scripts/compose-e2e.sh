@@ -134,6 +134,12 @@ cleanup() {
         done
     fi
     if [ -n "$SERVICE_PID" ]; then kill "$SERVICE_PID" 2>/dev/null; wait "$SERVICE_PID" 2>/dev/null; fi
+    # Each `compose exec` (the WARC checks) and health check leaves a conmon that waits up to 300 s
+    # (--exit-delay) for an exit status podman's API never collects: this run's, by pid (their
+    # arguments name this run's network config directory, which no other run shares).
+    local pids
+    pids="$(pgrep -f -- "$RUN/networks" 2>/dev/null || true)"
+    for id in $pids; do [ "$id" != $$ ] && kill "$id" 2>/dev/null; done
     # debootstrap mounts proc and sys in its target: unmount anything under the run before removing it.
     findmnt -rn -o TARGET | grep -F "$RUN/" | sort -r | while read -r m; do umount -l "$m"; done
     local left
