@@ -47,13 +47,15 @@ def _serve_worker(args: argparse.Namespace, reuse_port: bool, log_path: str | No
     web = Web(_topo(args), args.seed, time_scale=args.time_scale, cache_pages=args.cache_pages)
     parent = os.getppid() if reuse_port else None
     try:
-        asyncio.run(run(web, port=args.port, zero_latency=args.zero_latency, log_path=log_path, keep_log=False, reuse_port=reuse_port, parent_pid=parent))
+        asyncio.run(run(web, port=args.port, zero_latency=args.zero_latency, log_path=log_path, keep_log=False, reuse_port=reuse_port, parent_pid=parent, listen=args.listen))
     except KeyboardInterrupt:
         pass
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     t = _topo(args)
+    if args.listen is not None:
+        args.zero_latency = True  # the link model needs the plan's addresses (lab/server.py LabServer)
     if args.workers > 1 and not args.zero_latency:
         # Interconnect buckets are shared state; across processes they would each grant the full rate.
         print("lab web: --workers > 1 needs --zero-latency (the link model lives in one process)", file=sys.stderr)
@@ -62,25 +64,30 @@ def cmd_web(args: argparse.Namespace) -> int:
     args.port = port
     from lab.server import port_taken
 
-    taken = port_taken(t.site_ips, port)
+    # One socket on --listen is not the plan's addresses: the bind itself says if it is taken.
+    taken = port_taken(t.site_ips, port) if args.listen is None else None
     if taken:
         # Said before "serving": the bind would fail in the worker with a traceback after it.
         raise WancrawlError(f"port {port} is taken on {taken} (another `lab web` or `lab up`? stop it, or --port)")
+    where = f"one socket {args.listen}" if args.listen is not None else f"{len(t.site_ips)} addresses"
     print(
-        f"lab web: {len(t.sites)} sites on {len(t.site_ips)} addresses, port {port}, seed {args.seed}, "
+        f"lab web: {len(t.sites)} sites on {where}, port {port}, seed {args.seed}, "
         f"time scale {args.time_scale}{', zero latency' if args.zero_latency else ''}, {args.workers} worker(s)",
         file=sys.stderr,
     )
+    def stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM stops it as Ctrl-C does (the log flushed, exit 0). Needed in a container, where the
+    # web is PID 1 and a signal without a handler is ignored: `docker compose stop` waited out its
+    # whole grace period, then killed it (scripts/compose-e2e.sh's lab web, 31 s).
+    signal.signal(signal.SIGTERM, stop)
     if args.workers <= 1:
         _serve_worker(args, False, args.log)
         return 0
     procs = [multiprocessing.Process(target=_serve_worker, args=(args, True, args.log), daemon=True) for _ in range(args.workers)]
     for p in procs:
         p.start()
-    def stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
     try:
         for p in procs:
             p.join()
@@ -127,6 +134,35 @@ def cmd_truth(args: argparse.Namespace) -> int:
     for r in Truth(web, scope, resolves=resolves).reachable(seeds):
         out.write(f"{r.status}\t{r.depth}\t{r.url}\n" if args.status else r.url + "\n")
     return 0
+
+
+def cmd_hosts(args: argparse.Namespace) -> int:
+    sys.stdout.write(_topo(args).hosts_file(args.ip))
+    return 0
+
+
+def cmd_warcs(args: argparse.Namespace) -> int:
+    """Truth from the seeds, the captures from the WARC files: the chaos harness's figures."""
+    import json
+
+    from lab.truth import Scope, Truth, read_seeds
+    from lab.warcs import bucket_sources, check, file_sources, warc_files
+
+    seeds, errors = read_seeds(Path(args.seeds).read_text(encoding="utf-8"))
+    for e in errors:
+        print(f"{args.seeds}: {e}", file=sys.stderr)
+    web = Web(_topo(args), args.seed)
+    if args.port:
+        web = web.with_port(args.port)
+    truth = {r.url for r in Truth(web, Scope(max_depth=args.max_depth, respect_robots=True)).reachable(seeds)}
+    sources = file_sources(warc_files(args.paths)) + (bucket_sources(args.bucket_of) if args.bucket_of else [])
+    c = check(truth, sources)
+    out = {"files": len(sources), "truth": c.truth, "stored": c.stored, "lost": c.lost, "stored_twice": c.stored_twice,
+           "outside_truth": c.outside_truth, "lost_urls": c.lost_urls[:20]}
+    print(json.dumps(out))
+    if args.names:
+        print("\n".join(name for name, _open in sources))
+    return 0 if c.lost == 0 and c.truth > 0 else 1
 
 
 def cmd_loadgen(args: argparse.Namespace) -> int:
@@ -273,6 +309,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--zero-latency", action="store_true", help="no link model: for throughput benchmarks")
     sp.add_argument("--workers", type=int, default=1, help="processes sharing the sockets (needs --zero-latency)")
     sp.add_argument("--log", metavar="FILE", help="append a JSONL request log here")
+    sp.add_argument("--listen", metavar="ADDR", help="serve every site on this one address (e.g. 0.0.0.0 in a container; "
+                    "clients map the lab's names to it with a hosts file): the site from the Host header only, "
+                    "no link model (implies --zero-latency)")
     sp.add_argument("--cache-pages", type=int, default=8192, help="rendered pages kept per process (~24 KB each, with their links)")
     sp.set_defaults(func=cmd_web)
 
@@ -298,6 +337,24 @@ def parser() -> argparse.ArgumentParser:
                     "zone does not resolve are status -1, their links not followed")
     topo_arg(sp)
     sp.set_defaults(func=cmd_truth)
+
+    sp = sub.add_parser("hosts", help="print a hosts file of every site's name (to its plan address, or --ip)")
+    topo_arg(sp)
+    sp.add_argument("--ip", help="map every name to this address (a `lab web --listen` server's)")
+    sp.set_defaults(func=cmd_hosts)
+
+    sp = sub.add_parser("warcs", help="truth from seeds against the captures in WARC files: truth, stored, lost, twice (JSON); "
+                        "exit 1 if any truth URL is lost")
+    topo_arg(sp)
+    sp.add_argument("--seeds", required=True, metavar="FILE")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--port", type=int, default=None, help="the port `lab web` serves on, if not the topology's")
+    sp.add_argument("--max-depth", type=int, default=None, help="the agents' [scope] max_depth")
+    sp.add_argument("--bucket-of", metavar="STORAGE_TOML", help="also every WARC object in the S3 bucket this storage "
+                    "config's [object_store] names (every writer's)")
+    sp.add_argument("--names", action="store_true", help="after the JSON line, the name of every WARC read, one a line")
+    sp.add_argument("paths", nargs="*", metavar="PATH", help="WARC files or directories holding them")
+    sp.set_defaults(func=cmd_warcs)
 
     sp = sub.add_parser("loadgen", help="measure a running `lab web` with keep-alive GETs of every page")
     topo_arg(sp)
@@ -368,7 +425,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 # Commands whose output is made to be piped into head, grep ...; the others serve or wait.
-PIPED = ("plan", "truth")
+PIPED = ("plan", "truth", "hosts")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,16 @@ def port_taken(ips: list[str], port: int) -> str:
 
 
 class LabServer:
-    """Serves every site of a Web on its own address; exposes the request log and counters."""
+    """Serves every site of a Web on its own address; exposes the request log and counters.
+
+    With `listen` (an address such as "0.0.0.0"), every site is served on that one socket
+    instead: the mode for a container on a compose network (scripts/compose-e2e.sh), where the
+    sites' 127.x addresses exist nowhere and clients reach the one container through a hosts
+    file. The site comes from the Host header alone (no 421 for "served elsewhere": there is no
+    elsewhere), the link model is off (it keys on the client's and site's plan addresses, which
+    a container network does not have), and the log's site_ip is the site's plan address, so
+    the log reads as the multi-address server's would.
+    """
 
     def __init__(
         self,
@@ -57,6 +66,7 @@ class LabServer:
         log_path: str | None = None,
         keep_log: bool = True,
         reuse_port: bool = False,
+        listen: str | None = None,
     ):
         if port is not None:
             web = web.with_port(port)
@@ -64,8 +74,9 @@ class LabServer:
         self.topology = web.topology
         self.port = self.topology.spec.sites.port
         self.time_scale = web.time_scale
-        self.zero_latency = zero_latency
-        self.model = None if zero_latency else LinkModel(self.topology)
+        self.listen = listen
+        self.zero_latency = zero_latency or listen is not None
+        self.model = None if self.zero_latency else LinkModel(self.topology)
         self.keep_log = keep_log
         self.log: list[LogEntry] = []
         self.counters: dict[str, Counter[str]] = {}
@@ -83,7 +94,7 @@ class LabServer:
     async def start(self) -> "LabServer":
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = loop.time()
-        for ip in self.topology.site_ips:
+        for ip in [self.listen] if self.listen is not None else self.topology.site_ips:
             srv = await loop.create_server(
                 lambda: _Conn(self), host=ip, port=self.port, reuse_address=True,
                 reuse_port=self._reuse_port or None, backlog=2048,
@@ -277,7 +288,7 @@ class _Conn(asyncio.Protocol):
             if site is None and not host:
                 on_ip = srv.topology.sites_on(self.site_ip)
                 site = on_ip[0] if on_ip else None
-            if site is not None and site.ip != self.site_ip:
+            if site is not None and site.ip != self.site_ip and srv.listen is None:
                 resp = Response(421, [("Content-Type", "text/plain")], f"{site.host} is not served at {self.site_ip}\n".encode())
             else:
                 resp = srv.web.respond(host, target, site=site, now=srv.model_now(), if_none_match=inm, if_modified_since=ims)
@@ -285,7 +296,8 @@ class _Conn(asyncio.Protocol):
                 host_name = site.host
             else:
                 host_name = (host or "").lower().rsplit(":", 1)[0] if host and not host.startswith("[") else (host or "")
-            srv.record(LogEntry(time.time(), self.client_ip, self.client_port, self.site_ip, host_name, method, target, resp.status, len(resp.body)))
+            site_ip = site.ip if site is not None and srv.listen is not None else self.site_ip
+            srv.record(LogEntry(time.time(), self.client_ip, self.client_port, site_ip, host_name, method, target, resp.status, len(resp.body)))
             if resp.declared_length is not None:
                 keep = False  # the bytes past the lying length must not be read as a next response
             if resp.mode == "normal" and self.flow is None:

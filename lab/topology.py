@@ -371,11 +371,12 @@ class Topology:
     def sites_on(self, ip: str) -> list[Site]:
         return [s for s in self.sites if s.ip == ip]
 
-    def hosts_file(self) -> str:
-        """/etc/hosts-format lines mapping every site's host name to its address."""
+    def hosts_file(self, ip: str | None = None) -> str:
+        """/etc/hosts-format lines mapping every site's host name to its address, or every one to
+        `ip` (a `lab web --listen` server's, e.g. a container's on a compose network)."""
         lines = [f"# wancrawl lab hosts for topology {self.spec.name} ({self.source})"]
-        lines += [f"{s.ip}\t{s.host}" for s in self.sites]
-        lines += [f"{s.ip}\t{name}" for s in self.sites for name in self.subdomains(s)]
+        lines += [f"{ip or s.ip}\t{s.host}" for s in self.sites]
+        lines += [f"{ip or s.ip}\t{name}" for s in self.sites for name in self.subdomains(s)]
         return "\n".join(lines) + "\n"
 
 
