@@ -81,8 +81,10 @@ def test_worst_is_the_largest_lost_and_share_stored_twice():
 def test_scenarios_run_in_the_documented_order():
     assert scenarios.SCENARIOS == ("baseline", "restart", "consultant", "storage", "drain", "kill", "kill2", "join", "flap",
                                "kill-owner-and-backup", "storage-kill9", "consultant-stop", "cluster-kill9",
-                               "consultant-replica", "consultant-rolling") + scenarios.STORAGE_SCENARIOS + scenarios.REVISIT_SCENARIOS
+                               "consultant-replica", "consultant-rolling") + scenarios.STORAGE_SCENARIOS + scenarios.REVISIT_SCENARIOS \
+        + scenarios.KADEMLIA_ONLY
     assert scenarios.STORAGE_SCENARIOS == ("storage-writer-kill", "object-store-down")
+    assert scenarios.KADEMLIA_ONLY == ("liar-first", "liar-last", "liar-fabricate")
 
 
 def test_the_backup_killed_with_the_owner_is_first_backup_of_most_of_its_hosts():
