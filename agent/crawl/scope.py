@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from agent.settings import ScopeSettings
 from wancrawl.urls import split_target
@@ -82,7 +83,7 @@ class Scope:
                 return "path_depth"
             if len(segs) > s.max_segment_repeats and _repeats(segs, s.max_segment_repeats):
                 return "repeated_segments"
-            if len(segs) > s.max_segment_count and _most_common(segs) > s.max_segment_count:
+            if len(segs) > s.max_segment_count and max(Counter(segs).values()) > s.max_segment_count:
                 return "repeated_segments"
         if query and query.count("&") + 1 > s.max_query_params:
             return "query_params"
@@ -116,14 +117,6 @@ def query_shape(url: str) -> str | None:
     if not sep:
         return None
     return base + "?" + "&".join(p.partition("=")[0] for p in query.split("&"))
-
-
-def _most_common(segs: list[str]) -> int:
-    """How often the path's most frequent segment occurs (paths this deep are rare: no hot path)."""
-    counts: dict[str, int] = {}
-    for x in segs:
-        counts[x] = counts.get(x, 0) + 1
-    return max(counts.values())
 
 
 def _repeats(segs: list[str], limit: int) -> bool:

@@ -203,7 +203,8 @@ class _Conn(asyncio.Protocol):
             self.headers = []
             self.reason = b""
             return
-        big = head_overflow(self.reason, self.headers)
+        # Only a read past the limit can hold a head past it: the usual response pays no sum.
+        big = head_overflow(self.reason, self.headers) if self.got > MAX_HEAD else None
         if big is not None:
             # Whole in one read, the head never met the incomplete-head check in data_received.
             refuse_head(resp, big)

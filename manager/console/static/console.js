@@ -1,3 +1,5 @@
+// x ticks as HH:MM:SS: uPlot's default shows sub-second marks (":35.950") while the span is short.
+const hms = (t) => new Date(t * 1000).toTimeString().slice(0, 8);
 // The console page: polls /api/status (manager/console/model.py builds it) and draws it.
 // Every text from the cluster (host names, reasons) goes in with textContent, never as HTML:
 // a crawled site names its own hosts and its errors.
@@ -66,7 +68,7 @@ function drawChart(d) {
     const series = [{}, { label: "total", stroke: "#1d232b", width: 2 }]
       .concat(ids.map((id, i) => ({ label: id, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false })));
     chart = new uPlot({ width: box.clientWidth || 800, height: 240, series,
-                        axes: [{}, { label: "pages/s" }], scales: { x: { time: true } } }, data, box);
+                        axes: [{ incrs: [1, 5, 10, 15, 30, 60, 120, 300, 600], values: (u, ticks) => ticks.map(hms) }, { label: "pages/s" }], scales: { x: { time: true } } }, data, box);
     chartKey = key;
   } else {
     chart.setData(data);
